@@ -1,0 +1,136 @@
+import { Scalar } from '@scalar/hono-api-reference';
+import { HTTPException } from 'hono/http-exception';
+import { bodyLimit } from 'hono/body-limit';
+import type { Context } from 'hono';
+import type { Authenticator, AppEnv } from './http/context.ts';
+import { failure } from './http/envelope.ts';
+import { ApiError, errorStatus, type ErrorCode } from './http/errors.ts';
+import { CursorSigner } from './http/pagination.ts';
+import { newRouter } from './http/router.ts';
+import { healthRoutes } from './health/routes.ts';
+import type { Config } from './platform/config.ts';
+import { signInUrls } from './platform/config.ts';
+import type { Clock } from './platform/clock.ts';
+import type { Database } from './platform/db.ts';
+import type { Logger } from './platform/logger.ts';
+
+/**
+ * Composition root. Everything the application needs arrives as an argument, so the same code serves
+ * Node (scripts/serve.ts), Deno (supabase/functions/api) and tests, each passing its own database, clock
+ * and peers. Nothing in here reads the environment or the file system.
+ */
+export interface AppDeps {
+  config: Config;
+  database: Database;
+  logger: Logger;
+  clock: Clock;
+  authenticator: Authenticator;
+  cursors: CursorSigner;
+  /** process start, for /health uptime */
+  startedAt: Date;
+  /** Serves the /docs page's script; when absent the page loads it from the public CDN. */
+  docsScriptUrl?: string | undefined;
+}
+
+export const MAX_BODY_BYTES = 1024 * 1024;
+
+export function createApp(deps: AppDeps) {
+  const app = newRouter();
+
+  app.use('*', async (c, next) => {
+    const started = performance.now();
+    const incoming = c.req.header('x-request-id');
+    const requestId = incoming && /^[\w.:-]{1,128}$/.test(incoming) ? incoming : crypto.randomUUID();
+    c.set('requestId', requestId);
+    c.set('deps', deps);
+    try {
+      await next();
+    } finally {
+      c.res.headers.set('X-Request-Id', requestId);
+      const principal = await c.get('principal')?.catch(() => null);
+      deps.logger.info('request', {
+        requestId,
+        method: c.req.method,
+        route: c.req.routePath,
+        path: c.req.path,
+        status: c.res.status,
+        durationMs: Math.round((performance.now() - started) * 100) / 100,
+        ...(principal ? { userId: principal.userId, via: principal.via } : {}),
+      });
+    }
+  });
+
+  app.use(
+    '*',
+    bodyLimit({
+      maxSize: MAX_BODY_BYTES,
+      onError: (c) => c.json(failure('PAYLOAD_TOO_LARGE', 'The request body is larger than 1 MiB', { maxBytes: MAX_BODY_BYTES }), 413),
+    }),
+  );
+
+  app.onError((err, c) => errorResponse(err, c as unknown as Context<AppEnv>, deps));
+  app.notFound((c) => c.json(failure('NOT_FOUND', `No route for ${c.req.method} ${c.req.path}`), 404));
+
+  app.route('/', healthRoutes());
+
+  app.doc31('/openapi.json', {
+    openapi: '3.1.0',
+    info: {
+      title: 'Agent Marketplace API',
+      version: deps.config.releaseVersion,
+      description:
+        'Catalog, pricing tiers, Stripe subscriptions, usage metering, sessions and an OAuth 2.1 / OIDC server for agent backends. ' +
+        'Every JSON response outside /api/auth uses the envelope `{ status, data, error }`.',
+    },
+    servers: [{ url: deps.config.publicBaseUrl }],
+  });
+  app.openAPIRegistry.registerComponent('securitySchemes', 'cookieSession', {
+    type: 'apiKey',
+    in: 'cookie',
+    name: 'better-auth.session_token',
+  });
+  app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' });
+  app.get(
+    '/docs',
+    Scalar({
+      url: '/openapi.json',
+      pageTitle: 'Agent Marketplace API',
+      ...(deps.docsScriptUrl ? { cdn: deps.docsScriptUrl } : {}),
+    }),
+  );
+
+  return app;
+}
+
+export type App = ReturnType<typeof createApp>;
+
+function errorResponse(err: unknown, c: Context<AppEnv>, deps: AppDeps): Response {
+  if (err instanceof ApiError) {
+    const details = err.code === 'UNAUTHORIZED' ? { ...signInUrls(deps.config), ...err.details } : err.details;
+    return c.json(failure(err.code, err.message, details), err.status, err.headers);
+  }
+  if (err instanceof HTTPException) {
+    const byStatus: Record<number, ErrorCode> = {
+      400: 'VALIDATION_ERROR',
+      401: 'UNAUTHORIZED',
+      403: 'FORBIDDEN',
+      404: 'NOT_FOUND',
+      413: 'PAYLOAD_TOO_LARGE',
+      415: 'UNSUPPORTED_MEDIA_TYPE',
+    };
+    const code = byStatus[err.status];
+    if (code) {
+      const message =
+        code === 'UNSUPPORTED_MEDIA_TYPE'
+          ? 'Send the body as application/json'
+          : code === 'VALIDATION_ERROR' && /json/i.test(err.message)
+            ? 'The body is not valid JSON'
+            : err.message || code;
+      const details = code === 'UNAUTHORIZED' ? signInUrls(deps.config) : {};
+      return c.json(failure(code, message, details), errorStatus[code]);
+    }
+  }
+  const requestId = c.get('requestId');
+  deps.logger.error('unhandled error', { requestId, method: c.req.method, path: c.req.path, err });
+  return c.json(failure('INTERNAL', 'Internal error', { requestId }), 500);
+}

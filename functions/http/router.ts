@@ -1,0 +1,68 @@
+import { OpenAPIHono, z, type RouteConfig } from '@hono/zod-openapi';
+import type { AppEnv } from './context.ts';
+import { errorBodySchema } from './envelope.ts';
+import { ApiError } from './errors.ts';
+
+/**
+ * Every domain builds its routes on `newRouter()`, so a failed zod parse anywhere becomes the same
+ * 400 VALIDATION_ERROR with `details.issues` listing field paths and messages.
+ */
+export function newRouter() {
+  return new OpenAPIHono<AppEnv>({
+    defaultHook: (result) => {
+      if (!result.success) throw validationError(result.error, result.target);
+    },
+  });
+}
+
+export function validationError(error: z.ZodError, target?: string): ApiError {
+  return new ApiError('VALIDATION_ERROR', 'The request is not valid', {
+    issues: error.issues.map((i) => ({
+      path: [...(target && target !== 'json' ? [target] : []), ...i.path.map(String)].join('.'),
+      message: i.message,
+    })),
+  });
+}
+
+/**
+ * A JSON request body. Marked required so that a request with no body is validated as `{}` and fails on
+ * missing fields, instead of reaching the handler unvalidated.
+ */
+export function jsonBody<T extends z.ZodType>(schema: T, description?: string) {
+  return {
+    required: true,
+    ...(description ? { description } : {}),
+    content: { 'application/json': { schema } },
+  } as const;
+}
+
+export function jsonResponse<T extends z.ZodType>(schema: T, description: string) {
+  return { description, content: { 'application/json': { schema } } } as const;
+}
+
+const errorResponse = (description: string) => ({ description, content: { 'application/json': { schema: errorBodySchema } } });
+
+/** The error responses a route can give, for the OpenAPI document. */
+export function errors(...statuses: Array<400 | 401 | 402 | 403 | 404 | 409 | 413 | 415 | 422 | 429 | 501 | 503>) {
+  const text: Record<number, string> = {
+    400: 'Validation error or invalid cursor',
+    401: 'Not signed in, or credentials invalid/expired/revoked',
+    402: 'No active subscription to the agent',
+    403: 'Signed in without the required role or ownership',
+    404: 'Resource not found',
+    409: 'Conflicts with an existing resource',
+    413: 'Body over 1 MiB',
+    415: 'Body is not JSON',
+    422: 'Not allowed in the current state',
+    429: 'Quota exceeded or rate limited',
+    501: 'Not implemented',
+    503: 'Feature not configured or dependency unavailable',
+  };
+  const out: Record<number, ReturnType<typeof errorResponse>> = {};
+  for (const s of statuses) out[s] = errorResponse(text[s]!);
+  return out as RouteConfig['responses'];
+}
+
+/** A uuid path parameter (a malformed id is a 400, never a database error). */
+export const uuidParam = (name: string) =>
+  z.uuid({ message: `${name} must be a UUID` }).openapi({ param: { name, in: 'path' }, example: '0b8f3c1e-8a4e-4c55-9f27-3d1f0a6f2b10' });

@@ -1,0 +1,163 @@
+import { z } from 'zod';
+
+/**
+ * Runtime configuration, read once from the environment (contract.md section 3).
+ * Runtime-neutral: callers pass the environment as a plain record (process.env on Node, Deno.env.toObject() on Deno).
+ * A bad value stops the process with a message that names the variable.
+ */
+
+const optionalString = z
+  .string()
+  .optional()
+  .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
+
+const optionalUrl = (what: string) =>
+  optionalString.refine((v) => v === undefined || isHttpUrl(v), { message: `must be an http(s) URL (${what})` });
+
+function isHttpUrl(value: string): boolean {
+  try {
+    const u = new URL(value);
+    return u.protocol === 'http:' || u.protocol === 'https:';
+  } catch {
+    return false;
+  }
+}
+
+const envSchema = z.object({
+  PORT: z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v === '' ? 8000 : Number(v)))
+    .refine((n) => Number.isInteger(n) && n >= 0 && n <= 65535, { message: 'must be an integer port from 0 to 65535' }),
+  DATABASE_URL: optionalString.refine((v) => v === undefined || /^postgres(ql)?:\/\//.test(v), {
+    message: 'must be a postgres:// or postgresql:// connection string',
+  }),
+  PUBLIC_BASE_URL: optionalUrl('the service origin'),
+  FRONTEND_URL: optionalUrl('the front-end origin'),
+  AUTH_SECRET: optionalString.refine((v) => v === undefined || v.length >= 32, {
+    message: 'must be at least 32 characters',
+  }),
+  ADMIN_EMAIL: optionalString.refine((v) => v === undefined || z.email().safeParse(v).success, {
+    message: 'must be an email address',
+  }),
+  ADMIN_PASSWORD: optionalString.refine((v) => v === undefined || v.length >= 8, {
+    message: 'must be at least 8 characters',
+  }),
+  STRIPE_SECRET_KEY: optionalString,
+  STRIPE_WEBHOOK_SECRET: optionalString,
+  STRIPE_API_URL: optionalUrl('a Stripe-compatible API'),
+  SMTP_URL: optionalString.refine((v) => v === undefined || /^smtps?:\/\//.test(v), {
+    message: 'must be an smtp:// or smtps:// URL',
+  }),
+  MAIL_FROM: optionalString,
+  S3_ENDPOINT: optionalUrl('S3-compatible endpoint'),
+  S3_BUCKET: optionalString,
+  S3_REGION: optionalString,
+  S3_ACCESS_KEY_ID: optionalString,
+  S3_SECRET_ACCESS_KEY: optionalString,
+  S3_PUBLIC_URL: optionalUrl('public base URL of the bucket'),
+  NODE_ENV: z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v === '' ? 'development' : v))
+    .pipe(z.enum(['development', 'production', 'test'])),
+  AUTH_RATE_LIMIT_PER_MINUTE: z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v === '' ? 30 : Number(v)))
+    .refine((n) => Number.isInteger(n) && n >= 0, { message: 'must be a non-negative integer (0 disables)' }),
+  GIT_SHA: optionalString,
+  RELEASE_VERSION: optionalString,
+  DATA_DIR: optionalString,
+});
+
+export interface Config {
+  port: number;
+  databaseUrl: string | undefined;
+  publicBaseUrl: string;
+  frontendUrl: string | undefined;
+  authSecret: string;
+  admin: { email: string; password: string } | undefined;
+  stripe: { secretKey: string; webhookSecret: string | undefined; apiUrl: string | undefined } | undefined;
+  smtp: { url: string; from: string } | undefined;
+  mailFrom: string;
+  s3:
+    | { endpoint: string; bucket: string; region: string; accessKeyId: string; secretAccessKey: string; publicUrl: string | undefined }
+    | undefined;
+  env: 'development' | 'production' | 'test';
+  isProduction: boolean;
+  authRateLimitPerMinute: number;
+  gitSha: string;
+  releaseVersion: string;
+  /** Where the embedded database, generated secret and local uploads live (Node only). */
+  dataDir: string;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`Invalid configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Parses the environment. `authSecret` must be present by now (the Node entry generates one into DATA_DIR). */
+export function loadConfig(env: Record<string, string | undefined>): Config {
+  const parsed = envSchema.safeParse(env);
+  if (!parsed.success) {
+    throw new ConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`));
+  }
+  const e = parsed.data;
+  const problems: string[] = [];
+  if (!e.AUTH_SECRET) problems.push('AUTH_SECRET: is required here (at least 32 characters)');
+  if ((e.ADMIN_EMAIL === undefined) !== (e.ADMIN_PASSWORD === undefined)) {
+    problems.push('ADMIN_EMAIL, ADMIN_PASSWORD: set both or neither');
+  }
+  const s3Keys = ['S3_ENDPOINT', 'S3_BUCKET', 'S3_ACCESS_KEY_ID', 'S3_SECRET_ACCESS_KEY'] as const;
+  const s3Set = s3Keys.filter((k) => e[k] !== undefined);
+  if (s3Set.length > 0 && s3Set.length < s3Keys.length) {
+    problems.push(`${s3Keys.filter((k) => e[k] === undefined).join(', ')}: required when any S3_* variable is set`);
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
+
+  const publicBaseUrl = stripSlash(e.PUBLIC_BASE_URL ?? `http://127.0.0.1:${e.PORT}`);
+  return {
+    port: e.PORT,
+    databaseUrl: e.DATABASE_URL,
+    publicBaseUrl,
+    frontendUrl: e.FRONTEND_URL ? stripSlash(e.FRONTEND_URL) : undefined,
+    authSecret: e.AUTH_SECRET!,
+    admin: e.ADMIN_EMAIL && e.ADMIN_PASSWORD ? { email: e.ADMIN_EMAIL.toLowerCase(), password: e.ADMIN_PASSWORD } : undefined,
+    stripe: e.STRIPE_SECRET_KEY
+      ? { secretKey: e.STRIPE_SECRET_KEY, webhookSecret: e.STRIPE_WEBHOOK_SECRET, apiUrl: e.STRIPE_API_URL }
+      : undefined,
+    smtp: e.SMTP_URL ? { url: e.SMTP_URL, from: e.MAIL_FROM ?? 'Agent Marketplace <no-reply@localhost>' } : undefined,
+    mailFrom: e.MAIL_FROM ?? 'Agent Marketplace <no-reply@localhost>',
+    s3:
+      e.S3_ENDPOINT && e.S3_BUCKET && e.S3_ACCESS_KEY_ID && e.S3_SECRET_ACCESS_KEY
+        ? {
+            endpoint: stripSlash(e.S3_ENDPOINT),
+            bucket: e.S3_BUCKET,
+            region: e.S3_REGION ?? 'us-east-1',
+            accessKeyId: e.S3_ACCESS_KEY_ID,
+            secretAccessKey: e.S3_SECRET_ACCESS_KEY,
+            publicUrl: e.S3_PUBLIC_URL ? stripSlash(e.S3_PUBLIC_URL) : undefined,
+          }
+        : undefined,
+    env: e.NODE_ENV,
+    isProduction: e.NODE_ENV === 'production',
+    authRateLimitPerMinute: e.AUTH_RATE_LIMIT_PER_MINUTE,
+    gitSha: e.GIT_SHA ?? 'dev',
+    releaseVersion: e.RELEASE_VERSION ?? 'dev',
+    dataDir: e.DATA_DIR ?? '.data',
+  };
+}
+
+function stripSlash(url: string): string {
+  return url.replace(/\/+$/, '');
+}
+
+/** Where signed-out users are sent: the front end when there is one, else the built-in pages. */
+export function signInUrls(config: Config): { signInUrl: string; signUpUrl: string } {
+  const origin = config.frontendUrl ?? config.publicBaseUrl;
+  return { signInUrl: `${origin}/sign-in`, signUpUrl: `${origin}/sign-up` };
+}

@@ -1,0 +1,63 @@
+import { Kysely, sql, type RawBuilder } from 'kysely';
+import { PostgresJSDialect } from 'kysely-postgres-js';
+import postgres from 'postgres';
+
+/**
+ * The one SQL interface of the application: a Kysely handle used only through the `sql` tagged template
+ * (parameterized plain SQL), shared with Better Auth so auth and app use the same connections.
+ * Two implementations: postgres.js for any Postgres 15+ (DATABASE_URL) and PGlite in-process (see pglite.ts).
+ *
+ * Rule for PGlite: it has exactly one connection, so code inside a transaction must use the transaction
+ * handle it was given, never the outer `db` (that would wait for the transaction forever).
+ */
+export type Db = Kysely<any>;
+
+export interface Database {
+  db: Db;
+  kind: 'postgres' | 'pglite';
+  /**
+   * Runs a multi-statement SQL script (simple protocol) and then parameterized follow-up statements, all in one
+   * transaction. Used by migrations and seeds, which are whole files rather than single statements.
+   */
+  runScript(script: string, followUps?: { text: string; values: unknown[] }[]): Promise<void>;
+  close(): Promise<void>;
+}
+
+export { sql };
+export type { RawBuilder };
+
+/** Runs a query and returns its rows. */
+export async function rows<T>(db: Db, query: RawBuilder<T>): Promise<T[]> {
+  const result = await query.execute(db);
+  return result.rows;
+}
+
+/** Runs a query and returns its first row, or undefined. */
+export async function first<T>(db: Db, query: RawBuilder<T>): Promise<T | undefined> {
+  const result = await query.execute(db);
+  return result.rows[0];
+}
+
+/** int8 and numeric come back as JS numbers on both drivers (counters and sums stay far below 2^53). */
+const numberType = { to: 20, from: [20, 1700], serialize: (v: unknown) => String(v), parse: (v: string) => Number(v) };
+
+export function openPostgres(url: string, options: { max?: number } = {}): Database {
+  const client = postgres(url, {
+    max: options.max ?? 10,
+    onnotice: () => {},
+    types: { number8: numberType } as never,
+    connection: { application_name: 'agent-marketplace' },
+  });
+  const db = new Kysely<any>({ dialect: new PostgresJSDialect({ postgres: client }) });
+  return {
+    db,
+    kind: 'postgres',
+    runScript: async (script, followUps = []) => {
+      await client.begin(async (tx) => {
+        await tx.unsafe(script);
+        for (const f of followUps) await tx.unsafe(f.text, f.values as never[]);
+      });
+    },
+    close: () => db.destroy(),
+  };
+}

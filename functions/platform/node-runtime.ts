@@ -1,0 +1,29 @@
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { openPostgres, type Database } from './db.ts';
+import type { Config } from './config.ts';
+
+/**
+ * Node-only start-up pieces (never imported by the Deno edge entry): the data directory, the generated
+ * AUTH_SECRET, and the choice between a Postgres server and the embedded database.
+ */
+
+/** Fills AUTH_SECRET from `<dataDir>/auth-secret` (creating it once) when the environment does not set it. */
+export function withPersistedSecret(env: Record<string, string | undefined>): Record<string, string | undefined> {
+  if (env.AUTH_SECRET && env.AUTH_SECRET.trim() !== '') return env;
+  const dataDir = env.DATA_DIR || '.data';
+  mkdirSync(dataDir, { recursive: true });
+  const file = join(dataDir, 'auth-secret');
+  if (!existsSync(file)) writeFileSync(file, randomBytes(32).toString('base64url'), { mode: 0o600 });
+  return { ...env, AUTH_SECRET: readFileSync(file, 'utf8').trim() };
+}
+
+/** DATABASE_URL when set, else the embedded database kept in `<dataDir>/pglite`. */
+export async function openConfiguredDatabase(config: Config): Promise<Database> {
+  if (config.databaseUrl) return openPostgres(config.databaseUrl);
+  const { openPGlite } = await import('./pglite.ts');
+  const dir = join(config.dataDir, 'pglite');
+  mkdirSync(dir, { recursive: true });
+  return openPGlite(dir);
+}

@@ -1,0 +1,69 @@
+import { randomUUID } from 'node:crypto';
+import postgres from 'postgres';
+import { openPostgres, type Database } from '../../functions/platform/db.ts';
+import { openPGlite } from '../../functions/platform/pglite.ts';
+import { migrate } from '../../functions/platform/migrations.ts';
+import { readFile } from 'node:fs/promises';
+import { inject } from 'vitest';
+
+/**
+ * Fresh, migrated databases for tests, one per test file (or per test), on the tier chosen by the vitest
+ * project: TEST_DB=postgres (a real server; each database is a copy of a migrated template, made by
+ * global-setup) or TEST_DB=pglite (in-process; each instance loads a migrated data-dir snapshot).
+ */
+
+export type TestTier = 'postgres' | 'pglite';
+
+export function testTier(): TestTier {
+  const tier = process.env.TEST_DB;
+  if (tier !== 'postgres' && tier !== 'pglite') throw new Error('TEST_DB must be postgres or pglite (run tests with npm test)');
+  return tier;
+}
+
+export interface TestDatabase {
+  database: Database;
+  /** Connection string of this database (postgres tier only): for a second connection, psql, or pgbench. */
+  url: string | undefined;
+  drop(): Promise<void>;
+}
+
+export async function createTestDatabase(): Promise<TestDatabase> {
+  if (testTier() === 'postgres') {
+    const serverUrl = process.env.TEST_PG_URL!;
+    const template = inject('pgTemplate');
+    const name = `t_${randomUUID().replace(/-/g, '')}`;
+    const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
+    try {
+      await admin.unsafe(`create database ${name} template ${template}`);
+    } finally {
+      await admin.end();
+    }
+    const url = withDatabase(serverUrl, name);
+    const database = openPostgres(url, { max: 10 });
+    return {
+      database,
+      url,
+      drop: async () => {
+        await database.close();
+        const a = postgres(serverUrl, { max: 1, onnotice: () => {} });
+        try {
+          await a.unsafe(`drop database if exists ${name} with (force)`);
+        } finally {
+          await a.end();
+        }
+      },
+    };
+  }
+  const snapshot = inject('pgliteSnapshot');
+  const database = snapshot
+    ? await openPGlite(undefined, { loadDataDir: new Blob([await readFile(snapshot)]) })
+    : await openPGlite(undefined);
+  if (!snapshot) await migrate(database);
+  return { database, url: undefined, drop: () => database.close() };
+}
+
+export function withDatabase(url: string, name: string): string {
+  const u = new URL(url);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
