@@ -1,0 +1,179 @@
+import { z } from '@hono/zod-openapi';
+import { ApiError, isUniqueViolation, notFound } from '../http/errors.ts';
+import type { Clock } from '../platform/clock.ts';
+import { first, sql, type Db, type RawBuilder } from '../platform/db.ts';
+
+/**
+ * Subscriptions: the DTO, the lookup metering and /me use ("active" = `active` or `past_due`), and starting
+ * a subscription on a free tier (no payment, created directly).
+ *
+ * Billing period: a subscription billed by Stripe (stripe_subscription_id set) has Stripe's current period,
+ * stored by the webhook. Any other subscription runs monthly from its start, the same day each month, clamped
+ * to the month's end; its stored current_period_start is that anchor and the period in effect is computed from
+ * it at read time by the SQL function `billing_period` (migration 20261122000500), so no job rolls it over and
+ * metering counts against exactly the same period the DTO shows.
+ */
+
+export const SUBSCRIPTION_STATUSES = ['active', 'past_due', 'canceled', 'incomplete'] as const;
+export type SubscriptionStatus = (typeof SUBSCRIPTION_STATUSES)[number];
+
+/** Statuses that grant access (to metering and /me/subscriptions/{agentId}). */
+export const ACTIVE_STATUSES: readonly SubscriptionStatus[] = ['active', 'past_due'];
+
+export interface SubscriptionDto {
+  id: string;
+  userId: string;
+  agentId: string;
+  tierId: string;
+  status: SubscriptionStatus;
+  currentPeriodStart: string;
+  currentPeriodEnd: string;
+  cancelAtPeriodEnd: boolean;
+  pendingTierId: string | null;
+  pendingChangeKind: 'upgrade' | 'downgrade' | null;
+  createdAt: string;
+}
+
+export const subscriptionSchema = z
+  .object({
+    id: z.uuid(),
+    userId: z.string(),
+    agentId: z.uuid(),
+    tierId: z.uuid(),
+    status: z.enum(SUBSCRIPTION_STATUSES),
+    currentPeriodStart: z.string().openapi({ example: '2026-11-22T05:00:00.000Z' }),
+    currentPeriodEnd: z.string().openapi({ example: '2026-12-22T05:00:00.000Z' }),
+    cancelAtPeriodEnd: z.boolean(),
+    pendingTierId: z.uuid().nullable(),
+    pendingChangeKind: z.enum(['upgrade', 'downgrade']).nullable(),
+    createdAt: z.string(),
+  })
+  .openapi('Subscription');
+
+/** A subscription row as selected by `subscriptionColumns` (period already resolved for `now`). */
+export interface SubscriptionRow {
+  id: string;
+  user_id: string;
+  agent_id: string;
+  tier_id: string;
+  status: SubscriptionStatus;
+  period_start: Date | string;
+  period_end: Date | string;
+  cancel_at_period_end: boolean;
+  pending_tier_id: string | null;
+  pending_change_kind: 'upgrade' | 'downgrade' | null;
+  stripe_subscription_id: string | null;
+  created_at: Date | string;
+}
+
+/**
+ * Select list for a subscription aliased `s`, with the billing period in effect at `now`. Use as
+ * `select ${subscriptionColumns(now)} from public.subscriptions s where ...`.
+ */
+export function subscriptionColumns(now: Date): RawBuilder<unknown> {
+  return sql`s.id, s.user_id, s.agent_id, s.tier_id, s.status,
+    (public.billing_period(s.current_period_start, s.current_period_end, s.stripe_subscription_id is null, ${now}::timestamptz)).*,
+    s.cancel_at_period_end, s.pending_tier_id, s.pending_change_kind, s.stripe_subscription_id, s.created_at`;
+}
+
+const iso = (v: Date | string) => new Date(v).toISOString();
+
+export function toSubscriptionDto(row: SubscriptionRow): SubscriptionDto {
+  return {
+    id: row.id,
+    userId: row.user_id,
+    agentId: row.agent_id,
+    tierId: row.tier_id,
+    status: row.status,
+    currentPeriodStart: iso(row.period_start),
+    currentPeriodEnd: iso(row.period_end),
+    cancelAtPeriodEnd: row.cancel_at_period_end,
+    pendingTierId: row.pending_tier_id,
+    pendingChangeKind: row.pending_change_kind,
+    createdAt: iso(row.created_at),
+  };
+}
+
+/** The user's active (`active` or `past_due`) subscription to the agent, if any. */
+export async function findActiveSubscription(
+  db: Db,
+  clock: Clock,
+  userId: string,
+  agentId: string,
+): Promise<SubscriptionDto | undefined> {
+  const row = await first<SubscriptionRow>(
+    db,
+    sql`select ${subscriptionColumns(clock.now())} from public.subscriptions s
+        where s.user_id = ${userId} and s.agent_id = ${agentId} and s.status in ('active', 'past_due')
+        limit 1`,
+  );
+  return row && toSubscriptionDto(row);
+}
+
+/** A subscription by id, any status. */
+export async function findSubscription(db: Db, clock: Clock, subscriptionId: string): Promise<SubscriptionDto | undefined> {
+  const row = await first<SubscriptionRow>(
+    db,
+    sql`select ${subscriptionColumns(clock.now())} from public.subscriptions s where s.id = ${subscriptionId}`,
+  );
+  return row && toSubscriptionDto(row);
+}
+
+/**
+ * Starts an `active` subscription on a free tier (price 0), its first period beginning now.
+ * At most one non-canceled subscription per (user, agent) (a unique index): starting the same free tier again
+ * returns the existing subscription with `created: false` (a retried request is harmless); holding any other
+ * live subscription to the agent is a 409 CONFLICT (changing tier is a different operation).
+ */
+export async function startFreeSubscription(
+  db: Db,
+  clock: Clock,
+  input: { userId: string; tierId: string },
+): Promise<{ subscription: SubscriptionDto; created: boolean }> {
+  const now = clock.now();
+  const tier = await first<{ agent_id: string; price_cents: number }>(
+    db,
+    sql`select agent_id, price_cents from public.tiers where id = ${input.tierId}`,
+  );
+  if (!tier) throw notFound('Tier', { tierId: input.tierId });
+  if (tier.price_cents !== 0) {
+    throw new ApiError('INVALID_STATE', 'This tier is paid: start a checkout instead', { tierId: input.tierId });
+  }
+  let row: SubscriptionRow | undefined;
+  try {
+    // The first period runs one calendar month from now (billing_period clamps to the month's end).
+    row = await first<SubscriptionRow>(
+      db,
+      sql`insert into public.subscriptions as s
+            (user_id, agent_id, tier_id, status, current_period_start, current_period_end, created_at, updated_at)
+          select ${input.userId}, ${tier.agent_id}, ${input.tierId}, 'active', ${now}::timestamptz, p.period_end,
+                 ${now}::timestamptz, ${now}::timestamptz
+          from public.billing_period(${now}::timestamptz, null, true, ${now}::timestamptz) p
+          on conflict (user_id, agent_id) where status <> 'canceled' do nothing
+          returning ${subscriptionColumns(now)}`,
+    );
+  } catch (err) {
+    // The conflict target covers the one-live-subscription index; any other unique violation is a bug.
+    if (isUniqueViolation(err)) throw conflictWithLive(tier.agent_id);
+    throw err;
+  }
+  if (row) return { subscription: toSubscriptionDto(row), created: true };
+
+  const live = await first<SubscriptionRow>(
+    db,
+    sql`select ${subscriptionColumns(now)} from public.subscriptions s
+        where s.user_id = ${input.userId} and s.agent_id = ${tier.agent_id} and s.status <> 'canceled'
+        limit 1`,
+  );
+  if (live && live.tier_id === input.tierId && ACTIVE_STATUSES.includes(live.status)) {
+    return { subscription: toSubscriptionDto(live), created: false };
+  }
+  throw conflictWithLive(tier.agent_id, live?.id);
+}
+
+function conflictWithLive(agentId: string, subscriptionId?: string) {
+  return new ApiError('CONFLICT', 'You already have a subscription to this agent; change its tier instead', {
+    agentId,
+    ...(subscriptionId ? { subscriptionId } : {}),
+  });
+}
