@@ -8,6 +8,10 @@ import { ApiError, errorStatus, type ErrorCode } from './http/errors.ts';
 import { CursorSigner } from './http/pagination.ts';
 import { newRouter } from './http/router.ts';
 import { healthRoutes } from './health/routes.ts';
+import type { Auth } from './auth/better-auth.ts';
+import { authLibraryRoutes } from './auth/mount.ts';
+import { identityRoutes } from './auth/routes.ts';
+import type { Mailer } from './platform/mailer.ts';
 import type { Config } from './platform/config.ts';
 import { signInUrls } from './platform/config.ts';
 import type { Clock } from './platform/clock.ts';
@@ -25,6 +29,9 @@ export interface AppDeps {
   logger: Logger;
   clock: Clock;
   authenticator: Authenticator;
+  /** Better Auth (sessions, admin, organizations, jwt, OAuth provider), served under /api/auth. */
+  auth: Auth;
+  mailer: Mailer;
   cursors: CursorSigner;
   /** process start, for /health uptime */
   startedAt: Date;
@@ -72,6 +79,9 @@ export function createApp(deps: AppDeps) {
   app.notFound((c) => c.json(failure('NOT_FOUND', `No route for ${c.req.method} ${c.req.path}`), 404));
 
   app.route('/', healthRoutes());
+  app.route('/', identityRoutes());
+  // Last of the /api/auth routes: wrappers that must answer first (OAuth) are mounted above this line.
+  app.route('/', authLibraryRoutes());
 
   app.doc31('/openapi.json', {
     openapi: '3.1.0',

@@ -4,6 +4,10 @@ import { systemClock, type Clock } from './platform/clock.ts';
 import type { Config } from './platform/config.ts';
 import type { Database } from './platform/db.ts';
 import type { Logger } from './platform/logger.ts';
+import { createAuth } from './auth/better-auth.ts';
+import { createAuthenticator } from './auth/authenticator.ts';
+import { ensureAdmin } from './auth/ensure-admin.ts';
+import { createMailer, type MailTransport } from './platform/mailer.ts';
 
 /**
  * Builds the application's dependencies from configuration. Runtime-neutral: the Node entry, the Deno edge
@@ -15,6 +19,8 @@ export interface BuildOptions {
   logger: Logger;
   clock?: Clock;
   docsScriptUrl?: string;
+  /** Replaces SMTP/log delivery of the mail outbox (tests). */
+  mailTransport?: MailTransport;
 }
 
 export interface BuiltDeps extends AppDeps {
@@ -24,15 +30,25 @@ export interface BuiltDeps extends AppDeps {
 
 export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
   const { config, database, logger } = options;
+  const clock = options.clock ?? systemClock;
+  const mailer = createMailer({ config, db: database.db, logger, clock, ...(options.mailTransport ? { transport: options.mailTransport } : {}) });
+  const auth = createAuth({ config, database, logger, clock, mailer });
+  const authenticator = createAuthenticator({ auth, db: database.db, config, clock, logger });
   return {
     config,
     database,
     logger,
-    clock: options.clock ?? systemClock,
+    clock,
+    auth,
+    mailer,
+    authenticator,
+    startup: async () => {
+      if (config.admin) await ensureAdmin({ auth, database, logger, clock }, config.admin);
+      // Tests deliver mail explicitly (tests/support/mail.ts); everywhere else a loop drains the outbox.
+      if (config.env !== 'test') mailer.start();
+    },
     cursors: new CursorSigner(config.authSecret),
     startedAt: new Date(),
     docsScriptUrl: options.docsScriptUrl,
-    // Replaced by the Better Auth authenticator (functions/auth) in the identity work.
-    authenticator: { authenticate: async () => null },
   };
 }

@@ -1,0 +1,219 @@
+import { decodeProtectedHeader, importJWK, jwtVerify, errors as joseErrors, type CryptoKey, type JWK, type JWTPayload } from 'jose';
+import type { Authenticator, Principal } from '../http/context.ts';
+import { ApiError } from '../http/errors.ts';
+import type { Clock } from '../platform/clock.ts';
+import type { Config } from '../platform/config.ts';
+import { first, rows, sql, type Db } from '../platform/db.ts';
+import type { Logger } from '../platform/logger.ts';
+import { trustedOrigins, type Auth } from './better-auth.ts';
+
+/**
+ * Who is calling, for every route outside /api/auth: the session cookie first, else an
+ * `Authorization: Bearer` JWT access token.
+ *
+ * Bearer tokens are verified in process with jose against our own signing keys, read from the `jwks` table
+ * and cached (no HTTP hop to /api/auth/jwks): issuer, audience, expiry (against the injected clock), `typ`
+ * `at+jwt`, and the algorithm of the key that `kid` names (so `alg: none` and keys we never issued fail).
+ * Then ONE query reads the user (exists, not banned, role) together with the revocation list
+ * (`jti:<jti>`, `grant:<sid>`, `user:<sub>`): a revoked token, a revoked grant and a banned or deleted user's
+ * token stop working on the next request rather than at expiry.
+ *
+ * Cookie-authenticated requests that change state (anything but GET/HEAD/OPTIONS) must come from a trusted
+ * origin: a browser on another site gets 403, which is what makes SameSite=None cookies safe in production.
+ */
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+/** Re-read the key table at most this often when a token names an unknown key (rotation, or a forgery). */
+const KEY_RELOAD_MIN_MS = 5_000;
+
+export interface AuthenticatorDeps {
+  auth: Auth;
+  db: Db;
+  config: Config;
+  clock: Clock;
+  logger: Logger;
+}
+
+interface UserRow {
+  id: string;
+  email: string;
+  name: string;
+  role: string | null;
+  banned: boolean | null;
+  banExpires: Date | null;
+  revoked: boolean;
+}
+
+export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
+  const { auth, db, config, clock } = deps;
+  const issuer = `${config.publicBaseUrl}/api/auth`;
+  const audience = config.publicBaseUrl;
+  const origins = new Set(trustedOrigins(config));
+  const keys = new SigningKeys(db);
+  // The session cookie's name depends on the Secure prefix; ask the library instead of guessing.
+  let sessionCookieName: string | undefined;
+
+  async function fromCookie(request: Request): Promise<Principal | null | 'no-session'> {
+    sessionCookieName ??= (await auth.$context).authCookies.sessionToken.name;
+    const cookie = request.headers.get('cookie');
+    if (!cookie || !cookie.includes(`${sessionCookieName}=`)) return 'no-session';
+    const result = await auth.api.getSession({ headers: request.headers, query: { disableCookieCache: true } });
+    if (!result) return null;
+    const user = result.user as typeof result.user & { role?: string | null; banned?: boolean | null; banExpires?: Date | null };
+    if (isBanned(user.banned, user.banExpires, clock.now())) return null;
+    if (!SAFE_METHODS.has(request.method)) requireTrustedOrigin(request, origins);
+    return {
+      userId: user.id,
+      email: user.email,
+      name: user.name,
+      role: user.role === 'platform_admin' ? 'platform_admin' : 'user',
+      via: 'cookie',
+      sessionId: result.session.id,
+      clientId: undefined,
+    };
+  }
+
+  async function fromBearer(token: string): Promise<Principal> {
+    const claims = await verifyAccessToken(token, keys, { issuer, audience, now: clock.now() });
+    const sub = claims.sub!;
+    const iat = new Date((claims.iat ?? 0) * 1000);
+    const keysToCheck = [`user:${sub}`];
+    if (typeof claims.jti === 'string') keysToCheck.push(`jti:${claims.jti}`);
+    if (typeof claims.sid === 'string') keysToCheck.push(`grant:${claims.sid}`);
+    const user = await first<UserRow>(
+      db,
+      sql`select u.id, u.email, u.name, u.role, u.banned, u."banExpires",
+                 exists (select 1 from revoked_tokens r
+                          where r.key in (${sql.join(keysToCheck)})
+                            and (r.issued_before is null or r.issued_before > ${iat})) as revoked
+            from "user" u
+           where u.id = ${sub}`,
+    );
+    if (!user) throw invalidToken('The access token belongs to no user');
+    if (user.revoked) throw invalidToken('The access token has been revoked');
+    if (isBanned(user.banned, user.banExpires, clock.now())) throw invalidToken('The account is banned');
+    return {
+      userId: user.id,
+      email: user.email,
+      name: user.name,
+      role: user.role === 'platform_admin' ? 'platform_admin' : 'user',
+      via: 'bearer',
+      sessionId: typeof claims.sid === 'string' ? claims.sid : undefined,
+      clientId: typeof claims.client_id === 'string' ? claims.client_id : typeof claims.azp === 'string' ? claims.azp : undefined,
+    };
+  }
+
+  return {
+    async authenticate(request) {
+      const fromSession = await fromCookie(request);
+      if (fromSession && fromSession !== 'no-session') return fromSession;
+      const authorization = request.headers.get('authorization');
+      if (authorization) {
+        const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+        if (!match) throw invalidToken('The Authorization header must be `Bearer <access token>`');
+        return fromBearer(match[1]!);
+      }
+      // A session cookie that no longer names a live session (signed out, expired, banned) is a 401, not
+      // an anonymous request: the caller believes it is signed in.
+      if (fromSession === null) throw new ApiError('UNAUTHORIZED', 'The session has expired or was revoked; sign in again');
+      return null;
+    },
+  };
+}
+
+export function isBanned(banned: boolean | null | undefined, banExpires: Date | string | null | undefined, now: Date): boolean {
+  if (!banned) return false;
+  if (!banExpires) return true;
+  return new Date(banExpires).getTime() > now.getTime();
+}
+
+function requireTrustedOrigin(request: Request, origins: Set<string>) {
+  const origin = request.headers.get('origin');
+  const referer = request.headers.get('referer');
+  let from: string | undefined;
+  if (origin && origin !== 'null') from = origin;
+  else if (referer) {
+    try {
+      from = new URL(referer).origin;
+    } catch {
+      from = 'invalid';
+    }
+  } else if (origin === 'null' || request.headers.get('sec-fetch-site') === 'cross-site') {
+    from = 'null';
+  }
+  // No Origin, Referer or fetch metadata at all: not a browser (a browser always sends Origin on these
+  // methods), so there is no cross-site request to forge.
+  if (from !== undefined && !origins.has(from)) {
+    throw new ApiError('FORBIDDEN', 'Cookie-authenticated requests that change state must come from a trusted origin', {
+      origin: from,
+    });
+  }
+}
+
+const invalidToken = (message: string) => new ApiError('UNAUTHORIZED', message);
+
+interface VerifyOptions {
+  issuer: string;
+  audience: string;
+  now: Date;
+}
+
+async function verifyAccessToken(token: string, keys: SigningKeys, options: VerifyOptions): Promise<JWTPayload> {
+  let header;
+  try {
+    header = decodeProtectedHeader(token);
+  } catch {
+    throw invalidToken('The access token is not a JWT');
+  }
+  if (!header.kid || !header.alg || header.alg === 'none') throw invalidToken('The access token is not signed by this server');
+  const typ = (header.typ ?? '').toLowerCase();
+  if (typ !== 'at+jwt' && typ !== 'application/at+jwt') throw invalidToken('The token is not an access token (typ at+jwt)');
+  const key = await keys.get(header.kid);
+  if (!key || key.alg !== header.alg) throw invalidToken('The access token is not signed by this server');
+  try {
+    const { payload } = await jwtVerify(token, key.key, {
+      issuer: options.issuer,
+      audience: options.audience,
+      algorithms: [key.alg],
+      currentDate: options.now,
+      requiredClaims: ['sub', 'exp', 'iat'],
+    });
+    return payload;
+  } catch (err) {
+    if (err instanceof joseErrors.JWTExpired) throw invalidToken('The access token has expired');
+    if (err instanceof joseErrors.JOSEError) throw invalidToken('The access token is invalid');
+    throw err;
+  }
+}
+
+/** Public signing keys from the jwt plugin's `jwks` table, imported once and cached by key id. */
+class SigningKeys {
+  #keys = new Map<string, { key: CryptoKey; alg: string }>();
+  #loadedAt = -Infinity;
+  #loading: Promise<void> | undefined;
+
+  constructor(private readonly db: Db) {}
+
+  async get(kid: string): Promise<{ key: CryptoKey; alg: string } | undefined> {
+    const cached = this.#keys.get(kid);
+    if (cached) return cached;
+    if (performance.now() - this.#loadedAt < KEY_RELOAD_MIN_MS && !this.#loading) return undefined;
+    this.#loading ??= this.#load().finally(() => (this.#loading = undefined));
+    await this.#loading;
+    return this.#keys.get(kid);
+  }
+
+  async #load() {
+    const found = await rows<{ id: string; publicKey: string; alg: string | null; crv: string | null }>(
+      this.db,
+      sql`select id, "publicKey", alg, crv from jwks`,
+    );
+    for (const row of found) {
+      if (this.#keys.has(row.id)) continue;
+      const jwk = JSON.parse(row.publicKey) as JWK;
+      const alg = row.alg ?? jwk.alg ?? 'EdDSA';
+      this.#keys.set(row.id, { key: (await importJWK({ ...jwk, alg }, alg)) as CryptoKey, alg });
+    }
+    this.#loadedAt = performance.now();
+  }
+}

@@ -1,0 +1,56 @@
+import type { AppDeps } from '../app.ts';
+import { ApiError } from '../http/errors.ts';
+import { first, sql } from '../platform/db.ts';
+import { getUser } from './users.ts';
+
+/**
+ * Bans a user (POST /admin/users/{userId}/ban). One transaction: the user row is marked banned, and the
+ * `user_banned_revoke_credentials` trigger (migration 20261122000200) deletes the user's sessions and OAuth
+ * access/refresh tokens and puts `user:<id>` on the revocation list, so live JWT access tokens are refused on
+ * their next request. The trigger, not this function, does that so the library's own /api/auth/admin/ban-user
+ * and /admin/update-user bans have the same effect.
+ */
+
+export interface BanInput {
+  /** The admin doing it (an admin cannot ban themselves). */
+  actorId: string;
+  userId: string;
+  reason?: string | undefined;
+  /** Also cancel the user's active subscriptions at period end (see `cancelSubscriptionsOnBan`). */
+  cancelSubscriptions?: boolean | undefined;
+}
+
+/**
+ * Hook point for billing: cancels the banned user's active subscriptions at period end. Billing sets it
+ * (one assignment from its module) so identity does not import billing's internals; it runs after the ban
+ * committed, because cancelling a paid subscription talks to Stripe.
+ */
+export const banHooks: {
+  cancelSubscriptions?: (deps: AppDeps, userId: string) => Promise<void>;
+} = {};
+
+export async function banUser(deps: AppDeps, input: BanInput) {
+  if (input.actorId === input.userId) throw new ApiError('FORBIDDEN', 'You cannot ban your own account');
+  const db = deps.database.db;
+  const updated = await first<{ id: string }>(
+    db,
+    sql`update "user" set banned = true, "banReason" = ${input.reason ?? null}, "banExpires" = null, "updatedAt" = ${deps.clock.now()}
+         where id = ${input.userId}
+     returning id`,
+  );
+  if (!updated) return getUser(db, input.userId); // 404
+  deps.logger.info('user banned', { userId: input.userId, by: input.actorId, cancelSubscriptions: !!input.cancelSubscriptions });
+  if (input.cancelSubscriptions && banHooks.cancelSubscriptions) {
+    await banHooks.cancelSubscriptions(deps, input.userId);
+  }
+  return getUser(db, input.userId);
+}
+
+/** Lifts a ban (POST /admin/users/{userId}/unban). Tokens issued before the ban stay revoked. */
+export async function unbanUser(deps: AppDeps, input: { actorId: string; userId: string }) {
+  const db = deps.database.db;
+  await sql`update "user" set banned = false, "banReason" = null, "banExpires" = null, "updatedAt" = ${deps.clock.now()}
+             where id = ${input.userId}`.execute(db);
+  deps.logger.info('user unbanned', { userId: input.userId, by: input.actorId });
+  return getUser(db, input.userId);
+}

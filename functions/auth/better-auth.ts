@@ -1,0 +1,138 @@
+import { betterAuth, type BetterAuthOptions } from 'better-auth';
+import { admin, jwt, organization } from 'better-auth/plugins';
+import { adminAc, defaultStatements, userAc } from 'better-auth/plugins/admin/access';
+import { createAccessControl } from 'better-auth/plugins/access';
+import { oauthProvider } from '@better-auth/oauth-provider';
+import type { Clock } from '../platform/clock.ts';
+import type { Config } from '../platform/config.ts';
+import type { Database } from '../platform/db.ts';
+import type { Logger } from '../platform/logger.ts';
+import type { Mailer } from '../platform/mailer.ts';
+import { oauthProviderOptions } from './oauth/provider-options.ts';
+
+/**
+ * Better Auth: email/password sessions, the admin and organization plugins, the jwt plugin (our signing keys,
+ * published at /api/auth/jwks) and the OAuth 2.1 / OIDC provider. It shares the application's Kysely handle,
+ * so auth and app use the same connections; its tables come from our SQL migration (20261122000200_auth.sql),
+ * never from the library's migrator.
+ */
+
+export const ROLES = ['user', 'platform_admin'] as const;
+export type Role = (typeof ROLES)[number];
+
+/** Access control of the admin plugin: `platform_admin` may use every admin endpoint, `user` none. */
+const accessControl = createAccessControl(defaultStatements);
+const roles = {
+  user: accessControl.newRole(userAc.statements),
+  platform_admin: accessControl.newRole(adminAc.statements),
+};
+
+export interface AuthDeps {
+  config: Config;
+  database: Database;
+  logger: Logger;
+  clock: Clock;
+  mailer: Mailer;
+}
+
+/** Origins whose browsers may use the session cookie on state-changing requests. */
+export function trustedOrigins(config: Config): string[] {
+  const origins = [new URL(config.publicBaseUrl).origin];
+  if (config.frontendUrl) origins.push(new URL(config.frontendUrl).origin);
+  return origins;
+}
+
+/** Where people land from mails: the front end when there is one, else the service's own pages. */
+export function pagesOrigin(config: Config): string {
+  return config.frontendUrl ?? config.publicBaseUrl;
+}
+
+export function authOptions(deps: AuthDeps) {
+  const { config, database, mailer, logger } = deps;
+  const https = config.publicBaseUrl.startsWith('https://');
+  return {
+    appName: 'Agent Marketplace',
+    baseURL: config.publicBaseUrl,
+    basePath: '/api/auth',
+    secret: config.authSecret,
+    database: {
+      db: database.db,
+      type: 'postgres',
+      // The embedded database has one connection: a library transaction there would hold it while a hook
+      // (or a concurrent request) waits for it. On a real server, sign-up's user+account writes are atomic.
+      transaction: database.kind === 'postgres',
+    },
+    telemetry: { enabled: false },
+    trustedOrigins: trustedOrigins(config),
+    // Our own limiter (functions/http/rate-limit.ts) answers 429 in the API envelope with Retry-After.
+    rateLimit: { enabled: false },
+    logger: {
+      level: 'warn',
+      log: (level, message, ...args) =>
+        logger.log(level, `better-auth: ${message}`, args.length ? { args: args.map(String) } : {}),
+    },
+    advanced: {
+      // Always check Origin on cookie-carrying writes (the library skips the check under NODE_ENV=test,
+      // which would hide exactly the behaviour the tests must see). Requests without cookies (agent
+      // backends signing in) carry no Origin and pass: the check only applies when a cookie is sent.
+      disableOriginCheck: false,
+      disableCSRFCheck: false,
+      useSecureCookies: config.isProduction || https,
+      defaultCookieAttributes: config.isProduction
+        ? { httpOnly: true, secure: true, sameSite: 'none' }
+        : { httpOnly: true, secure: https, sameSite: 'lax' },
+      database: { generateId: () => crypto.randomUUID() },
+    },
+    emailAndPassword: {
+      enabled: true,
+      autoSignIn: true,
+      minPasswordLength: 8,
+      maxPasswordLength: 128,
+      revokeSessionsOnPasswordReset: true,
+      resetPasswordTokenExpiresIn: 60 * 60,
+      sendResetPassword: async ({ user, url }) => {
+        await mailer.enqueue(database.db, {
+          to: user.email,
+          subject: 'Reset your Agent Marketplace password',
+          text:
+            `Someone (hopefully you) asked to reset the password of ${user.email}.\n\n` +
+            `Open this link within an hour to choose a new password:\n${url}\n\n` +
+            `If it wasn't you, ignore this mail: your password stays as it is.\n`,
+        });
+      },
+    },
+    plugins: [
+      admin({
+        ac: accessControl,
+        roles,
+        defaultRole: 'user',
+        adminRoles: ['platform_admin'],
+        bannedUserMessage: 'This account is banned. Contact the marketplace operator.',
+      }),
+      organization({
+        sendInvitationEmail: async (data) => {
+          const link = `${pagesOrigin(config)}/accept-invitation?id=${encodeURIComponent(data.id)}`;
+          await mailer.enqueue(database.db, {
+            to: data.email,
+            subject: `${data.inviter.user.name || data.inviter.user.email} invited you to ${data.organization.name}`,
+            text:
+              `${data.inviter.user.name || data.inviter.user.email} invited you to join ${data.organization.name} ` +
+              `on Agent Marketplace as ${data.role}.\n\nAccept the invitation:\n${link}\n`,
+          });
+        },
+      }),
+      jwt({
+        jwt: { issuer: `${config.publicBaseUrl}/api/auth`, audience: config.publicBaseUrl, expirationTime: '10h' },
+        // No extra signing per get-session: bearer tokens come from the OAuth token endpoint only.
+        disableSettingJwtHeader: true,
+      }),
+      oauthProvider(oauthProviderOptions(config)),
+    ],
+  } satisfies BetterAuthOptions;
+}
+
+export function createAuth(deps: AuthDeps) {
+  return betterAuth(authOptions(deps));
+}
+
+export type Auth = ReturnType<typeof createAuth>;

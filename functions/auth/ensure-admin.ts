@@ -1,0 +1,44 @@
+import type { AppDeps } from '../app.ts';
+import { first, sql } from '../platform/db.ts';
+
+/**
+ * Makes sure an account with this email exists, can sign in with this password, and has the platform_admin
+ * role (ADMIN_EMAIL / ADMIN_PASSWORD at start). Idempotent: on later starts it only repairs what differs,
+ * so changing ADMIN_PASSWORD and restarting changes the password.
+ */
+export async function ensureAdmin(
+  deps: Pick<AppDeps, 'auth' | 'database' | 'logger' | 'clock'>,
+  admin: { email: string; password: string; name?: string },
+): Promise<{ userId: string; created: boolean }> {
+  const db = deps.database.db;
+  const email = admin.email.toLowerCase();
+  const ctx = await deps.auth.$context;
+  let user = await first<{ id: string; role: string | null }>(db, sql`select id, role from "user" where email = ${email}`);
+  let created = false;
+  if (!user) {
+    const result = await deps.auth.api.signUpEmail({ body: { email, password: admin.password, name: admin.name ?? 'Platform admin' } });
+    user = { id: result.user.id, role: null };
+    created = true;
+  } else {
+    const account = await first<{ id: string; password: string | null }>(
+      db,
+      sql`select id, password from account where "userId" = ${user.id} and "providerId" = 'credential'`,
+    );
+    const matches = account?.password ? await ctx.password.verify({ hash: account.password, password: admin.password }) : false;
+    if (!matches) {
+      const hash = await ctx.password.hash(admin.password);
+      if (account) {
+        await sql`update account set password = ${hash}, "updatedAt" = ${deps.clock.now()} where id = ${account.id}`.execute(db);
+      } else {
+        await sql`insert into account (id, "accountId", "providerId", "userId", password, "createdAt", "updatedAt")
+                  values (${crypto.randomUUID()}, ${user.id}, 'credential', ${user.id}, ${hash}, ${deps.clock.now()}, ${deps.clock.now()})`.execute(db);
+      }
+    }
+  }
+  if (user.role !== 'platform_admin') {
+    await sql`update "user" set role = 'platform_admin', banned = false, "emailVerified" = true, "updatedAt" = ${deps.clock.now()}
+               where id = ${user.id}`.execute(db);
+  }
+  deps.logger.info('admin account ensured', { userId: user.id, email, created });
+  return { userId: user.id, created };
+}

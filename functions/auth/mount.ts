@@ -1,0 +1,77 @@
+import { Hono, type Context, type Next } from 'hono';
+import type { AppEnv } from '../http/context.ts';
+import { enforceRateLimit } from '../http/rate-limit.ts';
+import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
+
+/**
+ * /api/auth/*: the Better Auth handler, behind the rules the library does not have:
+ * - rate limits per client IP on sign-in, sign-up and the two password-reset steps (429 RATE_LIMITED);
+ * - no self-demotion through /admin/set-role or /admin/update-user (403 FORBIDDEN).
+ * Everything else (its own 401/403 for admin endpoints, BANNED_USER, origin checks) is the library's, in its
+ * own response shapes. Routes that must answer before the library (OAuth wrappers) are mounted before this.
+ */
+export function authLibraryRoutes() {
+  const router = new Hono<AppEnv>();
+  const limited: Array<[string, string]> = [
+    ['/api/auth/sign-in/email', 'sign-in'],
+    ['/api/auth/sign-up/email', 'sign-up'],
+    ['/api/auth/request-password-reset', 'request-password-reset'],
+    ['/api/auth/reset-password', 'reset-password'],
+  ];
+  for (const [path, bucket] of limited) {
+    router.post(path, async (c, next) => {
+      enforceRateLimit(c, bucket, c.var.deps.config.authRateLimitPerMinute);
+      await next();
+    });
+  }
+  router.post('/api/auth/admin/set-role', refuseSelfDemotion((body) => ({ userId: body?.userId, role: body?.role, changesRole: true })));
+  router.post(
+    '/api/auth/admin/update-user',
+    refuseSelfDemotion((body) => ({
+      userId: body?.userId,
+      role: body?.data?.role,
+      changesRole: body?.data !== null && typeof body?.data === 'object' && 'role' in body.data,
+    })),
+  );
+  router.on(['GET', 'POST'], '/api/auth/*', (c) => c.var.deps.auth.handler(withoutNonBrowserFetchMetadata(c.req.raw)));
+  return router;
+}
+
+/**
+ * Sign-in without an Origin header (agent backends, scripts). Browsers send Origin on every POST, so a POST
+ * with no Origin, no Referer and no cookie cannot be a forged browser request. Some server-side HTTP clients
+ * (Node's fetch) still add `Sec-Fetch-Mode: cors`, which makes the library demand an Origin and answer 403
+ * MISSING_OR_NULL_ORIGIN; for such requests the fetch-metadata headers are dropped. Requests that carry a
+ * cookie keep the library's full origin check.
+ */
+function withoutNonBrowserFetchMetadata(request: Request): Request {
+  const h = request.headers;
+  if (request.method !== 'POST' || h.has('origin') || h.has('referer') || h.has('cookie')) return request;
+  if (!h.has('sec-fetch-mode') && !h.has('sec-fetch-site') && !h.has('sec-fetch-dest')) return request;
+  const headers = new Headers(h);
+  headers.delete('sec-fetch-mode');
+  headers.delete('sec-fetch-site');
+  headers.delete('sec-fetch-dest');
+  headers.delete('sec-fetch-user');
+  return new Request(request, { headers });
+}
+
+type RoleChange = (body: any) => { userId: unknown; role: unknown; changesRole: boolean };
+
+function refuseSelfDemotion(read: RoleChange) {
+  return async (c: Context<AppEnv>, next: Next) => {
+    let body: unknown;
+    try {
+      body = await c.req.raw.clone().json();
+    } catch {
+      return next(); // not JSON: the library answers its own 400
+    }
+    const change = read(body);
+    if (change.changesRole && !keepsAdminRole(change.role) && typeof change.userId === 'string') {
+      const session = await c.var.deps.auth.api.getSession({ headers: c.req.raw.headers });
+      if (session && session.user.id === change.userId) throw selfDemotion();
+    }
+    return next();
+  };
+}
+

@@ -1,0 +1,112 @@
+import { createRoute, z } from '@hono/zod-openapi';
+import { requireAdmin, requireUser } from '../http/access.ts';
+import { envelopeOf, ok } from '../http/envelope.ts';
+import { errors, jsonBody, jsonResponse, newRouter } from '../http/router.ts';
+import { banUser, unbanUser } from './ban-user.ts';
+import { ROLES } from './better-auth.ts';
+import { setUserRole } from './set-user-role.ts';
+import { bannedUserSchema, getUser, userSchema } from './users.ts';
+
+/** GET /me and the admin user controls (ban, unban, set role). */
+
+const security: Array<Record<string, string[]>> = [{ cookieSession: [] }, { bearer: [] }];
+const userIdParam = z
+  .string()
+  .min(1)
+  .max(255)
+  .openapi({ param: { name: 'userId', in: 'path' }, example: '5b7e0c1c-3f4e-4a43-9d8f-2a1b9f0c6d11' });
+
+const getMe = createRoute({
+  operationId: 'getMe',
+  method: 'get',
+  path: '/me',
+  tags: ['Identity'],
+  summary: 'The signed-in user (for front-end admin gating)',
+  security,
+  responses: { 200: jsonResponse(envelopeOf(userSchema), 'The current user'), ...errors(401) },
+});
+
+const banUserRoute = createRoute({
+  operationId: 'banUser',
+  method: 'post',
+  path: '/admin/users/{userId}/ban',
+  tags: ['Administration'],
+  summary: 'Ban a user: sessions and OAuth tokens revoked at once; optionally cancel subscriptions at period end',
+  security,
+  request: {
+    params: z.object({ userId: userIdParam }),
+    body: {
+      required: false,
+      content: {
+        'application/json': {
+          schema: z
+            .object({
+              reason: z.string().max(500).optional(),
+              cancelSubscriptions: z.boolean().optional(),
+            })
+            .strict(),
+        },
+      },
+    },
+  },
+  responses: { 200: jsonResponse(envelopeOf(bannedUserSchema), 'The banned user'), ...errors(400, 401, 403, 404) },
+});
+
+const unbanUserRoute = createRoute({
+  operationId: 'unbanUser',
+  method: 'post',
+  path: '/admin/users/{userId}/unban',
+  tags: ['Administration'],
+  summary: 'Lift a ban (tokens issued before the ban stay revoked)',
+  security,
+  request: { params: z.object({ userId: userIdParam }) },
+  responses: { 200: jsonResponse(envelopeOf(bannedUserSchema), 'The user'), ...errors(401, 403, 404) },
+});
+
+const setUserRoleRoute = createRoute({
+  operationId: 'setUserRole',
+  method: 'put',
+  path: '/admin/users/{userId}/role',
+  tags: ['Administration'],
+  summary: 'Set a user role; demoting your own account is refused (403)',
+  security,
+  request: {
+    params: z.object({ userId: userIdParam }),
+    body: jsonBody(z.object({ role: z.enum(ROLES) }).strict()),
+  },
+  responses: { 200: jsonResponse(envelopeOf(bannedUserSchema), 'The user with the new role'), ...errors(400, 401, 403, 404) },
+});
+
+export function identityRoutes() {
+  const router = newRouter();
+
+  router.openapi(getMe, async (c) => {
+    const principal = await requireUser(c);
+    const { banReason: _, ...me } = await getUser(c.var.deps.database.db, principal.userId);
+    return c.json(ok(me), 200);
+  });
+
+  router.openapi(banUserRoute, async (c) => {
+    const admin = await requireAdmin(c);
+    const { userId } = c.req.valid('param');
+    // The body is optional ("action endpoints accept a POST with no body"); zod validated it when present.
+    const body = c.req.header('content-type') ? c.req.valid('json') : {};
+    const user = await banUser(c.var.deps, { actorId: admin.userId, userId, ...(body ?? {}) });
+    return c.json(ok(user), 200);
+  });
+
+  router.openapi(unbanUserRoute, async (c) => {
+    const admin = await requireAdmin(c);
+    const { userId } = c.req.valid('param');
+    return c.json(ok(await unbanUser(c.var.deps, { actorId: admin.userId, userId })), 200);
+  });
+
+  router.openapi(setUserRoleRoute, async (c) => {
+    const admin = await requireAdmin(c);
+    const { userId } = c.req.valid('param');
+    const { role } = c.req.valid('json');
+    return c.json(ok(await setUserRole(c.var.deps, { actorId: admin.userId, userId, role })), 200);
+  });
+
+  return router;
+}

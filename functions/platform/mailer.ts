@@ -1,0 +1,159 @@
+import type { Clock } from './clock.ts';
+import type { Config } from './config.ts';
+import { rows, sql, type Db } from './db.ts';
+import type { Logger } from './logger.ts';
+
+/**
+ * Outgoing mail through an outbox table (`mail_outbox`, migration 20261122000200_auth.sql).
+ *
+ * `enqueue(db, mail)` is one INSERT on whatever handle the caller passes, so a mail commits or rolls back with
+ * the caller's transaction (an invitation mail never goes out for an invitation that was rolled back).
+ * A delivery loop then sends what is pending: over SMTP (nodemailer, loaded lazily so the edge bundle never
+ * sees it) when SMTP_URL is set, else it only logs the mail. Failed sends are retried with backoff; nothing is
+ * lost while the mail server is down.
+ *
+ * Secrets in mails (password reset links, invitation links): the log line carries the recipient and subject,
+ * and the body only outside production, where a developer needs the reset link. In production without SMTP the
+ * body stays in the outbox table (readable by the operator), never in the logs.
+ */
+
+export interface Mail {
+  to: string;
+  subject: string;
+  text: string;
+  html?: string | undefined;
+}
+
+export interface Mailer {
+  /** Writes the mail to the outbox inside the caller's transaction (pass `trx` when in one). */
+  enqueue(db: Db, mail: Mail): Promise<{ id: string }>;
+  /** Sends (or logs) the mails that are due now; returns how many were handled. */
+  deliverPending(): Promise<number>;
+  /** Starts the background delivery loop (Node entry and tests; idempotent). */
+  start(): void;
+  stop(): void;
+}
+
+/** Something that can send one mail. Injected by tests; defaults to SMTP or the log. */
+export interface MailTransport {
+  kind: 'smtp' | 'log';
+  send(mail: Mail & { from: string }): Promise<void>;
+}
+
+export interface MailerOptions {
+  config: Config;
+  db: Db;
+  logger: Logger;
+  clock: Clock;
+  transport?: MailTransport;
+  /** How often the loop looks for due mail (ms). */
+  pollMs?: number;
+}
+
+const MAX_ATTEMPTS = 8;
+const BATCH = 20;
+
+export function createMailer(options: MailerOptions): Mailer {
+  const { config, db, logger, clock } = options;
+  const transport = options.transport ?? (config.smtp ? smtpTransport(config.smtp.url) : logTransport(config, logger));
+  const from = config.smtp?.from ?? config.mailFrom;
+  const pollMs = options.pollMs ?? 1000;
+  let timer: ReturnType<typeof setInterval> | undefined;
+  let running: Promise<number> | undefined;
+  let kickTimer: ReturnType<typeof setTimeout> | undefined;
+
+  async function deliverOnce(): Promise<number> {
+    const now = clock.now();
+    // Claim due mail: pushing next_attempt_at forward first means a crash mid-send retries later instead of
+    // never, and a second process skips what this one holds.
+    const due = await rows<{ id: string; to_address: string; subject: string; text_body: string; html_body: string | null; attempts: number }>(
+      db,
+      sql`update mail_outbox o
+             set attempts = o.attempts + 1,
+                 next_attempt_at = ${new Date(now.getTime() + 60_000)}
+           where o.id in (select id from mail_outbox
+                           where status = 'pending' and next_attempt_at <= ${now}
+                           order by next_attempt_at
+                           limit ${BATCH}
+                           for update skip locked)
+       returning o.id, o.to_address, o.subject, o.text_body, o.html_body, o.attempts`,
+    );
+    for (const m of due) {
+      try {
+        await transport.send({ from, to: m.to_address, subject: m.subject, text: m.text_body, html: m.html_body ?? undefined });
+        await sql`update mail_outbox set status = ${transport.kind === 'smtp' ? 'sent' : 'logged'}, sent_at = ${clock.now()}, last_error = null
+                   where id = ${m.id}`.execute(db);
+      } catch (err) {
+        const giveUp = m.attempts >= MAX_ATTEMPTS;
+        const backoffMs = Math.min(2 ** m.attempts * 1000, 3_600_000);
+        logger.warn('mail delivery failed', { mailId: m.id, attempts: m.attempts, giveUp, error: (err as Error).message });
+        await sql`update mail_outbox
+                     set status = ${giveUp ? 'failed' : 'pending'},
+                         last_error = ${String((err as Error).message).slice(0, 500)},
+                         next_attempt_at = ${new Date(clock.now().getTime() + backoffMs)}
+                   where id = ${m.id}`.execute(db);
+      }
+    }
+    return due.length;
+  }
+
+  function deliverPending(): Promise<number> {
+    // One delivery pass at a time in this process.
+    running ??= deliverOnce().finally(() => (running = undefined));
+    return running;
+  }
+
+  const loop = () =>
+    void deliverPending().catch((err) => logger.error('mail delivery loop failed', { err }));
+
+  return {
+    async enqueue(handle, mail) {
+      const [row] = await rows<{ id: string }>(
+        handle,
+        sql`insert into mail_outbox (to_address, subject, text_body, html_body, created_at, next_attempt_at)
+            values (${mail.to}, ${mail.subject}, ${mail.text}, ${mail.html ?? null}, ${clock.now()}, ${clock.now()})
+            returning id`,
+      );
+      // Try soon after the caller's transaction has (probably) committed; the poll catches the rest.
+      if (timer && !kickTimer) kickTimer = setTimeout(() => ((kickTimer = undefined), loop()), 20);
+      return { id: row!.id };
+    },
+    deliverPending,
+    start() {
+      if (timer) return;
+      timer = setInterval(loop, pollMs);
+      (timer as { unref?: () => void }).unref?.();
+    },
+    stop() {
+      if (timer) clearInterval(timer);
+      if (kickTimer) clearTimeout(kickTimer);
+      timer = undefined;
+      kickTimer = undefined;
+    },
+  };
+}
+
+function logTransport(config: Config, logger: Logger): MailTransport {
+  return {
+    kind: 'log',
+    async send(mail) {
+      logger.info('mail (SMTP_URL unset: logged, kept in mail_outbox)', {
+        to: mail.to,
+        subject: mail.subject,
+        ...(config.isProduction ? {} : { text: mail.text }),
+      });
+    },
+  };
+}
+
+function smtpTransport(url: string): MailTransport {
+  let transporter: Promise<{ sendMail(m: unknown): Promise<unknown> }> | undefined;
+  return {
+    kind: 'smtp',
+    async send(mail) {
+      // nodemailer is Node-only: loaded on first send, never by the edge bundle's static graph.
+      transporter ??= import('nodemailer').then((m) => m.default.createTransport(url));
+      await (await transporter).sendMail({ from: mail.from, to: mail.to, subject: mail.subject, text: mail.text, html: mail.html });
+    },
+  };
+}

@@ -1,0 +1,46 @@
+import { rows, sql } from '../../functions/platform/db.ts';
+import type { TestApp } from './app.ts';
+
+/**
+ * The mail outbox as tests see it. The test app does not run the delivery loop (config env `test`), so a test
+ * delivers explicitly with `deliverMail(t)` and reads what was written with `mailsTo(t, email)`.
+ */
+
+export interface OutboxMail {
+  id: string;
+  to: string;
+  subject: string;
+  text: string;
+  status: 'pending' | 'sent' | 'logged' | 'failed';
+  attempts: number;
+  lastError: string | null;
+}
+
+/** Mails to an address, oldest first. */
+export async function mailsTo(t: TestApp, email: string): Promise<OutboxMail[]> {
+  return rows<OutboxMail>(
+    t.db,
+    sql`select id, to_address as "to", subject, text_body as text, status, attempts, last_error as "lastError"
+          from mail_outbox where lower(to_address) = lower(${email}) order by created_at, id`,
+  );
+}
+
+/** The newest mail to an address; throws when there is none. */
+export async function lastMailTo(t: TestApp, email: string): Promise<OutboxMail> {
+  const all = await mailsTo(t, email);
+  const last = all[all.length - 1];
+  if (!last) throw new Error(`no mail to ${email}`);
+  return last;
+}
+
+/** Runs one delivery pass of the outbox (SMTP when the app has SMTP_URL, else the log). */
+export function deliverMail(t: TestApp): Promise<number> {
+  return t.deps.mailer.deliverPending();
+}
+
+/** The first http(s) URL in a mail's text. */
+export function linkIn(mail: { text: string }): URL {
+  const m = /https?:\/\/\S+/.exec(mail.text);
+  if (!m) throw new Error(`no link in mail: ${mail.text}`);
+  return new URL(m[0]);
+}
