@@ -7,6 +7,7 @@ import { failure } from './http/envelope.ts';
 import { ApiError, errorStatus, type ErrorCode } from './http/errors.ts';
 import { CursorSigner } from './http/pagination.ts';
 import { newRouter } from './http/router.ts';
+import { requestContext } from './http/request-context.ts';
 import { healthRoutes } from './health/routes.ts';
 import type { Auth } from './auth/better-auth.ts';
 import { authLibraryRoutes } from './auth/mount.ts';
@@ -44,28 +45,7 @@ export const MAX_BODY_BYTES = 1024 * 1024;
 export function createApp(deps: AppDeps) {
   const app = newRouter();
 
-  app.use('*', async (c, next) => {
-    const started = performance.now();
-    const incoming = c.req.header('x-request-id');
-    const requestId = incoming && /^[\w.:-]{1,128}$/.test(incoming) ? incoming : crypto.randomUUID();
-    c.set('requestId', requestId);
-    c.set('deps', deps);
-    try {
-      await next();
-    } finally {
-      c.res.headers.set('X-Request-Id', requestId);
-      const principal = await c.get('principal')?.catch(() => null);
-      deps.logger.info('request', {
-        requestId,
-        method: c.req.method,
-        route: c.req.routePath,
-        path: c.req.path,
-        status: c.res.status,
-        durationMs: Math.round((performance.now() - started) * 100) / 100,
-        ...(principal ? { userId: principal.userId, via: principal.via } : {}),
-      });
-    }
-  });
+  app.use('*', requestContext(deps));
 
   app.use(
     '*',

@@ -74,7 +74,9 @@ export class CursorSigner {
     const [body, mac, extra] = cursor.split('.');
     if (!body || !mac || extra !== undefined) throw invalid();
     const macBytes = fromBase64Url(mac);
-    if (!macBytes || macBytes.length !== 32) throw invalid();
+    // Canonical encoding only: base64 ignores the unused low bits of the last character, so without this
+    // check a cursor altered in its last character could still verify.
+    if (!macBytes || macBytes.length !== 32 || toBase64Url(macBytes) !== mac) throw invalid();
     const valid = await crypto.subtle.verify('HMAC', await this.#key, macBytes, encoder.encode(body));
     if (!valid) throw invalid();
     let payload: CursorPayload;

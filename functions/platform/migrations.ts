@@ -61,11 +61,117 @@ export async function migrate(
     await database.runScript(m.sql, [
       {
         text: 'insert into supabase_migrations.schema_migrations (version, name, statements) values ($1, $2, $3)',
-        values: [m.version, m.name, [m.sql]],
+        values: [m.version, m.name, splitStatements(m.sql)],
       },
     ]);
     log(`applied migration ${m.version}_${m.name}`);
     done.push(m.version);
   }
   return done;
+}
+
+/**
+ * Splits a migration into statements exactly as the Supabase CLI does before it records them in
+ * `schema_migrations.statements` (pkg/parser: a byte-level state machine, then `TrimRight(";")` and
+ * `TrimSpace`, dropping empty ones), so both tools write identical history rows. Comments stay attached to
+ * the statement that follows them. The CLI's quirks are kept on purpose: parentheses and `BEGIN ATOMIC ... END`
+ * bodies are opaque to `;`, a backslash escapes the next character, and nested parentheses end at the first `)`.
+ */
+export function splitStatements(script: string): string[] {
+  const out: string[] = [];
+  let state: SplitState = { kind: 'ready' };
+  let start = 0;
+  const chars = Array.from(script);
+  let text = '';
+  for (const ch of chars) {
+    text += ch;
+    const next = step(state, ch, text);
+    if (next === null) {
+      push(out, text.slice(start));
+      start = text.length;
+      state = { kind: 'ready' };
+    } else {
+      state = next;
+    }
+  }
+  push(out, text.slice(start));
+  return out;
+}
+
+function push(out: string[], token: string) {
+  const trimmed = token.replace(/;+$/, '').replace(/^[\s\u0085\u00a0]+|[\s\u0085\u00a0]+$/g, '');
+  if (trimmed.length > 0) out.push(trimmed);
+}
+
+type SplitState =
+  | { kind: 'ready' }
+  | { kind: 'comment' }
+  | { kind: 'block'; depth: number }
+  | { kind: 'quote'; delimiter: string; escape: boolean }
+  | { kind: 'dollar'; delimiter: string }
+  | { kind: 'tag'; offset: number }
+  | { kind: 'escape' }
+  | { kind: 'atomic'; prev: SplitState; delimiter: string };
+
+/** One transition of the CLI's tokenizer; `data` is everything read so far, ending with `ch`. Null emits. */
+function step(s: SplitState, ch: string, data: string): SplitState | null {
+  switch (s.kind) {
+    case 'ready':
+      switch (ch) {
+        case '$':
+          return { kind: 'tag', offset: data.length - 1 };
+        case "'":
+        case '"':
+          return { kind: 'quote', delimiter: ch, escape: false };
+        case '-':
+          return { kind: 'comment' };
+        case '/':
+          return { kind: 'block', depth: 0 };
+        case '\\':
+          return { kind: 'escape' };
+        case ';':
+          return null;
+        case '(':
+          return { kind: 'atomic', prev: s, delimiter: ')' };
+        case 'c':
+        case 'C': {
+          const offset = data.length - 'ATOMIC'.length;
+          if (offset > 0 && data.slice(offset).toUpperCase() === 'ATOMIC' && /\s/.test(data[offset - 1]!)) {
+            return { kind: 'atomic', prev: s, delimiter: 'END' };
+          }
+          return s;
+        }
+        default:
+          return s;
+      }
+    case 'comment':
+      // `--` starts a line comment that nothing escapes, like a dollar quote closed by a newline.
+      return ch === '-' ? { kind: 'dollar', delimiter: '\n' } : step({ kind: 'ready' }, ch, data);
+    case 'block': {
+      const window = data.slice(-2);
+      if (window === '/*') return { kind: 'block', depth: s.depth + 1 };
+      if (s.depth === 0) return step({ kind: 'ready' }, ch, data);
+      if (window === '*/') return s.depth === 1 ? { kind: 'ready' } : { kind: 'block', depth: s.depth - 1 };
+      return s;
+    }
+    case 'quote':
+      if (s.escape) {
+        if (ch === s.delimiter) return { ...s, escape: false };
+        return step({ kind: 'ready' }, ch, data);
+      }
+      return ch === s.delimiter ? { ...s, escape: true } : s;
+    case 'dollar':
+      return data.endsWith(s.delimiter) ? { kind: 'ready' } : s;
+    case 'tag':
+      if (ch === '$') return { kind: 'dollar', delimiter: data.slice(s.offset) };
+      if (/[\p{L}\p{Nd}_]/u.test(ch)) return s;
+      return step({ kind: 'ready' }, ch, data);
+    case 'escape':
+      return { kind: 'ready' };
+    case 'atomic': {
+      const prev = step(s.prev, ch, data) ?? s.prev;
+      if (prev.kind === 'ready' && data.slice(-s.delimiter.length).toUpperCase() === s.delimiter) return { kind: 'ready' };
+      return { ...s, prev };
+    }
+  }
 }

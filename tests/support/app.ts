@@ -34,6 +34,8 @@ export interface TestAppOptions {
   now?: Date | string;
   /** Reuse a database (e.g. to restart the app on the same data). */
   testDatabase?: TestDatabase;
+  /** Mounts extra routes on the app before it starts serving (test-only routes that exercise the HTTP layer). */
+  routes?: (app: App) => void;
 }
 
 export const TEST_SECRET = 'test-secret-test-secret-test-secret-0123456789';
@@ -54,6 +56,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const logger = memoryLogger();
   const deps = await buildDeps({ config, database: testDatabase.database, logger, clock });
   const app = createApp(deps);
+  options.routes?.(app);
   await deps.startup?.();
   const server: ServerType = await new Promise((resolve) => {
     const s = serve({ fetch: app.fetch, port, hostname: '127.0.0.1' }, () => resolve(s));

@@ -67,3 +67,27 @@ export function withDatabase(url: string, name: string): string {
   u.pathname = `/${name}`;
   return u.toString();
 }
+
+/** An empty database on the test server (postgres tier only): for checks that start from nothing. */
+export async function createEmptyPostgresDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  const serverUrl = process.env.TEST_PG_URL;
+  if (!serverUrl) throw new Error('TEST_PG_URL is not set (the postgres tier of npm test sets it)');
+  const name = `e_${randomUUID().replace(/-/g, '')}`;
+  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
+  try {
+    await admin.unsafe(`create database ${name}`);
+  } finally {
+    await admin.end();
+  }
+  return {
+    url: withDatabase(serverUrl, name),
+    drop: async () => {
+      const a = postgres(serverUrl, { max: 1, onnotice: () => {} });
+      try {
+        await a.unsafe(`drop database if exists ${name} with (force)`);
+      } finally {
+        await a.end();
+      }
+    },
+  };
+}
