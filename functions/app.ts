@@ -13,6 +13,8 @@ import type { Auth } from './auth/better-auth.ts';
 import { authLibraryRoutes } from './auth/mount.ts';
 import { identityRoutes } from './auth/routes.ts';
 import type { Mailer } from './platform/mailer.ts';
+import type { Payments } from './platform/stripe.ts';
+import { billingRoutes } from './billing/routes.ts';
 import type { Config } from './platform/config.ts';
 import { signInUrls } from './platform/config.ts';
 import type { Clock } from './platform/clock.ts';
@@ -33,6 +35,8 @@ export interface AppDeps {
   /** Better Auth (sessions, admin, organizations, jwt, OAuth provider), served under /api/auth. */
   auth: Auth;
   mailer: Mailer;
+  /** Stripe, or undefined without STRIPE_SECRET_KEY (paid paths then answer 503 PAYMENTS_NOT_CONFIGURED). */
+  payments: Payments | undefined;
   cursors: CursorSigner;
   /** process start, for /health uptime */
   startedAt: Date;
@@ -60,6 +64,7 @@ export function createApp(deps: AppDeps) {
 
   app.route('/', healthRoutes());
   app.route('/', identityRoutes());
+  app.route('/', billingRoutes());
   // Last of the /api/auth routes: wrappers that must answer first (OAuth) are mounted above this line.
   app.route('/', authLibraryRoutes());
 

@@ -7,6 +7,7 @@ import type { Logger } from './platform/logger.ts';
 import { createAuth } from './auth/better-auth.ts';
 import { createAuthenticator } from './auth/authenticator.ts';
 import { ensureAdmin } from './auth/ensure-admin.ts';
+import { createPayments } from './platform/stripe.ts';
 import { createMailer, type MailTransport } from './platform/mailer.ts';
 
 /**
@@ -41,6 +42,7 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
     clock,
     auth,
     mailer,
+    payments: createPayments(config),
     authenticator,
     startup: async () => {
       if (config.admin) await ensureAdmin({ auth, database, logger, clock }, config.admin);

@@ -1,0 +1,86 @@
+import type { AppDeps } from '../app.ts';
+import { notFound } from '../http/errors.ts';
+import { first, sql } from '../platform/db.ts';
+import { callStripe, isStripeRefusal, requirePayments } from './payments.ts';
+import { billingSubscription, liveSubscription, liveSubscriptionsOf, type BillingSubscription } from './subscription-queries.ts';
+import { readStripeSubscription, syncStripeSubscription } from './subscription-state.ts';
+import type { SubscriptionDto } from './subscriptions.ts';
+import { invalidState } from './tiers.ts';
+
+/**
+ * Cancellation. A paid subscription is canceled at Stripe (at period end by default, or now) and its local row
+ * follows from Stripe's state through the same sync as the webhook. A free subscription has nothing to bill
+ * and no period to honour, so it ends now whichever way it is canceled (docs/billing.md).
+ */
+
+export async function cancelSubscription(deps: AppDeps, subscriptionId: string, immediate: boolean): Promise<SubscriptionDto> {
+  const sub = await billingSubscription(deps, subscriptionId);
+  if (!sub) throw notFound('Subscription', { subscriptionId });
+  return cancel(deps, sub, immediate);
+}
+
+/** The signed-in user's own cancel: paid tiers at period end, free tiers now. 404 when none is active. */
+export async function cancelMySubscription(deps: AppDeps, userId: string, agentId: string): Promise<SubscriptionDto> {
+  const sub = await liveSubscription(deps, userId, agentId);
+  if (!sub || (sub.status !== 'active' && sub.status !== 'past_due')) {
+    throw notFound('Active subscription', { agentId });
+  }
+  return cancel(deps, sub, false);
+}
+
+/**
+ * Used when an admin bans a user with `cancelSubscriptions`: every live subscription is canceled at period end
+ * (free ones now). Each is tried; failures are logged and reported, not thrown, so the ban itself stands.
+ */
+export async function cancelSubscriptionsAtPeriodEnd(deps: AppDeps, userId: string): Promise<{ canceled: string[]; failed: string[] }> {
+  const canceled: string[] = [];
+  const failed: string[] = [];
+  for (const sub of await liveSubscriptionsOf(deps, userId)) {
+    try {
+      await cancel(deps, sub, false);
+      canceled.push(sub.id);
+    } catch (err) {
+      deps.logger.error('could not cancel a subscription of a banned user', { userId, subscriptionId: sub.id, err });
+      failed.push(sub.id);
+    }
+  }
+  return { canceled, failed };
+}
+
+async function cancel(deps: AppDeps, sub: BillingSubscription, immediate: boolean): Promise<SubscriptionDto> {
+  if (sub.status === 'canceled') throw invalidState('The subscription is already canceled');
+  if (!sub.stripeSubscriptionId) {
+    const now = deps.clock.now();
+    await first(
+      deps.database.db,
+      sql`update public.subscriptions
+             set status = 'canceled', canceled_at = ${now}, cancel_at_period_end = false,
+                 pending_tier_id = null, pending_change_kind = null, updated_at = ${now}
+           where id = ${sub.id} and status <> 'canceled'`,
+    );
+    return (await billingSubscription(deps, sub.id))!.dto;
+  }
+
+  const { stripe } = requirePayments(deps);
+  const stripeSubscriptionId = sub.stripeSubscriptionId;
+  try {
+    if (immediate) {
+      await callStripe(() => stripe.subscriptions.cancel(stripeSubscriptionId));
+    } else if (!sub.cancelAtPeriodEnd) {
+      // Stripe refuses to change the cancellation of a subscription a schedule manages: a pending downgrade
+      // is dropped first (the subscription ends, so it would never take effect).
+      const current = await readStripeSubscription(deps, stripeSubscriptionId);
+      const scheduleId = typeof current.schedule === 'string' ? current.schedule : current.schedule?.id;
+      if (scheduleId && (typeof current.schedule !== 'object' || current.schedule?.status === 'active')) {
+        await callStripe(() => stripe.subscriptionSchedules.release(scheduleId));
+      }
+      await callStripe(() => stripe.subscriptions.update(stripeSubscriptionId, { cancel_at_period_end: true }));
+    }
+  } catch (err) {
+    if (!isStripeRefusal(err)) throw err;
+    await syncStripeSubscription(deps, stripeSubscriptionId);
+    throw invalidState(`Stripe refused the cancellation: ${(err as Error).message}`);
+  }
+  await syncStripeSubscription(deps, stripeSubscriptionId);
+  return (await billingSubscription(deps, sub.id))!.dto;
+}

@@ -1,0 +1,202 @@
+import type Stripe from 'stripe';
+import type { AppDeps } from '../app.ts';
+import { ApiError, notFound } from '../http/errors.ts';
+import type { Principal } from '../http/context.ts';
+import { first, sql } from '../platform/db.ts';
+import { findOrCreateBuyer } from './buyer-accounts.ts';
+import { ensureCustomer } from './customers.ts';
+import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
+import { syncStripeSubscription } from './subscription-state.ts';
+import { startFreeSubscription, type SubscriptionDto } from './subscriptions.ts';
+import { findSubscriptionByStripeId, liveSubscription } from './subscription-queries.ts';
+import { ensureTierPrice, invalidState, isPaid, purchasableTier, type BillingTier } from './tiers.ts';
+
+/**
+ * Checkout: free tiers start at once; paid tiers go through Stripe's hosted Checkout in subscription mode and
+ * write nothing locally. The subscription appears when Stripe says it exists (the webhook, or the success page
+ * of an anonymous checkout, both through `syncStripeSubscription`).
+ */
+
+export interface CheckoutUrls {
+  successUrl?: string | undefined;
+  cancelUrl?: string | undefined;
+}
+
+export type StartCheckoutResult =
+  | { kind: 'free'; subscription: SubscriptionDto }
+  | { kind: 'paid'; checkoutUrl: string; sessionId: string };
+
+export async function startCheckout(
+  deps: AppDeps,
+  principal: Principal,
+  input: { tierId: string } & CheckoutUrls,
+): Promise<StartCheckoutResult> {
+  const tier = await purchasableTier(deps, input.tierId, 'buyer');
+  if (!isPaid(tier)) {
+    const { subscription } = await startFreeSubscription(deps.database.db, deps.clock, { userId: principal.userId, tierId: tier.id });
+    return { kind: 'free', subscription };
+  }
+  const session = await createSubscriptionCheckout(deps, tier, { userId: principal.userId, email: principal.email, name: principal.name }, input);
+  return { kind: 'paid', checkoutUrl: session.url!, sessionId: session.id };
+}
+
+/** Admin: a checkout link for a user and a paid tier (also hidden, custom tiers), to share with the user. */
+export async function createCheckoutLink(deps: AppDeps, input: { userId: string; tierId: string }): Promise<{ checkoutUrl: string; sessionId: string }> {
+  const user = await first<{ id: string; email: string; name: string }>(
+    deps.database.db,
+    sql`select id, email, name from "user" where id = ${input.userId}`,
+  );
+  if (!user) throw notFound('User', { userId: input.userId });
+  const tier = await purchasableTier(deps, input.tierId, 'admin');
+  if (!isPaid(tier)) throw invalidState('Free tiers need no checkout: the user starts them with POST /me/checkout', { tierId: tier.id });
+  const session = await createSubscriptionCheckout(deps, tier, { userId: user.id, email: user.email, name: user.name }, {});
+  return { checkoutUrl: session.url!, sessionId: session.id };
+}
+
+async function createSubscriptionCheckout(
+  deps: AppDeps,
+  tier: BillingTier,
+  buyer: { userId: string; email: string; name?: string },
+  urls: CheckoutUrls,
+): Promise<Stripe.Checkout.Session> {
+  const { stripe } = requirePayments(deps);
+  const returnUrls = checkoutUrls(deps, urls);
+  const live = await liveSubscription(deps, buyer.userId, tier.agentId);
+  if (live?.stripeSubscriptionId) {
+    throw invalidState('There is already a paid subscription to this agent: change its tier instead of buying another', {
+      subscriptionId: live.id,
+    });
+  }
+  const priceId = await ensureTierPrice(deps, tier);
+  const customer = await ensureCustomer(deps, buyer);
+  // Who and what travel in the session and the subscription it creates, so the webhook can place the
+  // subscription without trusting anything else. The tier itself is later read from the price, never from here.
+  const metadata = { userId: buyer.userId, tierId: tier.id, agentId: tier.agentId };
+  return callStripe(() =>
+    stripe.checkout.sessions.create({
+      mode: 'subscription',
+      customer,
+      client_reference_id: buyer.userId,
+      line_items: [{ price: priceId, quantity: 1 }],
+      metadata,
+      subscription_data: { metadata },
+      ...returnUrls,
+    }),
+  );
+}
+
+/** Anonymous checkout: Stripe collects the email; the buyer's account is found or made on completion. */
+export async function startAnonymousCheckout(
+  deps: AppDeps,
+  input: { tierId: string } & CheckoutUrls,
+): Promise<{ checkoutUrl: string; sessionId: string }> {
+  const tier = await purchasableTier(deps, input.tierId, 'buyer');
+  if (!isPaid(tier)) throw invalidState('Free tiers need an account: sign up, then start the tier with POST /me/checkout', { tierId: tier.id });
+  const { stripe } = requirePayments(deps);
+  const returnUrls = checkoutUrls(deps, input);
+  const priceId = await ensureTierPrice(deps, tier);
+  const metadata = { tierId: tier.id, agentId: tier.agentId, anonymous: 'true' };
+  const session = await callStripe(() =>
+    stripe.checkout.sessions.create({
+      mode: 'subscription',
+      line_items: [{ price: priceId, quantity: 1 }],
+      metadata,
+      subscription_data: { metadata },
+      ...returnUrls,
+    }),
+  );
+  return { checkoutUrl: session.url!, sessionId: session.id };
+}
+
+async function retrieveSession(deps: AppDeps, sessionId: string): Promise<Stripe.Checkout.Session> {
+  const { stripe } = requirePayments(deps);
+  try {
+    return await callStripe(() => stripe.checkout.sessions.retrieve(sessionId));
+  } catch (err) {
+    if (isStripeMissing(err)) throw notFound('Checkout session', { sessionId });
+    throw err;
+  }
+}
+
+/**
+ * Success page of an anonymous checkout. Re-reads the session from Stripe (the id is the only input trusted),
+ * finds or creates the buyer's account, and runs the same state write as the webhook, so whichever of the two
+ * arrives first creates the subscription and the other changes nothing.
+ */
+export async function completeAnonymousCheckout(
+  deps: AppDeps,
+  sessionId: string,
+): Promise<{ subscription: SubscriptionDto; user: { id: string; email: string }; created: boolean }> {
+  const session = await retrieveSession(deps, sessionId);
+  // Sessions of signed-in buyers are theirs: this public endpoint would otherwise reveal who bought what.
+  if (session.metadata?.anonymous !== 'true') throw notFound('Checkout session', { sessionId });
+  const stripeSubscriptionId = typeof session.subscription === 'string' ? session.subscription : session.subscription?.id;
+  const paid = session.payment_status === 'paid' || session.payment_status === 'no_payment_required';
+  if (session.status !== 'complete' || !paid || !stripeSubscriptionId) {
+    throw invalidState('The checkout is not complete yet', { status: session.status, paymentStatus: session.payment_status });
+  }
+  const email = session.customer_details?.email;
+  const customerId = typeof session.customer === 'string' ? session.customer : session.customer?.id;
+  if (!email || !customerId) throw invalidState('Stripe has no buyer email for this checkout', { sessionId });
+  const buyer = await findOrCreateBuyer(deps, { email, name: session.customer_details?.name ?? undefined, stripeCustomerId: customerId });
+  await syncStripeSubscription(deps, stripeSubscriptionId);
+  const subscription = await findSubscriptionByStripeId(deps, stripeSubscriptionId);
+  if (!subscription) {
+    throw new ApiError('INVALID_STATE', 'The subscription could not be activated; contact support', { sessionId });
+  }
+  return { subscription, user: { id: buyer.userId, email: buyer.email }, created: buyer.created };
+}
+
+export interface CheckoutSessionView {
+  sessionId: string;
+  status: string | null;
+  paymentStatus: string;
+  agentId: string | null;
+  tierId: string | null;
+  subscription: SubscriptionDto | null;
+}
+
+/** Read-through to Stripe for the signed-in buyer's own session; writes nothing (the webhook owns writes). */
+export async function verifyCheckoutSession(deps: AppDeps, principal: Principal, sessionId: string): Promise<CheckoutSessionView> {
+  const session = await retrieveSession(deps, sessionId);
+  const owner = session.client_reference_id ?? session.metadata?.userId;
+  if (owner !== principal.userId) throw notFound('Checkout session', { sessionId });
+  const stripeSubscriptionId = typeof session.subscription === 'string' ? session.subscription : session.subscription?.id;
+  return {
+    sessionId: session.id,
+    status: session.status,
+    paymentStatus: session.payment_status,
+    agentId: session.metadata?.agentId ?? null,
+    tierId: session.metadata?.tierId ?? null,
+    subscription: stripeSubscriptionId ? ((await findSubscriptionByStripeId(deps, stripeSubscriptionId)) ?? null) : null,
+  };
+}
+
+/**
+ * Where Stripe sends the buyer back. Only our own origins (the front end, or the service's pages) are accepted,
+ * so a checkout link cannot be turned into a redirect to somewhere else.
+ */
+function checkoutUrls(deps: AppDeps, urls: CheckoutUrls): { success_url: string; cancel_url: string } {
+  const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
+  return {
+    success_url: ownUrl(deps, urls.successUrl, 'successUrl') ?? `${origin}/checkout/success?session_id={CHECKOUT_SESSION_ID}`,
+    cancel_url: ownUrl(deps, urls.cancelUrl, 'cancelUrl') ?? `${origin}/checkout/canceled`,
+  };
+}
+
+export function ownUrl(deps: AppDeps, url: string | undefined, field: string): string | undefined {
+  if (url === undefined) return undefined;
+  const allowed = [deps.config.publicBaseUrl, deps.config.frontendUrl].filter(Boolean).map((u) => new URL(u!).origin);
+  let origin: string;
+  try {
+    origin = new URL(url).origin;
+  } catch {
+    origin = '';
+  }
+  if (!allowed.includes(origin)) {
+    throw new ApiError('VALIDATION_ERROR', 'The request is not valid', {
+      issues: [{ path: field, message: `must be a URL on ${allowed.join(' or ')}` }],
+    });
+  }
+  return url;
+}

@@ -1,0 +1,35 @@
+import type { AppDeps } from '../app.ts';
+import { first, sql } from '../platform/db.ts';
+import { callStripe, requirePayments } from './payments.ts';
+
+/**
+ * One Stripe customer per marketplace user, made on the first paid checkout and reused afterwards (so the
+ * portal shows every subscription and saved card together). The idempotency key makes two concurrent first
+ * checkouts of the same user create one customer at Stripe.
+ */
+export async function customerIdOf(deps: AppDeps, userId: string): Promise<string | undefined> {
+  const row = await first<{ id: string }>(
+    deps.database.db,
+    sql`select stripe_customer_id as id from public.billing_customers where user_id = ${userId}`,
+  );
+  return row?.id;
+}
+
+export async function ensureCustomer(deps: AppDeps, user: { userId: string; email: string; name?: string | undefined }): Promise<string> {
+  const existing = await customerIdOf(deps, user.userId);
+  if (existing) return existing;
+  const { stripe } = requirePayments(deps);
+  const customer = await callStripe(() =>
+    stripe.customers.create(
+      { email: user.email, ...(user.name ? { name: user.name } : {}), metadata: { userId: user.userId } },
+      { idempotencyKey: `marketplace-customer:${user.userId}` },
+    ),
+  );
+  await first(
+    deps.database.db,
+    sql`insert into public.billing_customers (user_id, stripe_customer_id, created_at)
+        values (${user.userId}, ${customer.id}, ${deps.clock.now()})
+        on conflict (user_id) do nothing`,
+  );
+  return (await customerIdOf(deps, user.userId)) ?? customer.id;
+}

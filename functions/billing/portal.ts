@@ -1,0 +1,51 @@
+import type { AppDeps } from '../app.ts';
+import { ApiError, notFound } from '../http/errors.ts';
+import { ownUrl } from './checkout.ts';
+import { customerIdOf } from './customers.ts';
+import { callStripe, requirePayments } from './payments.ts';
+import { liveSubscription } from './subscription-queries.ts';
+import { invalidState } from './tiers.ts';
+
+/**
+ * Stripe's customer portal for the signed-in user: `overview` lands on the portal's home (invoices, cards, all
+ * subscriptions); `cancel` deep-links to cancelling the user's subscription to one agent.
+ */
+export async function createPortalSession(
+  deps: AppDeps,
+  userId: string,
+  input: { flow: 'overview' | 'cancel'; agentId?: string | undefined; returnUrl?: string | undefined },
+): Promise<{ url: string }> {
+  const { stripe } = requirePayments(deps);
+  const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
+  const returnUrl = ownUrl(deps, input.returnUrl, 'returnUrl') ?? `${origin}/account/billing`;
+
+  if (input.flow === 'cancel') {
+    if (!input.agentId) {
+      throw new ApiError('VALIDATION_ERROR', 'The request is not valid', {
+        issues: [{ path: 'agentId', message: 'required when flow is cancel' }],
+      });
+    }
+    const sub = await liveSubscription(deps, userId, input.agentId);
+    if (!sub || (sub.status !== 'active' && sub.status !== 'past_due')) throw notFound('Active subscription', { agentId: input.agentId });
+    if (!sub.stripeSubscriptionId || !sub.stripeCustomerId) {
+      throw invalidState('This subscription is on a free tier: cancel it with POST /me/subscriptions/{agentId}/cancel');
+    }
+    const session = await callStripe(() =>
+      stripe.billingPortal.sessions.create({
+        customer: sub.stripeCustomerId!,
+        return_url: returnUrl,
+        flow_data: {
+          type: 'subscription_cancel',
+          subscription_cancel: { subscription: sub.stripeSubscriptionId! },
+          after_completion: { type: 'redirect', redirect: { return_url: returnUrl } },
+        },
+      }),
+    );
+    return { url: session.url };
+  }
+
+  const customer = await customerIdOf(deps, userId);
+  if (!customer) throw invalidState('There is no billing account yet: the portal opens after a first paid checkout');
+  const session = await callStripe(() => stripe.billingPortal.sessions.create({ customer, return_url: returnUrl }));
+  return { url: session.url };
+}

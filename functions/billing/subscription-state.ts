@@ -1,0 +1,178 @@
+import type Stripe from 'stripe';
+import type { AppDeps } from '../app.ts';
+import { first, sql, type Db } from '../platform/db.ts';
+import { findOrCreateBuyer } from './buyer-accounts.ts';
+import { callStripe, requirePayments } from './payments.ts';
+
+/**
+ * The one writer of a paid subscription's local state. Whatever triggered it (a webhook event, the success page
+ * of an anonymous checkout, an admin's tier change), the caller names a Stripe subscription; this module reads
+ * it from Stripe as it is now and hands the whole state to one SQL function (billing_apply_stripe_subscription)
+ * that writes it in one transaction. Because the input is always Stripe's current state and every field is
+ * overwritten, deliveries in any order, duplicates and concurrent writers all end in the same row.
+ */
+
+export type LocalStatus = 'active' | 'past_due' | 'canceled' | 'incomplete';
+
+export type ApplyOutcome = 'created' | 'updated' | 'duplicate' | 'recorded' | 'unknown_price' | 'conflict';
+
+/** Stripe's subscription statuses in the marketplace's four (active and past_due grant access). */
+export function localStatus(status: Stripe.Subscription.Status): LocalStatus {
+  switch (status) {
+    case 'active':
+    case 'trialing':
+      return 'active';
+    case 'past_due':
+    case 'unpaid':
+      return 'past_due';
+    case 'canceled':
+    case 'incomplete_expired':
+      return 'canceled';
+    default:
+      // incomplete (first payment not made) and paused (no payment method after a trial): no access.
+      return 'incomplete';
+  }
+}
+
+export interface StripeSubscriptionState {
+  stripeSubscriptionId: string;
+  stripeCustomerId: string;
+  priceId: string;
+  status: LocalStatus;
+  periodStart: Date;
+  periodEnd: Date;
+  cancelAtPeriodEnd: boolean;
+  canceledAt: Date | null;
+  pendingPriceId: string | null;
+  pendingKind: 'upgrade' | 'downgrade' | null;
+  pendingInvoiceId: string | null;
+  scheduleId: string | null;
+}
+
+const idOf = (v: string | { id: string } | null | undefined) => (v == null ? null : typeof v === 'string' ? v : v.id);
+const fromUnix = (s: number) => new Date(s * 1000);
+
+/**
+ * What the local row should say, read off the subscription (with its schedule expanded). Pending changes come
+ * from Stripe too: an upgrade waiting for payment is the subscription's `pending_update`; a downgrade is a
+ * future phase of its schedule with another price.
+ */
+export function stateOf(sub: Stripe.Subscription): StripeSubscriptionState {
+  const item = sub.items.data[0];
+  if (!item) throw new Error(`Stripe subscription ${sub.id} has no items`);
+  const priceId = item.price.id;
+  let pendingPriceId: string | null = null;
+  let pendingKind: 'upgrade' | 'downgrade' | null = null;
+  let pendingInvoiceId: string | null = null;
+  const pendingItem = sub.pending_update?.subscription_items?.[0];
+  if (pendingItem && pendingItem.price.id !== priceId) {
+    pendingPriceId = pendingItem.price.id;
+    pendingKind = 'upgrade';
+    pendingInvoiceId = idOf(sub.latest_invoice as string | { id: string } | null);
+  }
+  const schedule = typeof sub.schedule === 'object' ? sub.schedule : null;
+  if (!pendingKind && schedule && schedule.status === 'active') {
+    const next = schedule.phases.find((p) => p.start_date >= item.current_period_end);
+    const nextPrice = idOf(next?.items[0]?.price as string | { id: string } | undefined);
+    if (nextPrice && nextPrice !== priceId) {
+      pendingPriceId = nextPrice;
+      pendingKind = 'downgrade';
+    }
+  }
+  const status = localStatus(sub.status);
+  return {
+    stripeSubscriptionId: sub.id,
+    stripeCustomerId: idOf(sub.customer as string | { id: string })!,
+    priceId,
+    status,
+    periodStart: fromUnix(item.current_period_start),
+    periodEnd: fromUnix(item.current_period_end),
+    cancelAtPeriodEnd: status !== 'canceled' && sub.cancel_at_period_end,
+    canceledAt: status === 'canceled' ? fromUnix(sub.ended_at ?? sub.canceled_at ?? Math.floor(Date.now() / 1000)) : null,
+    pendingPriceId,
+    pendingKind,
+    pendingInvoiceId,
+    scheduleId: idOf(sub.schedule as string | { id: string } | null),
+  };
+}
+
+/** Reads a subscription from Stripe with what the local state needs. */
+export async function readStripeSubscription(deps: AppDeps, stripeSubscriptionId: string): Promise<Stripe.Subscription> {
+  const { stripe } = requirePayments(deps);
+  return callStripe(() => stripe.subscriptions.retrieve(stripeSubscriptionId, { expand: ['schedule'] }));
+}
+
+/**
+ * The marketplace user a Stripe subscription belongs to: the user our checkout put in its metadata, else the
+ * user the Stripe customer belongs to, else (anonymous checkout) the buyer account for the customer's email,
+ * created when there is none. Undefined for subscriptions the marketplace did not start.
+ */
+export async function subscriberOf(deps: AppDeps, sub: Stripe.Subscription): Promise<string | undefined> {
+  const metadataUser = sub.metadata?.userId;
+  if (metadataUser) return metadataUser;
+  const customerId = idOf(sub.customer as string | { id: string })!;
+  const known = await first<{ userId: string }>(
+    deps.database.db,
+    sql`select user_id as "userId" from public.billing_customers where stripe_customer_id = ${customerId}`,
+  );
+  if (known) return known.userId;
+  if (sub.metadata?.anonymous !== 'true') return undefined;
+  const { stripe } = requirePayments(deps);
+  const customer = await callStripe(() => stripe.customers.retrieve(customerId));
+  const email = 'deleted' in customer && customer.deleted ? undefined : (customer as Stripe.Customer).email;
+  if (!email) return undefined;
+  const buyer = await findOrCreateBuyer(deps, { email, name: (customer as Stripe.Customer).name ?? undefined, stripeCustomerId: customerId });
+  return buyer.userId;
+}
+
+export interface ApplyResult {
+  outcome: ApplyOutcome;
+  subscriptionId: string | null;
+}
+
+/** Writes Stripe's state of one subscription (and records the event id, when there is one) in one transaction. */
+export async function applyStripeState(
+  deps: AppDeps,
+  input: { event?: { id: string; type: string }; state?: StripeSubscriptionState; userId?: string | undefined },
+): Promise<ApplyResult> {
+  const s = input.state;
+  const row = await first<{ outcome: ApplyOutcome; subscriptionId: string | null }>(
+    deps.database.db,
+    sql`select outcome, subscription_id as "subscriptionId" from public.billing_apply_stripe_subscription(
+          ${input.event?.id ?? null}, ${input.event?.type ?? null},
+          ${s?.stripeSubscriptionId ?? null}, ${s?.stripeCustomerId ?? null}, ${input.userId ?? null},
+          ${s?.priceId ?? null}, ${s?.status ?? null}, ${s?.periodStart ?? null}::timestamptz, ${s?.periodEnd ?? null}::timestamptz,
+          ${s?.cancelAtPeriodEnd ?? false}, ${s?.canceledAt ?? null}::timestamptz,
+          ${s?.pendingPriceId ?? null}, ${s?.pendingKind ?? null}, ${s?.pendingInvoiceId ?? null}, ${s?.scheduleId ?? null},
+          ${deps.clock.now()}::timestamptz)`,
+  );
+  const result = row ?? { outcome: 'recorded' as const, subscriptionId: null };
+  if (result.outcome === 'unknown_price' || result.outcome === 'conflict') {
+    deps.logger.warn('stripe subscription not applied', {
+      outcome: result.outcome,
+      stripeSubscriptionId: s?.stripeSubscriptionId,
+      priceId: s?.priceId,
+      eventId: input.event?.id,
+    });
+  }
+  return result;
+}
+
+/**
+ * Re-reads a Stripe subscription and writes its state: the path every writer takes (webhook events, the
+ * anonymous success page, admin tier changes and cancellations).
+ */
+export async function syncStripeSubscription(
+  deps: AppDeps,
+  stripeSubscriptionId: string,
+  event?: { id: string; type: string },
+): Promise<ApplyResult> {
+  const sub = await readStripeSubscription(deps, stripeSubscriptionId);
+  const userId = await subscriberOf(deps, sub);
+  return applyStripeState(deps, { event, state: stateOf(sub), userId });
+}
+
+/** Whether an event id was already processed (a cheap pre-check; the SQL function is the real guard). */
+export async function eventSeen(db: Db, eventId: string): Promise<boolean> {
+  return !!(await first(db, sql`select 1 as seen from public.stripe_events where id = ${eventId}`));
+}

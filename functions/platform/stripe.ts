@@ -1,0 +1,41 @@
+import Stripe from 'stripe';
+import type { Config } from './config.ts';
+
+/**
+ * The Stripe client, or undefined when STRIPE_SECRET_KEY is not set (free tiers still work; every paid path
+ * answers 503 PAYMENTS_NOT_CONFIGURED).
+ *
+ * Runtime-neutral: the fetch HTTP client and the WebCrypto (SubtleCrypto) provider exist on Node 20 and Deno,
+ * so one code path verifies webhooks everywhere (`constructEventAsync`). The API version is the one the SDK
+ * pins (Stripe.API_VERSION), so response shapes match the SDK's types. STRIPE_API_URL sends every call to a
+ * Stripe-compatible server instead (the tests' fake, a local mock).
+ */
+export interface Payments {
+  stripe: Stripe;
+  /** Undefined when STRIPE_WEBHOOK_SECRET is not set: the webhook then refuses every delivery. */
+  webhookSecret: string | undefined;
+  cryptoProvider: ReturnType<typeof Stripe.createSubtleCryptoProvider>;
+}
+
+export function createPayments(config: Config): Payments | undefined {
+  if (!config.stripe) return undefined;
+  const { secretKey, webhookSecret, apiUrl } = config.stripe;
+  const target = apiUrl ? new URL(apiUrl) : undefined;
+  const stripe = new Stripe(secretKey, {
+    apiVersion: Stripe.API_VERSION,
+    httpClient: Stripe.createFetchHttpClient(),
+    maxNetworkRetries: 2,
+    timeout: 20_000,
+    telemetry: false,
+    ...(target
+      ? {
+          host: target.hostname,
+          port: target.port || (target.protocol === 'https:' ? 443 : 80),
+          protocol: target.protocol === 'https:' ? ('https' as const) : ('http' as const),
+        }
+      : {}),
+  });
+  return { stripe, webhookSecret, cryptoProvider: Stripe.createSubtleCryptoProvider() };
+}
+
+export type { Stripe };

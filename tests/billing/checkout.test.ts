@@ -1,0 +1,242 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, sql } from '../../functions/platform/db.ts';
+import { insertTier } from '../support/fixtures.ts';
+import { signUp } from '../support/users.ts';
+import { activeAgent, buyPaidTier, countRows, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+
+/** Signed-in checkout (free and paid), verify-session, the user's subscriptions and their access control. */
+let w: BillingWorld;
+beforeAll(async () => {
+  w = await startBillingWorld();
+});
+afterAll(() => w.close());
+
+describe('startCheckout (POST /me/checkout)', () => {
+  it('starts a free tier at once: 201 with the active subscription', async () => {
+    const agent = await activeAgent(w);
+    const free = await insertTier(w.t.db, agent.id, { priceCents: 0 });
+    const user = await signUp(w.t);
+    const res = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: free.id } });
+    expect(res.status).toBe(201);
+    expect(res.body.data.subscription).toMatchObject({ userId: user.userId, agentId: agent.id, tierId: free.id, status: 'active' });
+    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
+    expect(mine.status).toBe(200);
+    expect(mine.body.data.id).toBe(res.body.data.subscription.id);
+    // Nothing went to Stripe for a free tier.
+    expect(w.fake.requests.filter((r) => r.path.includes('checkout'))).toHaveLength(0);
+  });
+
+  it('sends a paid tier to Stripe Checkout and writes nothing locally until the webhook', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 2500 });
+    const user = await signUp(w.t);
+    const before = await countRows(w.t, 'subscriptions');
+    const res = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toEqual({ checkoutUrl: expect.stringContaining(res.body.data.sessionId), sessionId: expect.stringMatching(/^cs_/) });
+    expect(await countRows(w.t, 'subscriptions')).toBe(before);
+
+    const session = w.fake.sessions.get(res.body.data.sessionId)!;
+    expect(session.mode).toBe('subscription');
+    expect(session.client_reference_id).toBe(user.userId);
+    expect(session._subscription_metadata).toEqual({ userId: user.userId, tierId: tier.id, agentId: agent.id });
+    expect(session._line_items).toEqual([{ price: tier.stripePriceId, quantity: 1 }]);
+    expect(w.fake.customers.get(session.customer)?.email).toBe(user.email);
+
+    // Not placed before Stripe says so.
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).status).toBe(404);
+    const stripeSub = w.fake.completeCheckout(res.body.data.sessionId);
+    await deliverPending(w);
+    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
+    expect(mine.status).toBe(200);
+    const item = stripeSub.items.data[0];
+    expect(mine.body.data).toMatchObject({
+      userId: user.userId,
+      agentId: agent.id,
+      tierId: tier.id,
+      status: 'active',
+      cancelAtPeriodEnd: false,
+      pendingTierId: null,
+      pendingChangeKind: null,
+      currentPeriodStart: new Date(item.current_period_start * 1000).toISOString(),
+      currentPeriodEnd: new Date(item.current_period_end * 1000).toISOString(),
+    });
+  });
+
+  it('reuses one Stripe customer per user across checkouts', async () => {
+    const user = await signUp(w.t);
+    const a = await activeAgent(w);
+    const b = await activeAgent(w);
+    const ta = await paidTier(w, a.id);
+    const tb = await paidTier(w, b.id);
+    const s1 = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: ta.id } });
+    const s2 = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tb.id } });
+    expect(w.fake.sessions.get(s1.body.data.sessionId)!.customer).toBe(w.fake.sessions.get(s2.body.data.sessionId)!.customer);
+  });
+
+  it('converts a live free subscription in place when the user buys a paid tier of the same agent', async () => {
+    const agent = await activeAgent(w);
+    const free = await insertTier(w.t.db, agent.id, { priceCents: 0 });
+    const tier = await paidTier(w, agent.id);
+    const user = await signUp(w.t);
+    const started = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: free.id } });
+    const { subscriptionId } = await buyPaidTier(w, user, tier.id);
+    expect(subscriptionId).toBe(started.body.data.subscription.id);
+    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
+    expect(mine.body.data).toMatchObject({ id: subscriptionId, tierId: tier.id, status: 'active' });
+  });
+
+  it('refuses a second paid checkout for an agent the user already pays for (422 INVALID_STATE)', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const other = await paidTier(w, agent.id, { priceCents: 9000 });
+    const user = await signUp(w.t);
+    await buyPaidTier(w, user, tier.id);
+    const res = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: other.id } });
+    expect(res.status).toBe(422);
+    expect(res.body.error.code).toBe('INVALID_STATE');
+  });
+
+  it('answers 404 for unknown, hidden or archived tiers and tiers of inactive agents', async () => {
+    const user = await signUp(w.t);
+    const agent = await activeAgent(w);
+    const hidden = await paidTier(w, agent.id, { isPublic: false });
+    const inactive = await activeAgent(w);
+    const inactiveTier = await insertTier(w.t.db, inactive.id, { priceCents: 0 });
+    await sql`update agents set status = 'inactive' where id = ${inactive.id}`.execute(w.t.db);
+    for (const tierId of ['6f1c1f9e-2a8b-4a57-a0a5-0b7c2d0e9b11', hidden.id, inactiveTier.id]) {
+      const res = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId } });
+      expect(res.status).toBe(404);
+      expect(res.body.error.code).toBe('NOT_FOUND');
+    }
+  });
+
+  it('validates the body and refuses return URLs on other origins', async () => {
+    const user = await signUp(w.t);
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const bad = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: 'nope' } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.code).toBe('VALIDATION_ERROR');
+    const evil = await w.t.http.post('/me/checkout', {
+      cookie: user.cookie,
+      json: { tierId: tier.id, successUrl: 'https://evil.example/steal?session={CHECKOUT_SESSION_ID}' },
+    });
+    expect(evil.status).toBe(400);
+    expect(evil.body.error.details.issues[0].path).toBe('successUrl');
+    const own = await w.t.http.post('/me/checkout', {
+      cookie: user.cookie,
+      json: { tierId: tier.id, successUrl: `${w.t.baseUrl}/done?s={CHECKOUT_SESSION_ID}` },
+    });
+    expect(own.status).toBe(200);
+    expect(w.fake.sessions.get(own.body.data.sessionId)!.success_url).toBe(`${w.t.baseUrl}/done?s={CHECKOUT_SESSION_ID}`);
+  });
+
+  it('needs a signed-in user (401 with sign-in links)', async () => {
+    const res = await w.t.http.post('/me/checkout', { json: { tierId: '6f1c1f9e-2a8b-4a57-a0a5-0b7c2d0e9b11' } });
+    expect(res.status).toBe(401);
+    expect(res.body.error.details.signInUrl).toBeTruthy();
+  });
+});
+
+describe('verifyCheckoutSession (GET /me/checkout/{sessionId})', () => {
+  it("reads the buyer's own session through from Stripe and writes nothing", async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const user = await signUp(w.t);
+    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+    const sessionId = checkout.body.data.sessionId;
+    const open = await w.t.http.get(`/me/checkout/${sessionId}`, { cookie: user.cookie });
+    expect(open.status).toBe(200);
+    expect(open.body.data).toEqual({ sessionId, status: 'open', paymentStatus: 'unpaid', agentId: agent.id, tierId: tier.id, subscription: null });
+
+    // Paid at Stripe, webhook not yet delivered: the read shows Stripe's state and still writes nothing.
+    w.fake.completeCheckout(sessionId);
+    const subsBefore = await countRows(w.t, 'subscriptions');
+    const eventsBefore = await countRows(w.t, 'stripe_events');
+    const paid = await w.t.http.get(`/me/checkout/${sessionId}`, { cookie: user.cookie });
+    expect(paid.body.data).toMatchObject({ status: 'complete', paymentStatus: 'paid', subscription: null });
+    expect(await countRows(w.t, 'subscriptions')).toBe(subsBefore);
+    expect(await countRows(w.t, 'stripe_events')).toBe(eventsBefore);
+
+    await deliverPending(w);
+    const placed = await w.t.http.get(`/me/checkout/${sessionId}`, { cookie: user.cookie });
+    expect(placed.body.data.subscription).toMatchObject({ userId: user.userId, tierId: tier.id, status: 'active' });
+  });
+
+  it("hides other users' sessions (404), needs sign-in (401), and checks the id's shape (400)", async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const owner = await signUp(w.t);
+    const other = await signUp(w.t);
+    const checkout = await w.t.http.post('/me/checkout', { cookie: owner.cookie, json: { tierId: tier.id } });
+    const sessionId = checkout.body.data.sessionId;
+    expect((await w.t.http.get(`/me/checkout/${sessionId}`, { cookie: other.cookie })).status).toBe(404);
+    expect((await w.t.http.get(`/me/checkout/${sessionId}`)).status).toBe(401);
+    expect((await w.t.http.get('/me/checkout/cs_test_doesnotexist', { cookie: owner.cookie })).status).toBe(404);
+    expect((await w.t.http.get('/me/checkout/not-a-session', { cookie: owner.cookie })).status).toBe(400);
+  });
+});
+
+describe('listMySubscriptions / getMySubscription', () => {
+  it("lists only the caller's subscriptions and 404s an agent without an active one", async () => {
+    const agent = await activeAgent(w);
+    const free = await insertTier(w.t.db, agent.id, { priceCents: 0 });
+    const user = await signUp(w.t);
+    const other = await signUp(w.t);
+    await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: free.id } });
+    const list = await w.t.http.get('/me/subscriptions', { cookie: user.cookie });
+    expect(list.status).toBe(200);
+    expect(list.body.data.map((s: { agentId: string }) => s.agentId)).toEqual([agent.id]);
+    expect((await w.t.http.get('/me/subscriptions', { cookie: other.cookie })).body.data).toEqual([]);
+    const none = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: other.cookie });
+    expect(none.status).toBe(404);
+    expect(none.body.error.code).toBe('NOT_FOUND');
+    expect((await w.t.http.get('/me/subscriptions')).status).toBe(401);
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`)).status).toBe(401);
+    expect((await w.t.http.get('/me/subscriptions/not-a-uuid', { cookie: user.cookie })).status).toBe(400);
+  });
+});
+
+describe('without Stripe configured', () => {
+  it('free tiers work and every paid path answers 503 PAYMENTS_NOT_CONFIGURED', async () => {
+    const { startTestApp } = await import('../support/app.ts');
+    const { createAdmin } = await import('../support/users.ts');
+    const t = await startTestApp();
+    try {
+      const admin = await createAdmin(t);
+      const agent = await (await import('../support/fixtures.ts')).insertAgent(t.db, { status: 'active' });
+      const free = await insertTier(t.db, agent.id, { priceCents: 0 });
+      // A paid tier can be created (a catalog can be prepared before Stripe is set up); it has no Stripe price.
+      const paid = await t.http.post(`/agents/${agent.id}/pricing`, {
+        cookie: admin.cookie,
+        json: { name: 'Pro', priceCents: 1000, currency: 'usd', interval: 'month', isPublic: true, features: [] },
+      });
+      expect(paid.status).toBe(201);
+      const row = await first<{ price: string | null }>(t.db, sql`select stripe_price_id as price from tiers where id = ${paid.body.data.id}`);
+      expect(row!.price).toBeNull();
+
+      const user = await signUp(t);
+      expect((await t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: free.id } })).status).toBe(201);
+      const calls = [
+        await t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: paid.body.data.id } }),
+        await t.http.post('/checkout/anonymous', { json: { tierId: paid.body.data.id } }),
+        await t.http.post('/checkout/anonymous/complete', { json: { sessionId: 'cs_test_x' } }),
+        await t.http.get('/me/checkout/cs_test_x', { cookie: user.cookie }),
+        await t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'overview' } }),
+        await t.http.post('/admin/checkout-links', { cookie: admin.cookie, json: { userId: user.userId, tierId: paid.body.data.id } }),
+        await t.http.post('/webhooks/stripe', { body: '{}', headers: { 'content-type': 'application/json', 'stripe-signature': 't=1,v1=x' } }),
+      ];
+      for (const res of calls) {
+        expect(res.status).toBe(503);
+        expect(res.body.error.code).toBe('PAYMENTS_NOT_CONFIGURED');
+      }
+      // Cancelling a free subscription needs no Stripe.
+      const canceled = await t.http.post(`/me/subscriptions/${agent.id}/cancel`, { cookie: user.cookie });
+      expect(canceled.status).toBe(200);
+      expect(canceled.body.data.status).toBe('canceled');
+    } finally {
+      await t.close();
+    }
+  });
+});

@@ -1,0 +1,687 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import Stripe from 'stripe';
+import { parseStripeForm } from './form.ts';
+
+/**
+ * A stateful, Stripe-compatible HTTP server for tests and benchmarks. The app reaches it through STRIPE_API_URL
+ * with the real `stripe` SDK, so every request the app makes is a real SDK request (form-encoded, bearer key,
+ * idempotency keys) and every answer has the shape of the pinned API version's objects.
+ *
+ * What it models (only what the marketplace uses): customers, products, prices, Checkout Sessions in
+ * subscription mode, subscriptions with one item and `pending_update` (payment_behavior=pending_if_incomplete),
+ * subscription schedules (from_subscription, phases, release), invoices (open, paid, void), billing portal
+ * sessions. Each change records the events Stripe would send; tests take them with `takeEvents()` and deliver
+ * them signed (the SDK's generateTestHeaderString) with `deliver()`, in any order and as often as they like.
+ *
+ * Test controls stand in for what a customer or Stripe's clock would do: `completeCheckout` (the customer pays
+ * on the hosted page), `payInvoice` / `failInvoice`, `advancePeriod` (a billing cycle ends), `setPaymentMode`.
+ */
+
+export const FAKE_SECRET_KEY = 'sk_test_fake_marketplace';
+export const FAKE_WEBHOOK_SECRET = 'whsec_fake_marketplace_0123456789';
+
+type Json = Record<string, any>;
+
+export interface FakeEvent {
+  id: string;
+  object: 'event';
+  type: string;
+  created: number;
+  api_version: string;
+  livemode: false;
+  data: { object: Json };
+}
+
+export type PaymentMode = 'succeeds' | 'requires_action' | 'fails';
+
+class StripeApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly code = 'resource_missing',
+    readonly type = 'invalid_request_error',
+  ) {
+    super(message);
+  }
+}
+
+const DAY = 86_400;
+
+export class StripeFake {
+  readonly secretKey = FAKE_SECRET_KEY;
+  readonly webhookSecret = FAKE_WEBHOOK_SECRET;
+  url = '';
+  /** Every request the fake served, for tests that assert what the app asked Stripe to do. */
+  readonly requests: Array<{ method: string; path: string; body: Json }> = [];
+  readonly events: FakeEvent[] = [];
+
+  #server: Server | undefined;
+  #seq = 0;
+  #taken = 0;
+  #now: number | undefined;
+  #paymentMode: PaymentMode = 'succeeds';
+  #idempotent = new Map<string, { status: number; body: string }>();
+
+  readonly customers = new Map<string, Json>();
+  readonly products = new Map<string, Json>();
+  readonly prices = new Map<string, Json>();
+  readonly sessions = new Map<string, Json>();
+  readonly subscriptions = new Map<string, Json>();
+  readonly schedules = new Map<string, Json>();
+  readonly invoices = new Map<string, Json>();
+  readonly portalSessions = new Map<string, Json>();
+
+  /** Unix seconds: real time unless a test pinned it. */
+  now(): number {
+    return this.#now ?? Math.floor(Date.now() / 1000);
+  }
+  setNow(date: Date | string | number): void {
+    this.#now = Math.floor(new Date(date).getTime() / 1000);
+  }
+  /** How the customer's card behaves on the next charges (upgrades, renewals). Checkout always succeeds. */
+  setPaymentMode(mode: PaymentMode): void {
+    this.#paymentMode = mode;
+  }
+
+  async start(): Promise<this> {
+    this.#server = createServer((req, res) => void this.#handle(req, res));
+    await new Promise<void>((resolve) => this.#server!.listen(0, '127.0.0.1', resolve));
+    this.url = `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
+    return this;
+  }
+
+  async close(): Promise<void> {
+    if (!this.#server) return;
+    this.#server.closeAllConnections();
+    await new Promise<void>((resolve) => this.#server!.close(() => resolve()));
+  }
+
+  /** Environment that points the app at this fake. */
+  env(): Record<string, string> {
+    return { STRIPE_SECRET_KEY: this.secretKey, STRIPE_WEBHOOK_SECRET: this.webhookSecret, STRIPE_API_URL: this.url };
+  }
+
+  // ---------------------------------------------------------------- events
+
+  /** Events recorded since the previous call. */
+  takeEvents(): FakeEvent[] {
+    const out = this.events.slice(this.#taken);
+    this.#taken = this.events.length;
+    return out;
+  }
+
+  /** The raw body and Stripe-Signature header Stripe would send for an event. */
+  async sign(event: FakeEvent | Json, secret = this.webhookSecret): Promise<{ payload: string; header: string }> {
+    const payload = JSON.stringify(event);
+    const header = await Stripe.webhooks.generateTestHeaderStringAsync({ payload, secret, timestamp: Math.floor(Date.now() / 1000) });
+    return { payload, header };
+  }
+
+  /** POSTs a signed event to a webhook URL, as Stripe does. */
+  async deliver(webhookUrl: string, event: FakeEvent): Promise<Response> {
+    const { payload, header } = await this.sign(event);
+    return fetch(webhookUrl, { method: 'POST', headers: { 'content-type': 'application/json', 'stripe-signature': header }, body: payload });
+  }
+
+  #emit(type: string, object: Json): void {
+    this.events.push({
+      id: this.#id('evt'),
+      object: 'event',
+      type,
+      created: this.now(),
+      api_version: Stripe.API_VERSION,
+      livemode: false,
+      data: { object: structuredClone(object) },
+    });
+  }
+
+  #id(prefix: string): string {
+    this.#seq += 1;
+    return `${prefix}_fake${this.#seq.toString().padStart(6, '0')}${Math.random().toString(36).slice(2, 8)}`;
+  }
+
+  // ---------------------------------------------------------------- test controls
+
+  /** The customer pays on the hosted Checkout page: customer, subscription and paid invoice appear. */
+  completeCheckout(sessionId: string, options: { email?: string; name?: string } = {}): Json {
+    const session = this.#get(this.sessions, sessionId, 'checkout.session');
+    if (session.status !== 'open') throw new Error(`checkout session ${sessionId} is ${session.status}`);
+    let customerId: string = session.customer;
+    if (!customerId) {
+      const email = options.email ?? session.customer_email;
+      if (!email) throw new Error('anonymous checkout needs the email the buyer typed');
+      const customer = this.#createCustomer({ email, name: options.name ?? null, metadata: {} });
+      customerId = customer.id;
+    }
+    const customer = this.customers.get(customerId)!;
+    const price = this.#get(this.prices, session._line_items[0].price, 'price');
+    const sub = this.#createSubscription(customerId, price, session._subscription_metadata ?? {});
+    const invoice = this.#createInvoice(sub, price.unit_amount, 'subscription_create');
+    this.#markPaid(invoice);
+    sub.latest_invoice = invoice.id;
+    Object.assign(session, {
+      status: 'complete',
+      payment_status: 'paid',
+      customer: customerId,
+      subscription: sub.id,
+      customer_details: { email: customer.email, name: customer.name },
+    });
+    this.#emit('customer.subscription.created', sub);
+    this.#emit('invoice.created', invoice);
+    this.#emit('invoice.finalized', invoice);
+    this.#emit('invoice.paid', invoice);
+    this.#emit('invoice.payment_succeeded', invoice);
+    this.#emit('checkout.session.completed', this.#sessionView(session));
+    return sub;
+  }
+
+  /** The customer pays an open invoice (e.g. the proration of an upgrade): a pending update is applied. */
+  payInvoice(invoiceId: string): void {
+    const invoice = this.#get(this.invoices, invoiceId, 'invoice');
+    if (invoice.status !== 'open') throw new Error(`invoice ${invoiceId} is ${invoice.status}`);
+    this.#markPaid(invoice);
+    this.#emit('invoice.paid', invoice);
+    this.#emit('invoice.payment_succeeded', invoice);
+    const sub = this.subscriptions.get(invoice.parent?.subscription_details?.subscription);
+    if (!sub) return;
+    if (sub.pending_update && sub.latest_invoice === invoice.id) {
+      const item = sub.pending_update.subscription_items[0];
+      sub.items.data[0].price = structuredClone(item.price);
+      sub.pending_update = null;
+      if (sub.status === 'past_due') sub.status = 'active';
+      this.#emit('customer.subscription.updated', sub);
+      this.#emit('customer.subscription.pending_update_applied', sub);
+    } else if (sub.status === 'past_due') {
+      sub.status = 'active';
+      this.#emit('customer.subscription.updated', sub);
+    }
+  }
+
+  /** A payment attempt on an open invoice fails. */
+  failInvoice(invoiceId: string): void {
+    const invoice = this.#get(this.invoices, invoiceId, 'invoice');
+    invoice.attempt_count += 1;
+    this.#emit('invoice.payment_failed', invoice);
+  }
+
+  /**
+   * The current billing period of a subscription ends: it is canceled when set to cancel at period end,
+   * otherwise the schedule's next phase (if any) takes over and the renewal invoice is charged.
+   */
+  advancePeriod(subscriptionId: string): void {
+    const sub = this.#get(this.subscriptions, subscriptionId, 'subscription');
+    if (sub.status === 'canceled') throw new Error('subscription already canceled');
+    const item = sub.items.data[0];
+    const boundary: number = item.current_period_end;
+    if (this.now() < boundary) this.#now = boundary;
+    if (sub.cancel_at_period_end) {
+      this.#cancelNow(sub);
+      return;
+    }
+    const schedule = sub.schedule ? this.schedules.get(sub.schedule) : undefined;
+    if (schedule) {
+      const next = schedule.phases.find((p: Json) => p.start_date >= boundary);
+      if (next) {
+        item.price = structuredClone(this.#get(this.prices, next.items[0].price, 'price'));
+        schedule.current_phase = { start_date: next.start_date, end_date: next.end_date };
+        this.#emit('subscription_schedule.updated', schedule);
+      } else {
+        schedule.status = 'released';
+        schedule.released_at = this.now();
+        schedule.released_subscription = sub.id;
+        schedule.subscription = null;
+        schedule.current_phase = null;
+        sub.schedule = null;
+        this.#emit('subscription_schedule.released', schedule);
+      }
+    }
+    item.current_period_start = boundary;
+    item.current_period_end = addInterval(boundary, item.price.recurring.interval);
+    const invoice = this.#createInvoice(sub, item.price.unit_amount, 'subscription_cycle');
+    sub.latest_invoice = invoice.id;
+    this.#emit('invoice.created', invoice);
+    if (this.#paymentMode === 'succeeds') {
+      this.#markPaid(invoice);
+      this.#emit('invoice.paid', invoice);
+      this.#emit('invoice.payment_succeeded', invoice);
+    } else {
+      sub.status = 'past_due';
+      this.#emit('invoice.payment_failed', invoice);
+    }
+    this.#emit('customer.subscription.updated', sub);
+  }
+
+  // ---------------------------------------------------------------- HTTP
+
+  async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const url = new URL(req.url ?? '/', 'http://fake');
+    const method = req.method ?? 'GET';
+    const body = method === 'GET' || method === 'DELETE' ? parseStripeForm(url.search.slice(1)) : parseStripeForm(Buffer.concat(chunks).toString());
+    this.requests.push({ method, path: url.pathname, body });
+    const send = (status: number, text: string) => {
+      res.writeHead(status, { 'content-type': 'application/json', 'request-id': `req_${this.#seq}` });
+      res.end(text);
+    };
+    if (req.headers.authorization !== `Bearer ${this.secretKey}`) {
+      send(401, JSON.stringify({ error: { type: 'invalid_request_error', message: 'Invalid API Key provided' } }));
+      return;
+    }
+    const idemKey = method === 'POST' ? req.headers['idempotency-key'] : undefined;
+    const cacheKey = typeof idemKey === 'string' ? `${url.pathname}:${idemKey}` : undefined;
+    if (cacheKey && this.#idempotent.has(cacheKey)) {
+      const cached = this.#idempotent.get(cacheKey)!;
+      send(cached.status, cached.body);
+      return;
+    }
+    let status = 200;
+    let text: string;
+    try {
+      text = JSON.stringify(this.#route(method, url.pathname, body as Json));
+    } catch (err) {
+      if (!(err instanceof StripeApiError)) throw err;
+      status = err.status;
+      text = JSON.stringify({ error: { type: err.type, code: err.code, message: err.message } });
+    }
+    if (cacheKey) this.#idempotent.set(cacheKey, { status, body: text });
+    send(status, text);
+  }
+
+  #route(method: string, path: string, body: Json): Json {
+    const parts = path.replace(/^\/v1\//, '').split('/');
+    const [resource, id, action] = parts;
+    const key = `${method} ${resource}${id ? '/:id' : ''}${action ? `/${action}` : ''}`;
+    switch (key) {
+      case 'POST customers':
+        return this.#createCustomer({ email: body.email ?? null, name: body.name ?? null, metadata: body.metadata ?? {} });
+      case 'GET customers/:id':
+        return this.#get(this.customers, id!, 'customer');
+      case 'POST products': {
+        const product = { id: this.#id('prod'), object: 'product', name: body.name, active: true, metadata: body.metadata ?? {}, created: this.now() };
+        this.products.set(product.id, product);
+        return product;
+      }
+      case 'POST products/:id':
+        return this.#update(this.#get(this.products, id!, 'product'), body);
+      case 'GET products/:id':
+        return this.#get(this.products, id!, 'product');
+      case 'POST prices':
+        return this.#createPrice(body);
+      case 'POST prices/:id':
+        return this.#update(this.#get(this.prices, id!, 'price'), body);
+      case 'GET prices/:id':
+        return this.#get(this.prices, id!, 'price');
+      case 'GET subscriptions/:id':
+        return this.#subscriptionView(this.#get(this.subscriptions, id!, 'subscription'), body.expand);
+      case 'POST subscriptions/:id':
+        return this.#updateSubscription(id!, body);
+      case 'DELETE subscriptions/:id': {
+        const sub = this.#get(this.subscriptions, id!, 'subscription');
+        if (sub.status === 'canceled') throw new StripeApiError(400, 'This subscription is already canceled', 'resource_missing');
+        this.#cancelNow(sub);
+        return this.#subscriptionView(sub);
+      }
+      case 'POST subscription_schedules':
+        return this.#createSchedule(body);
+      case 'GET subscription_schedules/:id':
+        return this.#get(this.schedules, id!, 'subscription_schedule');
+      case 'POST subscription_schedules/:id':
+        return this.#updateSchedule(id!, body);
+      case 'POST subscription_schedules/:id/release':
+        return this.#releaseSchedule(id!);
+      case 'GET invoices/:id':
+        return this.#get(this.invoices, id!, 'invoice');
+      case 'POST invoices/:id/void':
+        return this.#voidInvoice(id!);
+      case 'GET invoices': {
+        const data = [...this.invoices.values()].filter(
+          (i) =>
+            (!body.subscription || i.parent?.subscription_details?.subscription === body.subscription) && (!body.status || i.status === body.status),
+        );
+        return { object: 'list', data, has_more: false, url: '/v1/invoices' };
+      }
+      default:
+        break;
+    }
+    if (resource === 'checkout' && id === 'sessions') {
+      const sessionId = action;
+      if (method === 'POST' && !sessionId) return this.#createCheckoutSession(body);
+      if (method === 'GET' && sessionId) return this.#sessionView(this.#get(this.sessions, sessionId, 'checkout.session'));
+    }
+    if (resource === 'billing_portal' && id === 'sessions' && method === 'POST' && !action) return this.#createPortalSession(body);
+    throw new StripeApiError(404, `Unrecognized request URL (${method}: ${path})`, 'unrecognized_url');
+  }
+
+  #get(map: Map<string, Json>, id: string, what: string): Json {
+    const found = map.get(id);
+    if (!found) throw new StripeApiError(404, `No such ${what}: '${id}'`);
+    return found;
+  }
+
+  #update(object: Json, body: Json): Json {
+    if (body.active !== undefined) object.active = body.active === 'true';
+    if (body.metadata) object.metadata = { ...object.metadata, ...body.metadata };
+    if (body.name) object.name = body.name;
+    return object;
+  }
+
+  #createCustomer(fields: { email: string | null; name: string | null; metadata: Json }): Json {
+    const customer = { id: this.#id('cus'), object: 'customer', created: this.now(), ...fields };
+    this.customers.set(customer.id, customer);
+    this.#emit('customer.created', customer);
+    return customer;
+  }
+
+  #createPrice(body: Json): Json {
+    this.#get(this.products, body.product, 'product');
+    if (!body.recurring?.interval) throw new StripeApiError(400, 'Missing required param: recurring[interval].', 'parameter_missing');
+    const price = {
+      id: this.#id('price'),
+      object: 'price',
+      product: body.product,
+      unit_amount: Number(body.unit_amount),
+      currency: body.currency,
+      recurring: { interval: body.recurring.interval, interval_count: 1 },
+      type: 'recurring',
+      active: true,
+      metadata: body.metadata ?? {},
+      created: this.now(),
+    };
+    this.prices.set(price.id, price);
+    return price;
+  }
+
+  #createCheckoutSession(body: Json): Json {
+    if (body.mode !== 'subscription') throw new StripeApiError(400, 'This fake only supports mode=subscription', 'parameter_invalid');
+    const lineItems = body.line_items as Json[] | undefined;
+    if (!lineItems?.length) throw new StripeApiError(400, 'Missing required param: line_items.', 'parameter_missing');
+    const price = this.#get(this.prices, lineItems[0]!.price, 'price');
+    if (!price.active) throw new StripeApiError(400, 'The price specified is inactive.', 'price_inactive');
+    if (body.customer) this.#get(this.customers, body.customer, 'customer');
+    const id = this.#id('cs_test');
+    const session = {
+      id,
+      object: 'checkout.session',
+      mode: 'subscription',
+      status: 'open',
+      payment_status: 'unpaid',
+      url: `${this.url}/pay/${id}`,
+      customer: body.customer ?? null,
+      customer_email: body.customer_email ?? null,
+      customer_details: null,
+      client_reference_id: body.client_reference_id ?? null,
+      metadata: body.metadata ?? {},
+      subscription: null,
+      success_url: body.success_url ?? null,
+      cancel_url: body.cancel_url ?? null,
+      created: this.now(),
+      expires_at: this.now() + DAY,
+      _line_items: lineItems.map((l) => ({ price: l.price, quantity: Number(l.quantity ?? 1) })),
+      _subscription_metadata: body.subscription_data?.metadata ?? {},
+    };
+    this.sessions.set(id, session);
+    return this.#sessionView(session);
+  }
+
+  #sessionView(session: Json): Json {
+    const { _line_items, _subscription_metadata, ...view } = session;
+    return structuredClone(view);
+  }
+
+  #createSubscription(customerId: string, price: Json, metadata: Json): Json {
+    const start = this.now();
+    const sub = {
+      id: this.#id('sub'),
+      object: 'subscription',
+      customer: customerId,
+      status: 'active',
+      created: start,
+      start_date: start,
+      cancel_at_period_end: false,
+      cancel_at: null,
+      canceled_at: null,
+      ended_at: null,
+      metadata: { ...metadata },
+      pending_update: null,
+      schedule: null,
+      latest_invoice: null,
+      currency: price.currency,
+      items: {
+        object: 'list',
+        data: [
+          {
+            id: this.#id('si'),
+            object: 'subscription_item',
+            price: structuredClone(price),
+            quantity: 1,
+            current_period_start: start,
+            current_period_end: addInterval(start, price.recurring.interval),
+          },
+        ],
+      },
+    };
+    this.subscriptions.set(sub.id, sub);
+    return sub;
+  }
+
+  #subscriptionView(sub: Json, expand?: unknown): Json {
+    const view = structuredClone(sub);
+    const fields = Array.isArray(expand) ? expand : [];
+    if (fields.includes('schedule') && sub.schedule) view.schedule = structuredClone(this.schedules.get(sub.schedule));
+    if (fields.includes('latest_invoice') && sub.latest_invoice) view.latest_invoice = structuredClone(this.invoices.get(sub.latest_invoice));
+    return view;
+  }
+
+  #createInvoice(sub: Json, amount: number, reason: string): Json {
+    const invoice = {
+      id: this.#id('in'),
+      object: 'invoice',
+      customer: sub.customer,
+      status: 'open',
+      amount_due: amount,
+      amount_paid: 0,
+      currency: sub.currency,
+      attempt_count: 0,
+      billing_reason: reason,
+      created: this.now(),
+      parent: { type: 'subscription_details', subscription_details: { subscription: sub.id, metadata: { ...sub.metadata } } },
+    };
+    this.invoices.set(invoice.id, invoice);
+    return invoice;
+  }
+
+  #markPaid(invoice: Json): void {
+    invoice.status = 'paid';
+    invoice.amount_paid = invoice.amount_due;
+    invoice.attempt_count += 1;
+  }
+
+  #updateSubscription(id: string, body: Json): Json {
+    const sub = this.#get(this.subscriptions, id, 'subscription');
+    if (sub.status === 'canceled') throw new StripeApiError(400, 'A canceled subscription can only update its cancellation_details and metadata.', 'resource_missing');
+    if (body.cancel_at_period_end !== undefined) {
+      if (sub.schedule) {
+        throw new StripeApiError(
+          400,
+          `The subscription is managed by the subscription schedule \`${sub.schedule}\`, and updating any cancelation behavior directly is not allowed.`,
+          'parameter_invalid',
+        );
+      }
+      sub.cancel_at_period_end = body.cancel_at_period_end === 'true';
+      sub.cancel_at = sub.cancel_at_period_end ? sub.items.data[0].current_period_end : null;
+    }
+    if (body.metadata) sub.metadata = { ...sub.metadata, ...body.metadata };
+    const items = body.items as Json[] | undefined;
+    if (items?.length) {
+      const change = items[0]!;
+      const item = sub.items.data[0];
+      if (change.id && change.id !== item.id) throw new StripeApiError(400, `No such subscription item: '${change.id}'`);
+      const price = this.#get(this.prices, change.price, 'price');
+      const pendingIfIncomplete = body.payment_behavior === 'pending_if_incomplete';
+      if (pendingIfIncomplete && sub.pending_update) {
+        throw new StripeApiError(400, 'This subscription already has a pending update.', 'subscription_pending_update');
+      }
+      if (body.proration_behavior === 'always_invoice') {
+        const proration = Math.max(0, price.unit_amount - item.price.unit_amount);
+        const invoice = this.#createInvoice(sub, proration, 'subscription_update');
+        sub.latest_invoice = invoice.id;
+        this.#emit('invoice.created', invoice);
+        if (this.#paymentMode === 'succeeds') {
+          this.#markPaid(invoice);
+          item.price = structuredClone(price);
+          this.#emit('invoice.paid', invoice);
+          this.#emit('invoice.payment_succeeded', invoice);
+        } else if (pendingIfIncomplete) {
+          sub.pending_update = {
+            billing_cycle_anchor: null,
+            cancel_at_period_end: null,
+            discounts: null,
+            expires_at: this.now() + DAY - 3600,
+            metadata: null,
+            subscription_items: [{ ...structuredClone(item), price: structuredClone(price) }],
+            trial_end: null,
+            trial_from_plan: null,
+          };
+          if (this.#paymentMode === 'fails') this.#emit('invoice.payment_failed', invoice);
+        } else {
+          item.price = structuredClone(price);
+          sub.status = 'past_due';
+          this.#emit('invoice.payment_failed', invoice);
+        }
+      } else {
+        item.price = structuredClone(price);
+      }
+    }
+    this.#emit('customer.subscription.updated', sub);
+    return this.#subscriptionView(sub);
+  }
+
+  #cancelNow(sub: Json): void {
+    sub.status = 'canceled';
+    sub.canceled_at = this.now();
+    sub.ended_at = this.now();
+    sub.pending_update = null;
+    if (sub.schedule) {
+      const schedule = this.schedules.get(sub.schedule)!;
+      schedule.status = 'canceled';
+      schedule.canceled_at = this.now();
+      sub.schedule = null;
+      this.#emit('subscription_schedule.canceled', schedule);
+    }
+    this.#emit('customer.subscription.deleted', sub);
+  }
+
+  #createSchedule(body: Json): Json {
+    const sub = this.#get(this.subscriptions, body.from_subscription, 'subscription');
+    if (sub.schedule) throw new StripeApiError(400, `The subscription \`${sub.id}\` is already attached to a schedule.`, 'resource_already_exists');
+    const item = sub.items.data[0];
+    const schedule = {
+      id: this.#id('sub_sched'),
+      object: 'subscription_schedule',
+      customer: sub.customer,
+      subscription: sub.id,
+      status: 'active',
+      end_behavior: 'release',
+      released_at: null,
+      released_subscription: null,
+      canceled_at: null,
+      current_phase: { start_date: item.current_period_start, end_date: item.current_period_end },
+      phases: [
+        { start_date: item.current_period_start, end_date: item.current_period_end, items: [{ price: item.price.id, quantity: 1 }] },
+      ],
+      metadata: {},
+      created: this.now(),
+    };
+    this.schedules.set(schedule.id, schedule);
+    sub.schedule = schedule.id;
+    this.#emit('subscription_schedule.created', schedule);
+    this.#emit('customer.subscription.updated', sub);
+    return schedule;
+  }
+
+  #updateSchedule(id: string, body: Json): Json {
+    const schedule = this.#get(this.schedules, id, 'subscription_schedule');
+    if (schedule.status !== 'active') throw new StripeApiError(400, `You cannot update a schedule that is ${schedule.status}.`, 'parameter_invalid');
+    if (body.end_behavior) schedule.end_behavior = body.end_behavior;
+    if (Array.isArray(body.phases)) {
+      let cursor: number = schedule.phases[0].start_date;
+      schedule.phases = body.phases.map((p: Json) => {
+        const price = this.#get(this.prices, p.items?.[0]?.price, 'price');
+        const start = p.start_date && p.start_date !== 'now' ? Number(p.start_date) : cursor;
+        const end = p.end_date ? Number(p.end_date) : addInterval(start, p.duration?.interval ?? price.recurring.interval, Number(p.duration?.interval_count ?? 1));
+        cursor = end;
+        return { start_date: start, end_date: end, items: [{ price: price.id, quantity: Number(p.items[0].quantity ?? 1) }] };
+      });
+    }
+    this.#emit('subscription_schedule.updated', schedule);
+    return schedule;
+  }
+
+  #releaseSchedule(id: string): Json {
+    const schedule = this.#get(this.schedules, id, 'subscription_schedule');
+    if (schedule.status !== 'active') throw new StripeApiError(400, `You cannot release a schedule that is ${schedule.status}.`, 'parameter_invalid');
+    const sub = this.subscriptions.get(schedule.subscription);
+    schedule.status = 'released';
+    schedule.released_at = this.now();
+    schedule.released_subscription = schedule.subscription;
+    schedule.subscription = null;
+    schedule.current_phase = null;
+    this.#emit('subscription_schedule.released', schedule);
+    if (sub) {
+      sub.schedule = null;
+      this.#emit('customer.subscription.updated', sub);
+    }
+    return schedule;
+  }
+
+  #voidInvoice(id: string): Json {
+    const invoice = this.#get(this.invoices, id, 'invoice');
+    if (invoice.status !== 'open') throw new StripeApiError(400, `You can only pass in open invoices. This invoice isn't open.`, 'invoice_not_open');
+    invoice.status = 'void';
+    this.#emit('invoice.voided', invoice);
+    const sub = this.subscriptions.get(invoice.parent?.subscription_details?.subscription);
+    if (sub?.pending_update && sub.latest_invoice === invoice.id) {
+      // Voiding the invoice of a pending update discards the update.
+      sub.pending_update = null;
+      this.#emit('customer.subscription.pending_update_expired', sub);
+      this.#emit('customer.subscription.updated', sub);
+    }
+    return invoice;
+  }
+
+  #createPortalSession(body: Json): Json {
+    this.#get(this.customers, body.customer, 'customer');
+    const flow = body.flow_data;
+    if (flow?.type === 'subscription_cancel') {
+      const sub = this.#get(this.subscriptions, flow.subscription_cancel?.subscription, 'subscription');
+      if (sub.customer !== body.customer) throw new StripeApiError(400, 'The subscription does not belong to this customer.', 'parameter_invalid');
+    }
+    const id = this.#id('bps');
+    const session = {
+      id,
+      object: 'billing_portal.session',
+      customer: body.customer,
+      return_url: body.return_url ?? null,
+      url: `${this.url}/portal/${id}`,
+      flow: flow ? { type: flow.type, subscription_cancel: flow.subscription_cancel ?? null } : null,
+      created: this.now(),
+    };
+    this.portalSessions.set(id, session);
+    return session;
+  }
+}
+
+function addInterval(unixSeconds: number, interval: string, count = 1): number {
+  const d = new Date(unixSeconds * 1000);
+  if (interval === 'year') d.setUTCFullYear(d.getUTCFullYear() + count);
+  else if (interval === 'month') d.setUTCMonth(d.getUTCMonth() + count);
+  else if (interval === 'week') d.setUTCDate(d.getUTCDate() + 7 * count);
+  else d.setUTCDate(d.getUTCDate() + count);
+  return Math.floor(d.getTime() / 1000);
+}
+
+export async function startStripeFake(): Promise<StripeFake> {
+  return new StripeFake().start();
+}
