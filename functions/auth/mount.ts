@@ -33,7 +33,9 @@ export function authLibraryRoutes() {
       changesRole: body?.data !== null && typeof body?.data === 'object' && 'role' in body.data,
     })),
   );
-  router.on(['GET', 'POST'], '/api/auth/*', (c) => c.var.deps.auth.handler(withoutNonBrowserFetchMetadata(c.req.raw)));
+  router.on(['GET', 'POST'], '/api/auth/*', async (c) =>
+    c.var.deps.auth.handler(await withEmptyJsonBody(withoutNonBrowserFetchMetadata(c.req.raw))),
+  );
   return router;
 }
 
@@ -75,3 +77,17 @@ function refuseSelfDemotion(read: RoleChange) {
   };
 }
 
+
+/**
+ * Actions without a documented body (sign-out, revoke-sessions, ...) accept a POST with no body and no
+ * Content-Type (contract.md section 1); the library wants JSON and would answer 415, so such a request is
+ * handed over as `{}`.
+ */
+async function withEmptyJsonBody(request: Request): Promise<Request> {
+  if (request.method !== 'POST' || request.headers.has('content-type')) return request;
+  const body = await request.arrayBuffer();
+  if (body.byteLength > 0) return new Request(request, { body });
+  const headers = new Headers(request.headers);
+  headers.set('content-type', 'application/json');
+  return new Request(request.url, { method: 'POST', headers, body: '{}' });
+}

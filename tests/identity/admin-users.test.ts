@@ -1,0 +1,244 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, rows, sql } from '../../functions/platform/db.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+
+/**
+ * Admin user controls: POST /admin/users/{id}/ban, /unban, PUT /admin/users/{id}/role, and the library's own
+ * /api/auth/admin/* endpoints, which stay for platform admins only and may not demote the caller either.
+ */
+let t: TestApp;
+let admin: TestUser;
+beforeAll(async () => {
+  t = await startTestApp();
+  admin = await createAdmin(t);
+});
+afterAll(() => t.close());
+
+const origin = () => ({ origin: t.baseUrl });
+const roleOf = async (userId: string) => (await first<{ role: string }>(t.db, sql`select role from "user" where id = ${userId}`))!.role;
+
+/** OAuth tokens of a user as the provider stores them, to see a ban remove them. */
+async function insertOAuthTokens(userId: string) {
+  const clientId = `client-${randomUUID()}`;
+  const now = new Date();
+  const later = new Date(Date.now() + 3600_000);
+  await sql`insert into "oauthClient" (id, "clientId", "redirectUris", "createdAt", "updatedAt")
+            values (${randomUUID()}, ${clientId}, ${JSON.stringify(['http://127.0.0.1:9/cb'])}::jsonb, ${now}, ${now})`.execute(t.db);
+  const refreshId = randomUUID();
+  await sql`insert into "oauthRefreshToken" (id, token, "clientId", "userId", "expiresAt", "createdAt", scopes)
+            values (${refreshId}, ${randomUUID()}, ${clientId}, ${userId}, ${later}, ${now}, '["openid"]'::jsonb)`.execute(t.db);
+  await sql`insert into "oauthAccessToken" (id, token, "clientId", "userId", "refreshId", "expiresAt", "createdAt", scopes)
+            values (${randomUUID()}, ${randomUUID()}, ${clientId}, ${userId}, ${refreshId}, ${later}, ${now}, '["openid"]'::jsonb)`.execute(t.db);
+}
+const oauthTokenCount = async (userId: string) =>
+  (
+    await rows<{ n: number }>(
+      t.db,
+      sql`select (select count(*) from "oauthRefreshToken" where "userId" = ${userId})
+               + (select count(*) from "oauthAccessToken" where "userId" = ${userId}) as n`,
+    )
+  )[0]!.n;
+
+describe('POST /admin/users/{userId}/ban', () => {
+  it('bans: the user’s sessions and OAuth tokens are gone at once, and sign-in answers 403 BANNED_USER', async () => {
+    const user = await signUp(t);
+    await insertOAuthTokens(user.userId);
+    expect(await oauthTokenCount(user.userId)).toBe(2);
+    expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(200);
+
+    const res = await t.http.post(`/admin/users/${user.userId}/ban`, { cookie: admin.cookie, json: { reason: 'spam' } });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toMatchObject({ id: user.userId, banned: true, banReason: 'spam', role: 'user' });
+
+    const me = await t.http.get('/me', { cookie: user.cookie });
+    expect(me.status).toBe(401);
+    expect(me.body.error.details.signInUrl).toBeDefined();
+    expect(await oauthTokenCount(user.userId)).toBe(0);
+    const signInAgain = await t.http.post('/api/auth/sign-in/email', { json: { email: user.email, password: user.password } });
+    expect(signInAgain.status).toBe(403);
+    expect(signInAgain.body.code).toBe('BANNED_USER');
+  });
+
+  it('accepts a POST with no body and no Content-Type', async () => {
+    const user = await signUp(t);
+    const res = await t.http.post(`/admin/users/${user.userId}/ban`, { cookie: admin.cookie });
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data).toMatchObject({ banned: true, banReason: null });
+  });
+
+  it('refuses an admin banning themselves (403) and unknown fields (400), changing nothing', async () => {
+    const self = await t.http.post(`/admin/users/${admin.userId}/ban`, { cookie: admin.cookie, json: {} });
+    expect(self.status).toBe(403);
+    expect(self.body.error.code).toBe('FORBIDDEN');
+    const user = await signUp(t);
+    const bad = await t.http.post(`/admin/users/${user.userId}/ban`, { cookie: admin.cookie, json: { reason: 42 } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.code).toBe('VALIDATION_ERROR');
+    expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(200);
+  });
+
+  it('answers 404 for an unknown user, 401 anonymous, 403 for a non-admin', async () => {
+    const missing = await t.http.post(`/admin/users/${randomUUID()}/ban`, { cookie: admin.cookie, json: {} });
+    expect(missing.status).toBe(404);
+    expect(missing.body.error.code).toBe('NOT_FOUND');
+    const user = await signUp(t);
+    const other = await signUp(t);
+    const anonymous = await t.http.post(`/admin/users/${other.userId}/ban`, { json: {} });
+    expect(anonymous.status).toBe(401);
+    expect(anonymous.body.error.details.signUpUrl).toBeDefined();
+    const notAdmin = await t.http.post(`/admin/users/${other.userId}/ban`, { cookie: user.cookie, json: {} });
+    expect(notAdmin.status).toBe(403);
+    expect((await t.http.get('/me', { cookie: other.cookie })).status).toBe(200);
+  });
+
+  it('refuses a cookie-authenticated ban posted from another origin (403) and accepts the trusted origin', async () => {
+    const user = await signUp(t);
+    const forged = await t.http.post(`/admin/users/${user.userId}/ban`, {
+      cookie: admin.cookie,
+      json: {},
+      headers: { origin: 'https://evil.example' },
+    });
+    expect(forged.status).toBe(403);
+    expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(200);
+    const trusted = await t.http.post(`/admin/users/${user.userId}/ban`, { cookie: admin.cookie, json: {}, headers: origin() });
+    expect(trusted.status).toBe(200);
+  });
+});
+
+describe('POST /admin/users/{userId}/unban', () => {
+  it('lifts the ban: the user can sign in again', async () => {
+    const user = await signUp(t);
+    await t.http.post(`/admin/users/${user.userId}/ban`, { cookie: admin.cookie, json: {} });
+    const res = await t.http.post(`/admin/users/${user.userId}/unban`, { cookie: admin.cookie });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toMatchObject({ id: user.userId, banned: false, banReason: null });
+    const signInAgain = await t.http.post('/api/auth/sign-in/email', { json: { email: user.email, password: user.password } });
+    expect(signInAgain.status).toBe(200);
+  });
+
+  it('answers 404 unknown, 401 anonymous, 403 non-admin', async () => {
+    const user = await signUp(t);
+    expect((await t.http.post(`/admin/users/${randomUUID()}/unban`, { cookie: admin.cookie })).status).toBe(404);
+    expect((await t.http.post(`/admin/users/${user.userId}/unban`)).status).toBe(401);
+    expect((await t.http.post(`/admin/users/${user.userId}/unban`, { cookie: user.cookie })).status).toBe(403);
+  });
+});
+
+describe('PUT /admin/users/{userId}/role', () => {
+  it('promotes and demotes another user; the new role applies to their next request', async () => {
+    const user = await signUp(t);
+    const up = await t.http.put(`/admin/users/${user.userId}/role`, { cookie: admin.cookie, json: { role: 'platform_admin' } });
+    expect(up.status).toBe(200);
+    expect(up.body.data).toMatchObject({ id: user.userId, role: 'platform_admin' });
+    expect((await t.http.get('/me', { cookie: user.cookie })).body.data.role).toBe('platform_admin');
+    const down = await t.http.put(`/admin/users/${user.userId}/role`, { cookie: admin.cookie, json: { role: 'user' } });
+    expect(down.body.data.role).toBe('user');
+    expect((await t.http.put(`/admin/users/${admin.userId}/role`, { cookie: user.cookie, json: { role: 'user' } })).status).toBe(403);
+  });
+
+  it('refuses an admin demoting themselves (403) and keeps the role', async () => {
+    const res = await t.http.put(`/admin/users/${admin.userId}/role`, { cookie: admin.cookie, json: { role: 'user' } });
+    expect(res.status).toBe(403);
+    expect(res.body.error.code).toBe('FORBIDDEN');
+    expect(await roleOf(admin.userId)).toBe('platform_admin');
+    const keep = await t.http.put(`/admin/users/${admin.userId}/role`, { cookie: admin.cookie, json: { role: 'platform_admin' } });
+    expect(keep.status).toBe(200);
+  });
+
+  it('rejects an unknown role (400), unknown user (404), anonymous (401), non-admin (403)', async () => {
+    const user = await signUp(t);
+    const bad = await t.http.put(`/admin/users/${user.userId}/role`, { cookie: admin.cookie, json: { role: 'admin' } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.details.issues[0].path).toBe('role');
+    expect((await t.http.put(`/admin/users/${randomUUID()}/role`, { cookie: admin.cookie, json: { role: 'user' } })).status).toBe(404);
+    expect((await t.http.put(`/admin/users/${user.userId}/role`, { json: { role: 'platform_admin' } })).status).toBe(401);
+    expect((await t.http.put(`/admin/users/${user.userId}/role`, { cookie: user.cookie, json: { role: 'platform_admin' } })).status).toBe(403);
+    expect(await roleOf(user.userId)).toBe('user');
+  });
+});
+
+describe('the library’s /api/auth/admin/* endpoints', () => {
+  it('list-users is for platform admins only', async () => {
+    const user = await signUp(t);
+    expect((await t.http.get('/api/auth/admin/list-users')).status).toBe(401);
+    expect((await t.http.get('/api/auth/admin/list-users', { cookie: user.cookie })).status).toBe(403);
+    const ok = await t.http.get('/api/auth/admin/list-users', { cookie: admin.cookie });
+    expect(ok.status).toBe(200);
+    expect(ok.body.users.some((u: { id: string }) => u.id === user.userId)).toBe(true);
+  });
+
+  it('set-role: a non-admin cannot promote themselves; an admin cannot demote themselves', async () => {
+    const user = await signUp(t);
+    const selfPromote = await t.http.post('/api/auth/admin/set-role', {
+      cookie: user.cookie,
+      json: { userId: user.userId, role: 'platform_admin' },
+      headers: origin(),
+    });
+    expect(selfPromote.status).toBe(403);
+    expect(await roleOf(user.userId)).toBe('user');
+
+    const selfDemote = await t.http.post('/api/auth/admin/set-role', {
+      cookie: admin.cookie,
+      json: { userId: admin.userId, role: 'user' },
+      headers: origin(),
+    });
+    expect(selfDemote.status).toBe(403);
+    expect(await roleOf(admin.userId)).toBe('platform_admin');
+    const listForm = await t.http.post('/api/auth/admin/set-role', {
+      cookie: admin.cookie,
+      json: { userId: admin.userId, role: ['user'] },
+      headers: origin(),
+    });
+    expect(listForm.status).toBe(403);
+    expect(await roleOf(admin.userId)).toBe('platform_admin');
+
+    const other = await t.http.post('/api/auth/admin/set-role', {
+      cookie: admin.cookie,
+      json: { userId: user.userId, role: 'platform_admin' },
+      headers: origin(),
+    });
+    expect(other.status).toBe(200);
+    expect(await roleOf(user.userId)).toBe('platform_admin');
+  });
+
+  it('update-user cannot demote the caller either, but may change their name', async () => {
+    const demote = await t.http.post('/api/auth/admin/update-user', {
+      cookie: admin.cookie,
+      json: { userId: admin.userId, data: { role: 'user' } },
+      headers: origin(),
+    });
+    expect(demote.status).toBe(403);
+    expect(await roleOf(admin.userId)).toBe('platform_admin');
+    const rename = await t.http.post('/api/auth/admin/update-user', {
+      cookie: admin.cookie,
+      json: { userId: admin.userId, data: { name: 'Renamed Admin' } },
+      headers: origin(),
+    });
+    expect(rename.status).toBe(200);
+    expect((await t.http.get('/me', { cookie: admin.cookie })).body.data.name).toBe('Renamed Admin');
+  });
+
+  it('ban-user of the library also removes the user’s OAuth tokens and ends their sessions', async () => {
+    const user = await signUp(t);
+    await insertOAuthTokens(user.userId);
+    const res = await t.http.post('/api/auth/admin/ban-user', { cookie: admin.cookie, json: { userId: user.userId }, headers: origin() });
+    expect(res.status).toBe(200);
+    expect(await oauthTokenCount(user.userId)).toBe(0);
+    expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(401);
+  });
+
+  it('update-user with banned: true has the same effect as a ban', async () => {
+    const user = await signUp(t);
+    await insertOAuthTokens(user.userId);
+    const res = await t.http.post('/api/auth/admin/update-user', {
+      cookie: admin.cookie,
+      json: { userId: user.userId, data: { banned: true } },
+      headers: origin(),
+    });
+    expect(res.status).toBe(200);
+    expect(await oauthTokenCount(user.userId)).toBe(0);
+    expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(401);
+  });
+});

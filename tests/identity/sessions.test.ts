@@ -1,0 +1,178 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rows, sql } from '../../functions/platform/db.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { createAdmin, sessionCookie, signIn, signUp } from '../support/users.ts';
+
+/** Email/password sign-up, sign-in, sign-out, get-session and GET /me over HTTP, with the cookie they set. */
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+});
+afterAll(() => t.close());
+
+const signupInteractions = (userId: string) =>
+  rows<{ n: number }>(t.db, sql`select count(*)::int as n from interactions where type = 'user_signup' and user_id = ${userId}`).then(
+    (r) => r[0]!.n,
+  );
+
+describe('POST /api/auth/sign-up/email', () => {
+  it('creates the user, signs them in and writes exactly one user_signup interaction', async () => {
+    const res = await t.http.post('/api/auth/sign-up/email', { json: { email: 'Ada@Example.test', password: 'correct horse', name: 'Ada' } });
+    expect(res.status).toBe(200);
+    expect(res.body.user).toMatchObject({ email: 'ada@example.test', name: 'Ada', role: 'user' });
+    const cookie = sessionCookie(res.headers);
+    const me = await t.http.get('/me', { cookie });
+    expect(me.body.data).toMatchObject({ id: res.body.user.id, email: 'ada@example.test', role: 'user', banned: false });
+    expect(await signupInteractions(res.body.user.id)).toBe(1);
+    const [interaction] = await rows<{ metadata: { email: string } }>(
+      t.db,
+      sql`select metadata from interactions where user_id = ${res.body.user.id}`,
+    );
+    expect(interaction!.metadata.email).toBe('ada@example.test');
+  });
+
+  it('a retried sign-up for the same email is refused and leaves one user_signup interaction', async () => {
+    const user = await signUp(t);
+    const again = await t.http.post('/api/auth/sign-up/email', { json: { email: user.email, password: user.password, name: 'Again' } });
+    expect(again.status).toBe(422);
+    expect(again.body.code).toBe('USER_ALREADY_EXISTS_USE_ANOTHER_EMAIL');
+    expect(await signupInteractions(user.userId)).toBe(1);
+    const [{ n }] = (await rows<{ n: number }>(t.db, sql`select count(*)::int as n from "user" where email = ${user.email}`)) as [{ n: number }];
+    expect(n).toBe(1);
+  });
+
+  it('the user_signup row cannot be written twice for one user, whoever writes it', async () => {
+    const user = await signUp(t);
+    await sql`insert into interactions (type, user_id) values ('user_signup', ${user.userId})
+              on conflict (user_id) where type = 'user_signup' do nothing`.execute(t.db);
+    await expect(sql`insert into interactions (type, user_id) values ('user_signup', ${user.userId})`.execute(t.db)).rejects.toThrow();
+    expect(await signupInteractions(user.userId)).toBe(1);
+  });
+
+  it('rejects a short password and a malformed email, creating nothing', async () => {
+    const short = await t.http.post('/api/auth/sign-up/email', { json: { email: 'short@example.test', password: 'short', name: 'S' } });
+    expect(short.status).toBe(400);
+    expect(short.body.code).toBe('PASSWORD_TOO_SHORT');
+    const bad = await t.http.post('/api/auth/sign-up/email', { json: { email: 'not-an-email', password: 'long enough pw', name: 'B' } });
+    expect(bad.status).toBe(400);
+    const [{ n }] = (await rows<{ n: number }>(
+      t.db,
+      sql`select count(*)::int as n from "user" where email in ('short@example.test', 'not-an-email')`,
+    )) as [{ n: number }];
+    expect(n).toBe(0);
+  });
+});
+
+describe('POST /api/auth/sign-in/email', () => {
+  it('signs in with the right password and sets an HttpOnly, SameSite=Lax session cookie (development, http)', async () => {
+    const user = await signUp(t);
+    const res = await t.http.post('/api/auth/sign-in/email', { json: { email: user.email, password: user.password } });
+    expect(res.status).toBe(200);
+    const setCookie = res.headers.getSetCookie().find((c) => c.startsWith('better-auth.session_token='))!;
+    expect(setCookie).toBeDefined();
+    expect(setCookie).toMatch(/; HttpOnly/i);
+    expect(setCookie).toMatch(/; SameSite=Lax/i);
+    expect(setCookie).not.toMatch(/; Secure/i);
+  });
+
+  it('works without an Origin header even when the client sends fetch metadata (agent backends are not browsers)', async () => {
+    const user = await signUp(t);
+    const res = await t.http.post('/api/auth/sign-in/email', {
+      json: { email: user.email, password: user.password },
+      headers: { 'sec-fetch-mode': 'cors', 'sec-fetch-site': 'same-origin', 'sec-fetch-dest': 'empty' },
+    });
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.user.id).toBe(user.userId);
+  });
+
+  it('refuses a browser sign-in posted from an untrusted origin', async () => {
+    const user = await signUp(t);
+    const res = await t.http.post('/api/auth/sign-in/email', {
+      json: { email: user.email, password: user.password },
+      headers: { origin: 'https://evil.example', 'sec-fetch-mode': 'cors', 'sec-fetch-site': 'cross-site' },
+    });
+    expect(res.status).toBe(403);
+  });
+
+  it('answers 401 for a wrong password and for an unknown email, without a cookie', async () => {
+    const user = await signUp(t);
+    const wrong = await t.http.post('/api/auth/sign-in/email', { json: { email: user.email, password: 'not the password' } });
+    expect(wrong.status).toBe(401);
+    expect(wrong.body.code).toBe('INVALID_EMAIL_OR_PASSWORD');
+    expect(wrong.headers.getSetCookie().some((c) => /session_token=[^;]/.test(c))).toBe(false);
+    const unknown = await t.http.post('/api/auth/sign-in/email', { json: { email: 'nobody@example.test', password: 'whatever1' } });
+    expect(unknown.status).toBe(401);
+  });
+});
+
+describe('GET /api/auth/get-session and POST /api/auth/sign-out', () => {
+  it('returns the session and user for the cookie, and null without one', async () => {
+    const user = await signUp(t);
+    const res = await t.http.get('/api/auth/get-session', { cookie: user.cookie });
+    expect(res.status).toBe(200);
+    expect(res.body.user).toMatchObject({ id: user.userId, email: user.email });
+    expect(res.body.session.userId).toBe(user.userId);
+    const anonymous = await t.http.get('/api/auth/get-session');
+    expect(anonymous.status).toBe(200);
+    expect(anonymous.body).toBeNull();
+  });
+
+  it('sign-out ends the session: the old cookie then gets 401 on /me', async () => {
+    const user = await signUp(t);
+    const out = await t.http.post('/api/auth/sign-out', { cookie: user.cookie, headers: { origin: t.baseUrl } });
+    expect(out.status).toBe(200);
+    const me = await t.http.get('/me', { cookie: user.cookie });
+    expect(me.status).toBe(401);
+    expect(me.body.error.code).toBe('UNAUTHORIZED');
+  });
+
+  it('a cookie-carrying sign-out from another origin is refused and the session survives', async () => {
+    const user = await signUp(t);
+    const out = await t.http.post('/api/auth/sign-out', { cookie: user.cookie, headers: { origin: 'https://evil.example' } });
+    expect(out.status).toBe(403);
+    expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(200);
+  });
+});
+
+describe('GET /me', () => {
+  it('answers the signed-in user', async () => {
+    const user = await signUp(t, { name: 'Grace' });
+    const res = await t.http.get('/me', { cookie: user.cookie });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      status: 'success',
+      error: null,
+      data: { id: user.userId, email: user.email, name: 'Grace', role: 'user', banned: false, createdAt: expect.any(String) },
+    });
+    expect(new Date(res.body.data.createdAt).toISOString()).toBe(res.body.data.createdAt);
+  });
+
+  it('shows the platform_admin role', async () => {
+    const admin = await createAdmin(t);
+    expect((await t.http.get('/me', { cookie: admin.cookie })).body.data.role).toBe('platform_admin');
+  });
+
+  it('answers 401 with sign-in and sign-up URLs when anonymous', async () => {
+    const res = await t.http.get('/me');
+    expect(res.status).toBe(401);
+    expect(res.body).toMatchObject({
+      status: 'error',
+      data: null,
+      error: { code: 'UNAUTHORIZED', details: { signInUrl: `${t.baseUrl}/sign-in`, signUpUrl: `${t.baseUrl}/sign-up` } },
+    });
+  });
+
+  it('answers 401 for a forged or unknown session cookie', async () => {
+    const res = await t.http.get('/me', { cookie: 'better-auth.session_token=forged.value' });
+    expect(res.status).toBe(401);
+    expect(res.body.error.details.signInUrl).toBe(`${t.baseUrl}/sign-in`);
+  });
+
+  it('a second sign-in gives a second, independent session', async () => {
+    const user = await signUp(t);
+    const again = await signIn(t, user);
+    expect(again.cookie).not.toBe(user.cookie);
+    expect((await t.http.get('/me', { cookie: again.cookie })).status).toBe(200);
+    expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(200);
+  });
+});
