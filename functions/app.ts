@@ -12,6 +12,7 @@ import { healthRoutes } from './health/routes.ts';
 import type { Auth } from './auth/better-auth.ts';
 import { authLibraryRoutes } from './auth/mount.ts';
 import { identityRoutes } from './auth/routes.ts';
+import { oauthRoutes } from './auth/oauth/routes.ts';
 import type { Mailer } from './platform/mailer.ts';
 import type { Payments } from './platform/stripe.ts';
 import { billingRoutes } from './billing/routes.ts';
@@ -65,6 +66,7 @@ export function createApp(deps: AppDeps) {
   app.route('/', healthRoutes());
   app.route('/', identityRoutes());
   app.route('/', billingRoutes());
+  app.route('/', oauthRoutes(deps.config));
   // Last of the /api/auth routes: wrappers that must answer first (OAuth) are mounted above this line.
   app.route('/', authLibraryRoutes());
 

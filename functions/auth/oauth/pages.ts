@@ -1,0 +1,159 @@
+import { Hono, type Context } from 'hono';
+import type { AppEnv } from '../../http/context.ts';
+import type { Config } from '../../platform/config.ts';
+import { first, sql } from '../../platform/db.ts';
+import { authorizeParamsOf, decodeConsentCode } from './consent-code.ts';
+
+/**
+ * The minimal built-in /sign-in, /sign-up and /consent pages, served when there is no FRONTEND_URL so that the
+ * OAuth flow of an agent works out of the box (and in the browser test). A real front end replaces them by
+ * setting FRONTEND_URL; the library then sends browsers there instead and these routes are not mounted.
+ *
+ * The pages talk to the same public endpoints a front end would: sign-in/up through /api/auth with fetch, then
+ * the authorize URL again (rebuilt from the signed query the library put on the sign-in URL) to continue; the
+ * consent page posts a plain form `{ accept, consent_code }` to /api/auth/oauth2/consent, which answers 302.
+ * Every page sets a strict CSP (scripts by nonce only) and refuses framing, so the consent buttons cannot be
+ * clickjacked.
+ */
+
+const SCOPE_TEXT: Record<string, string> = {
+  openid: 'Know who you are (your account id)',
+  profile: 'See your name and picture',
+  email: 'See your email address',
+  offline_access: 'Keep access while you are away',
+};
+
+export function oauthPages(config: Config) {
+  const router = new Hono<AppEnv>();
+  if (config.frontendUrl) return router;
+
+  // Public pages: nothing on them is personal until the visitor signs in.
+  router.get('/sign-in', (c) => credentialsPage(c, 'sign-in'));
+  router.get('/sign-up', (c) => credentialsPage(c, 'sign-up'));
+
+  router.get('/consent', async (c) => {
+    const signedQuery = decodeConsentCode(c.req.query('consent_code') ?? '');
+    if (!signedQuery) {
+      return page(c, 400, 'Consent link not valid', '<p>This consent link is malformed. Start again from the application.</p>');
+    }
+    const params = new URLSearchParams(signedQuery);
+    const clientId = params.get('client_id') ?? '';
+    const client = await first<{ name: string | null }>(
+      c.var.deps.database.db,
+      sql`select name from "oauthClient" where "clientId" = ${clientId}`,
+    );
+    const appName = client?.name || clientId;
+    const scopes = (params.get('scope') ?? '').split(' ').filter(Boolean);
+    const items = scopes.map((s) => `<li>${escapeHtml(SCOPE_TEXT[s] ?? s)}</li>`).join('');
+    const body = `
+      <p><strong id="client-name">${escapeHtml(appName)}</strong> wants to use your Agent Marketplace account.</p>
+      <p>It will be able to:</p>
+      <ul id="scopes">${items}</ul>
+      <form method="post" action="/api/auth/oauth2/consent">
+        <input type="hidden" name="consent_code" value="${escapeHtml(c.req.query('consent_code') ?? '')}">
+        <button type="submit" name="accept" value="true" id="allow">Allow</button>
+        <button type="submit" name="accept" value="false" id="deny" class="secondary">Deny</button>
+      </form>`;
+    return page(c, 200, `Allow ${appName}?`, body);
+  });
+
+  return router;
+}
+
+function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
+  const search = new URL(c.req.url).search;
+  const authorize = authorizeParamsOf(search);
+  // Only the library's own redirect carries client_id + response_type; then we continue at our authorize endpoint
+  // (a fixed path: the query cannot send the browser anywhere else).
+  const continueUrl =
+    authorize.has('client_id') && authorize.has('response_type') ? `/api/auth/oauth2/authorize?${authorize}` : '';
+  const other = kind === 'sign-in' ? '/sign-up' : '/sign-in';
+  const nonce = randomNonce();
+  const nameField =
+    kind === 'sign-up'
+      ? '<label for="name">Name</label><input id="name" name="name" autocomplete="name" required maxlength="100">'
+      : '';
+  const body = `
+    <form id="credentials" data-endpoint="/api/auth/${kind}/email" data-continue="${escapeHtml(continueUrl)}">
+      ${nameField}
+      <label for="email">Email</label>
+      <input id="email" name="email" type="email" autocomplete="email" required>
+      <label for="password">Password</label>
+      <input id="password" name="password" type="password" minlength="8"
+             autocomplete="${kind === 'sign-in' ? 'current-password' : 'new-password'}" required>
+      <button type="submit" id="submit">${kind === 'sign-in' ? 'Sign in' : 'Create account'}</button>
+      <p id="status" role="status"></p>
+    </form>
+    <p>${kind === 'sign-in' ? 'No account yet?' : 'Already have an account?'}
+       <a href="${escapeHtml(other + search)}">${kind === 'sign-in' ? 'Create one' : 'Sign in'}</a></p>
+    <script nonce="${nonce}">
+      const form = document.getElementById('credentials');
+      const status = document.getElementById('status');
+      form.addEventListener('submit', async (event) => {
+        event.preventDefault();
+        status.textContent = '';
+        const data = Object.fromEntries(new FormData(form));
+        const res = await fetch(form.dataset.endpoint, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          credentials: 'same-origin',
+          body: JSON.stringify(data),
+        });
+        if (!res.ok) {
+          const body = await res.json().catch(() => ({}));
+          status.textContent = (body.error && body.error.message) || body.message || 'That did not work, try again.';
+          return;
+        }
+        if (form.dataset.continue) location.assign(form.dataset.continue);
+        else status.textContent = 'You are signed in.';
+      });
+    </script>`;
+  return page(c, 200, kind === 'sign-in' ? 'Sign in' : 'Create an account', body, nonce);
+}
+
+function page(c: Context<AppEnv>, status: 200 | 400, title: string, body: string, nonce?: string) {
+  const html = `<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
+  <title>${escapeHtml(title)} · Agent Marketplace</title>
+  <style>
+    body { font-family: system-ui, sans-serif; max-width: 26rem; margin: 4rem auto; padding: 0 1rem; color: #1b1b1f; }
+    h1 { font-size: 1.4rem; }
+    label { display: block; margin-top: .8rem; font-size: .9rem; }
+    input { width: 100%; box-sizing: border-box; padding: .5rem; margin-top: .2rem; }
+    button { margin-top: 1rem; padding: .55rem 1.2rem; border: 0; border-radius: .3rem; background: #3b4cca; color: #fff; cursor: pointer; }
+    button.secondary { background: #e4e4ea; color: #1b1b1f; }
+    #status { color: #b3261e; min-height: 1.2rem; }
+  </style>
+</head>
+<body>
+  <h1>${escapeHtml(title)}</h1>
+  ${body}
+</body>
+</html>`;
+  const csp = [
+    "default-src 'none'",
+    "style-src 'unsafe-inline'",
+    nonce ? `script-src 'nonce-${nonce}'` : "script-src 'none'",
+    "connect-src 'self'",
+    "form-action 'self' http: https:",
+    "frame-ancestors 'none'",
+    "base-uri 'none'",
+  ].join('; ');
+  return c.html(html, status, {
+    'content-security-policy': csp,
+    'x-frame-options': 'DENY',
+    'referrer-policy': 'no-referrer',
+    'cache-control': 'no-store',
+  });
+}
+
+function randomNonce(): string {
+  return btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(16))));
+}
+
+export function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (ch) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[ch]!);
+}

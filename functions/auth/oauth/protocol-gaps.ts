@@ -1,0 +1,347 @@
+import { Hono, type Context } from 'hono';
+import type { AppEnv } from '../../http/context.ts';
+import { ApiError } from '../../http/errors.ts';
+import { first, sql } from '../../platform/db.ts';
+import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
+import { apiAudience, oauthPagesOrigin } from './provider-options.ts';
+import {
+  findRefreshToken,
+  isRevoked,
+  looksLikeJwt,
+  recordIssuedAccessToken,
+  refreshTokenState,
+  revokeAccessToken,
+  revokeAccessTokensOfFamily,
+  revokeAccessTokensOfGrant,
+  sha256Base64Url,
+  unverifiedClaims,
+  wasCodeRedeemed,
+} from './token-records.ts';
+
+/**
+ * Thin wrappers in front of the library's OAuth endpoints, each closing one measured gap between
+ * @better-auth/oauth-provider and our contract (DESIGN.md "Known gaps"). Everything else under /api/auth goes
+ * to the library untouched; these routes must be mounted before the catch-all /api/auth/* handler.
+ *
+ * | route | gap closed |
+ * |---|---|
+ * | GET/POST oauth2/authorize | redirect_uri matched exactly (the library lets loopback ports vary); the consent redirect carries `consent_code` instead of the library's loose signed query |
+ * | POST oauth2/consent | body `{ accept, consent_code }` (JSON or form); 302 for a browser form post, 200 `{ redirect, url }` for fetch |
+ * | POST oauth2/token | `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; refresh-token reuse revokes the family's live access tokens |
+ * | POST oauth2/revoke | JWT access tokens revoked through the revocation list (the library refuses); revoking a refresh token also revokes its family's access tokens; unknown tokens -> 200 |
+ * | POST oauth2/introspect, GET/POST oauth2/userinfo | a revoked token, revoked grant or banned user is inactive / 401, as on every other route |
+ * | POST oauth2/register | 401 UNAUTHORIZED envelope (the library answers 403) |
+ * | GET /.well-known/oauth-authorization-server/api/auth | RFC 8414 path-suffixed metadata location, outside /api/auth |
+ * | token, introspect, revoke | client_secret_post accepted as well as client_secret_basic (the library binds a client to one method) |
+ */
+
+/** The Better Auth handler (the library itself), for a request we may have rewritten. */
+const library = (c: Context<AppEnv>, request: Request): Promise<Response> => c.var.deps.auth.handler(request);
+
+const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' };
+
+export function oauthProtocolRoutes() {
+  const router = new Hono<AppEnv>();
+
+  router.on(['GET', 'POST'], '/api/auth/oauth2/authorize', async (c) => {
+    const { config, database } = c.var.deps;
+    const request = c.req.raw;
+    const { params, forwarded } = await readParams(request);
+    const clientId = params.get('client_id');
+    const redirectUri = params.get('redirect_uri');
+    if (clientId && redirectUri !== null && !params.has('request_uri')) {
+      const client = await first<{ redirectUris: unknown }>(
+        database.db,
+        sql`select "redirectUris" as "redirectUris" from "oauthClient" where "clientId" = ${clientId}`,
+      );
+      // The library would also accept another port on a loopback host (RFC 8252 native apps); our contract
+      // says "matched exactly". Same answer as the library gives for an unregistered URI.
+      if (client && !jsonStrings(client.redirectUris).includes(redirectUri)) {
+        const error = new URL(`${config.publicBaseUrl}/api/auth/error`);
+        error.searchParams.set('error', 'invalid_redirect');
+        error.searchParams.set('error_description', 'redirect_uri is not registered for this client (exact match required)');
+        return redirectOrJson(request, error.toString());
+      }
+    }
+    const response = await library(c, forwarded);
+    return withConsentCode(response, `${oauthPagesOrigin(config)}/consent`);
+  });
+
+  router.post('/api/auth/oauth2/consent', async (c) => {
+    const request = c.req.raw;
+    const fields = await readFields(request);
+    if (!fields) return oauthError(400, 'invalid_request', 'Send the consent as JSON or as a form: { accept, consent_code }');
+    const accept = toBoolean(fields.accept);
+    if (accept === undefined) return oauthError(400, 'invalid_request', 'accept must be true or false');
+    const signedQuery = typeof fields.consent_code === 'string' ? decodeConsentCode(fields.consent_code) : undefined;
+    if (!signedQuery) return oauthError(400, 'invalid_request', 'consent_code is missing or malformed');
+    const body: Record<string, unknown> = { accept, oauth_query: signedQuery };
+    if (typeof fields.scope === 'string' && fields.scope.trim()) body.scope = fields.scope.trim();
+    const headers = forwardHeaders(request.headers);
+    headers.set('content-type', 'application/json');
+    headers.set('accept', 'application/json');
+    const response = await library(c, new Request(request.url, { method: 'POST', headers, body: JSON.stringify(body) }));
+    if (response.status !== 200) return response;
+    const result = (await response.clone().json().catch(() => undefined)) as { url?: unknown; redirect_uri?: unknown } | undefined;
+    const url = typeof result?.url === 'string' ? result.url : typeof result?.redirect_uri === 'string' ? result.redirect_uri : undefined;
+    if (!url) return response;
+    return redirectOrJson(request, url, response.headers);
+  });
+
+  router.post('/api/auth/oauth2/token', async (c) => {
+    const { config, database, clock } = c.var.deps;
+    const request = c.req.raw;
+    if (!isForm(request)) return library(c, request);
+    const form = new URLSearchParams(await request.text());
+    const grantType = form.get('grant_type');
+    // JWT access tokens (verifiable by any resource server without a call to us) need an audience.
+    if ((grantType === 'authorization_code' || grantType === 'refresh_token') && !form.has('resource')) {
+      form.set('resource', apiAudience(config));
+    }
+    const code = grantType === 'authorization_code' ? form.get('code') : null;
+    const codeId = code ? await sha256Base64Url(code) : null;
+    const presented = grantType === 'refresh_token' ? form.get('refresh_token') : null;
+    const before = presented ? await findRefreshToken(database.db, presented) : undefined;
+    const response = await library(c, formRequest(request, form));
+    if (response.status === 200) {
+      const body = (await response.clone().json().catch(() => undefined)) as { access_token?: unknown } | undefined;
+      if (typeof body?.access_token === 'string') {
+        await recordIssuedAccessToken(database.db, body.access_token, codeId ?? before?.authorizationCodeId ?? null, clock.now());
+      }
+    } else if (codeId && (await wasCodeRedeemed(database.db, codeId))) {
+      // RFC 6749 §4.1.2: a code used twice was stolen; the library drops the refresh tokens issued from it,
+      // we revoke the access tokens.
+      await revokeAccessTokensOfGrant(database.db, codeId, clock.now());
+    } else if (before?.revoked && (await refreshTokenState(database.db, before.id)) === 'gone') {
+      // A rotated refresh token came back and the library wiped its family (it only does so after the client
+      // authenticated): the access tokens minted for that client and user die too, on their next request.
+      await revokeAccessTokensOfFamily(database.db, before.clientId, before.userId, clock.now());
+    }
+    return response;
+  });
+
+  router.post('/api/auth/oauth2/revoke', async (c) => {
+    const { database, clock } = c.var.deps;
+    const request = c.req.raw;
+    if (!isForm(request)) return library(c, request);
+    const form = new URLSearchParams(await request.text());
+    const token = form.get('token') ?? '';
+    const hint = form.get('token_type_hint');
+    if (looksLikeJwt(token) && hint !== 'refresh_token') {
+      // Ask the library's introspection with the caller's own credentials: it authenticates the client and only
+      // calls the token active when it was issued to that client and is still valid.
+      const probe = new URLSearchParams(form);
+      probe.set('token_type_hint', 'access_token');
+      const introspection = await library(c, 
+        formRequest(request, probe, request.url.replace(/\/oauth2\/revoke(\?.*)?$/, '/oauth2/introspect')),
+      );
+      if (introspection.status === 401 || introspection.status === 400) {
+        const error = (await introspection.clone().json().catch(() => undefined)) as { error?: unknown } | undefined;
+        if (error?.error === 'invalid_client' || introspection.status === 401) return introspection;
+      }
+      if (introspection.status === 200) {
+        const claims = (await introspection.json().catch(() => undefined)) as { active?: unknown; jti?: unknown; exp?: unknown } | undefined;
+        if (claims?.active === true && typeof claims.jti === 'string' && typeof claims.exp === 'number') {
+          await revokeAccessToken(database.db, claims.jti, new Date(claims.exp * 1000));
+        }
+      }
+      // RFC 7009 §2.2: invalid, expired, unknown or foreign tokens also answer 200.
+      return new Response(null, { status: 200, headers: NO_STORE });
+    }
+    const before = token ? await findRefreshToken(database.db, token) : undefined;
+    const response = await library(c, formRequest(request, form));
+    if (response.status === 200 && before && !before.revoked && (await refreshTokenState(database.db, before.id)) !== 'live') {
+      // RFC 7009 §2.1: revoking a refresh token should also invalidate the access tokens of the same grant.
+      if (before.authorizationCodeId) await revokeAccessTokensOfGrant(database.db, before.authorizationCodeId, clock.now());
+      else await revokeAccessTokensOfFamily(database.db, before.clientId, before.userId, clock.now());
+    }
+    if (response.status === 400) {
+      const error = (await response.clone().json().catch(() => undefined)) as { error?: unknown } | undefined;
+      if (error?.error === 'invalid_request' || error?.error === 'unsupported_token_type') {
+        return new Response(null, { status: 200, headers: NO_STORE });
+      }
+    }
+    return response;
+  });
+
+  router.post('/api/auth/oauth2/introspect', async (c) => {
+    const { database, clock } = c.var.deps;
+    const request = c.req.raw;
+    const forwarded = isForm(request) ? formRequest(request, new URLSearchParams(await request.text())) : request;
+    const response = await library(c, forwarded);
+    if (response.status !== 200) return response;
+    const body = (await response.clone().json().catch(() => undefined)) as Record<string, unknown> | undefined;
+    if (body?.active === true && (await isRevoked(database.db, body, clock.now()))) {
+      return Response.json({ active: false }, { status: 200, headers: NO_STORE });
+    }
+    return response;
+  });
+
+  router.on(['GET', 'POST'], '/api/auth/oauth2/userinfo', async (c) => {
+    const { database, clock } = c.var.deps;
+    const request = c.req.raw;
+    let forwarded = request;
+    let token = /^Bearer\s+(\S+)\s*$/i.exec(request.headers.get('authorization') ?? '')?.[1];
+    if (request.method === 'POST' && isForm(request)) {
+      const form = new URLSearchParams(await request.text());
+      token ??= form.get('access_token') ?? undefined;
+      forwarded = formRequest(request, form);
+    }
+    const claims = token ? unverifiedClaims(token) : undefined;
+    // Unverified claims can only make us refuse, never accept: the library still verifies the token.
+    if (claims && (await isRevoked(database.db, claims, clock.now()))) {
+      return Response.json(
+        { error: 'invalid_token', error_description: 'The access token has been revoked' },
+        { status: 401, headers: { ...NO_STORE, 'www-authenticate': 'Bearer error="invalid_token", error_description="The access token has been revoked"' } },
+      );
+    }
+    return library(c, forwarded);
+  });
+
+  // Every OAuth client belongs to an agent and is created with it; nobody registers clients on their own.
+  router.post('/api/auth/oauth2/register', () => {
+    throw new ApiError('UNAUTHORIZED', 'Dynamic client registration is not available: OAuth clients are created with their agent by a platform admin');
+  });
+
+  // RFC 8414 §3: for an issuer with a path, the metadata lives at /.well-known/oauth-authorization-server/<path>.
+  router.get('/.well-known/oauth-authorization-server/api/auth', (c) => library(c, c.req.raw));
+
+  return router;
+}
+
+function isForm(request: Request): boolean {
+  return (request.headers.get('content-type') ?? '').toLowerCase().includes('application/x-www-form-urlencoded');
+}
+
+/** Headers worth passing on to the library when we rebuild a request (cookies, origin, fetch metadata, auth). */
+function forwardHeaders(source: Headers): Headers {
+  const headers = new Headers(source);
+  headers.delete('content-length');
+  headers.delete('transfer-encoding');
+  return headers;
+}
+
+/**
+ * The same request with a (possibly rewritten) form body. `client_secret_post` credentials move into a Basic
+ * header: the library binds each client to one authentication method, our agent clients are registered for
+ * client_secret_basic, and RFC 6749 lets servers accept both.
+ */
+function formRequest(original: Request, form: URLSearchParams, url = original.url): Request {
+  const headers = forwardHeaders(original.headers);
+  const clientId = form.get('client_id');
+  const clientSecret = form.get('client_secret');
+  if (clientId && clientSecret && !headers.has('authorization') && !form.has('client_assertion')) {
+    headers.set('authorization', `Basic ${btoa(`${formEncode(clientId)}:${formEncode(clientSecret)}`)}`);
+    form.delete('client_secret');
+  }
+  headers.set('content-type', 'application/x-www-form-urlencoded');
+  return new Request(url, { method: 'POST', headers, body: form.toString() });
+}
+
+/** RFC 6749 §2.3.1: Basic credentials are form-urlencoded before base64. */
+function formEncode(value: string): string {
+  return encodeURIComponent(value).replace(/%20/g, '+');
+}
+
+async function readParams(request: Request): Promise<{ params: URLSearchParams; forwarded: Request }> {
+  if (request.method === 'POST' && isForm(request)) {
+    const form = new URLSearchParams(await request.text());
+    const headers = forwardHeaders(request.headers);
+    return { params: form, forwarded: new Request(request.url, { method: 'POST', headers, body: form.toString() }) };
+  }
+  return { params: new URL(request.url).searchParams, forwarded: request };
+}
+
+async function readFields(request: Request): Promise<Record<string, unknown> | undefined> {
+  const type = (request.headers.get('content-type') ?? '').toLowerCase();
+  try {
+    if (type.includes('application/json')) {
+      const body = await request.json();
+      return body && typeof body === 'object' && !Array.isArray(body) ? (body as Record<string, unknown>) : undefined;
+    }
+    if (type.includes('application/x-www-form-urlencoded')) {
+      return Object.fromEntries(new URLSearchParams(await request.text()));
+    }
+  } catch {
+    return undefined;
+  }
+  return undefined;
+}
+
+function toBoolean(value: unknown): boolean | undefined {
+  if (value === true || value === 'true') return true;
+  if (value === false || value === 'false') return false;
+  return undefined;
+}
+
+function jsonStrings(value: unknown): string[] {
+  const parsed = typeof value === 'string' ? safeJson(value) : value;
+  return Array.isArray(parsed) ? parsed.filter((v): v is string => typeof v === 'string') : [];
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+function oauthError(status: 400 | 401, error: string, description: string): Response {
+  return Response.json({ error, error_description: description }, { status, headers: NO_STORE });
+}
+
+/**
+ * A browser navigation (a form post, a link) gets a 302; a script (fetch / XHR: Sec-Fetch-Mode cors, or no
+ * fetch metadata and no form) gets 200 `{ redirect: true, url }` and moves the page itself.
+ */
+function redirectOrJson(request: Request, url: string, carry?: Headers): Response {
+  const mode = request.headers.get('sec-fetch-mode')?.toLowerCase();
+  const navigation = mode === 'navigate' || (!mode && (request.method === 'GET' || isForm(request)));
+  const headers = new Headers(NO_STORE);
+  carry?.forEach((value, key) => {
+    if (key.toLowerCase() === 'set-cookie') headers.append(key, value);
+  });
+  if (navigation) {
+    headers.set('location', url);
+    return new Response(null, { status: 302, headers });
+  }
+  headers.set('content-type', 'application/json');
+  return new Response(JSON.stringify({ redirect: true, url }), { status: 200, headers });
+}
+
+/**
+ * The library sends the browser to `{consentPage}?{signed authorize query}`. Our contract (and front end) gets
+ * `{consentPage}?consent_code=...`, plus `client_id` and `scope` so a page can show what is asked before it
+ * fetches anything; only the code is trusted when the consent is posted.
+ */
+async function withConsentCode(response: Response, consentPage: string): Promise<Response> {
+  const rewrite = (url: string): string | undefined => {
+    if (!url.startsWith(`${consentPage}?`)) return undefined;
+    const signedQuery = url.slice(consentPage.length + 1);
+    const params = new URLSearchParams(signedQuery);
+    const target = new URLSearchParams({ consent_code: encodeConsentCode(signedQuery) });
+    const clientId = params.get('client_id');
+    const scope = params.get('scope');
+    if (clientId) target.set('client_id', clientId);
+    if (scope) target.set('scope', scope);
+    return `${consentPage}?${target}`;
+  };
+  const location = response.headers.get('location');
+  if (location && response.status >= 300 && response.status < 400) {
+    const target = rewrite(location);
+    if (!target) return response;
+    const headers = new Headers(response.headers);
+    headers.set('location', target);
+    return new Response(null, { status: response.status, headers });
+  }
+  if (response.status === 200 && (response.headers.get('content-type') ?? '').includes('application/json')) {
+    const body = (await response.clone().json().catch(() => undefined)) as { url?: unknown } | undefined;
+    const target = typeof body?.url === 'string' ? rewrite(body.url) : undefined;
+    if (!target) return response;
+    const headers = new Headers(response.headers);
+    headers.delete('content-length');
+    return new Response(JSON.stringify({ ...body, url: target }), { status: 200, headers });
+  }
+  return response;
+}

@@ -1,0 +1,160 @@
+import { first, sql, type Db } from '../../platform/db.ts';
+
+/**
+ * Server-side memory of JWT access tokens, so that they can be revoked before they expire.
+ *
+ * - Every access token the token endpoint hands out is recorded (jti, client, user, session, expiry).
+ * - Revoking one access token, or a whole refresh-token family (client + user, the library's notion of a
+ *   family), writes `jti:<jti>` rows into public.revoked_tokens, which the Authenticator checks on every
+ *   bearer request; introspection and userinfo check the same rows (revocationState).
+ */
+
+export interface AccessTokenClaims {
+  jti?: unknown;
+  sub?: unknown;
+  sid?: unknown;
+  iat?: unknown;
+  exp?: unknown;
+  client_id?: unknown;
+  azp?: unknown;
+}
+
+/** The payload of a compact JWS, unverified. Only for tokens we just minted, or to deny (never to allow). */
+export function unverifiedClaims(token: string): AccessTokenClaims | undefined {
+  const parts = token.split('.');
+  if (parts.length !== 3 || !parts[1]) return undefined;
+  try {
+    const json = atob(parts[1].replace(/-/g, '+').replace(/_/g, '/') + '='.repeat((4 - (parts[1].length % 4)) % 4));
+    const bytes = Uint8Array.from(json, (c) => c.charCodeAt(0));
+    const claims = JSON.parse(new TextDecoder().decode(bytes));
+    return claims && typeof claims === 'object' && !Array.isArray(claims) ? (claims as AccessTokenClaims) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export const looksLikeJwt = (token: string) => /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(token);
+
+const str = (v: unknown) => (typeof v === 'string' && v.length > 0 ? v : undefined);
+const seconds = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
+
+/**
+ * Records an access token just issued by the token endpoint, with the (hashed) authorization code its grant
+ * started from; old records are purged on the way.
+ */
+export async function recordIssuedAccessToken(
+  db: Db,
+  accessToken: string,
+  authorizationCodeId: string | null,
+  now: Date,
+): Promise<void> {
+  const claims = unverifiedClaims(accessToken);
+  const jti = str(claims?.jti);
+  const clientId = str(claims?.client_id) ?? str(claims?.azp);
+  const userId = str(claims?.sub);
+  const exp = seconds(claims?.exp);
+  if (!jti || !clientId || !userId || exp === undefined) return;
+  await sql`
+    with purge as (
+      delete from public.oauth_issued_access_tokens
+       where jti in (select jti from public.oauth_issued_access_tokens where expires_at < ${now} order by expires_at limit 100)
+    )
+    insert into public.oauth_issued_access_tokens
+      (jti, client_id, user_id, session_id, authorization_code_id, expires_at, created_at)
+    values (${jti}, ${clientId}, ${userId}, ${str(claims?.sid) ?? null}, ${authorizationCodeId}, ${new Date(exp * 1000)}, ${now})
+    on conflict (jti) do nothing`.execute(db);
+}
+
+/** Revokes one access token until it would have expired anyway. */
+export async function revokeAccessToken(db: Db, jti: string, expiresAt: Date): Promise<void> {
+  await sql`
+    insert into public.revoked_tokens (key, expires_at) values (${`jti:${jti}`}, ${expiresAt})
+    on conflict (key) do update set expires_at = greatest(public.revoked_tokens.expires_at, excluded.expires_at),
+                                    issued_before = null`.execute(db);
+}
+
+/** Revokes the live access tokens of one grant: everything issued from one authorization code. */
+export async function revokeAccessTokensOfGrant(db: Db, authorizationCodeId: string, now: Date): Promise<void> {
+  await sql`
+    insert into public.revoked_tokens (key, expires_at)
+    select 'jti:' || jti, expires_at
+      from public.oauth_issued_access_tokens
+     where authorization_code_id = ${authorizationCodeId} and expires_at > ${now}
+    on conflict (key) do nothing`.execute(db);
+}
+
+/** Whether an authorization code (hashed id) was already exchanged for tokens. */
+export async function wasCodeRedeemed(db: Db, authorizationCodeId: string): Promise<boolean> {
+  const row = await first(
+    db,
+    sql`select 1 from public.oauth_issued_access_tokens where authorization_code_id = ${authorizationCodeId} limit 1`,
+  );
+  return row !== undefined;
+}
+
+/**
+ * Revokes every live access token the client holds for the user: the library's refresh-token "family"
+ * (what it wipes when a rotated refresh token is reused). Returns how many were revoked.
+ */
+export async function revokeAccessTokensOfFamily(db: Db, clientId: string, userId: string, now: Date): Promise<number> {
+  const result = await sql`
+    insert into public.revoked_tokens (key, expires_at)
+    select 'jti:' || jti, expires_at
+      from public.oauth_issued_access_tokens
+     where client_id = ${clientId} and user_id = ${userId} and expires_at > ${now}
+    on conflict (key) do nothing`.execute(db);
+  return Number(result.numAffectedRows ?? 0);
+}
+
+/**
+ * Whether a token that verified cryptographically must still be refused: revoked itself (`jti:`), its grant
+ * revoked (`grant:<sid>`), every token of its user issued before a ban (`user:<sub>`), or the user is banned or
+ * gone. One indexed query, the same rules as the Authenticator applies to bearer requests.
+ */
+export async function isRevoked(db: Db, claims: AccessTokenClaims, now: Date): Promise<boolean> {
+  const sub = str(claims.sub);
+  if (!sub) return false;
+  const keys = [`user:${sub}`];
+  const jti = str(claims.jti);
+  const sid = str(claims.sid);
+  if (jti) keys.push(`jti:${jti}`);
+  if (sid) keys.push(`grant:${sid}`);
+  const iat = new Date((seconds(claims.iat) ?? 0) * 1000);
+  const row = await first<{ refused: boolean }>(
+    db,
+    sql`select not exists (
+                 select 1 from "user" u
+                  where u.id = ${sub}
+                    and (u.banned is not true or (u."banExpires" is not null and u."banExpires" <= ${now})))
+            or exists (
+                 select 1 from public.revoked_tokens r
+                  where r.key in (${sql.join(keys)})
+                    and (r.issued_before is null or r.issued_before > ${iat})) as refused`,
+  );
+  return row?.refused === true;
+}
+
+/** The refresh token row a presented refresh token names (the library stores SHA-256, base64url). */
+export async function findRefreshToken(
+  db: Db,
+  refreshToken: string,
+): Promise<{ id: string; clientId: string; userId: string; authorizationCodeId: string | null; revoked: boolean } | undefined> {
+  return first(
+    db,
+    sql`select id, "clientId" as "clientId", "userId" as "userId", "authorizationCodeId" as "authorizationCodeId",
+               "revoked" is not null as revoked
+          from "oauthRefreshToken" where token = ${await sha256Base64Url(refreshToken)}`,
+  );
+}
+
+export async function refreshTokenState(db: Db, id: string): Promise<'live' | 'revoked' | 'gone'> {
+  const row = await first<{ revoked: boolean }>(db, sql`select "revoked" is not null as revoked from "oauthRefreshToken" where id = ${id}`);
+  return !row ? 'gone' : row.revoked ? 'revoked' : 'live';
+}
+
+export async function sha256Base64Url(value: string): Promise<string> {
+  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(value)));
+  let binary = '';
+  for (const b of digest) binary += String.fromCharCode(b);
+  return btoa(binary).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+}

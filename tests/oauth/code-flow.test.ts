@@ -1,0 +1,319 @@
+import { createRemoteJWKSet, decodeJwt, jwtVerify } from 'jose';
+import * as oauth from 'oauth4webapi';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { createOAuthClient, followAuthorize, postForm, type TestOAuthClient } from '../support/oauth.ts';
+import { sessionCookie, signUp, type TestUser } from '../support/users.ts';
+
+/**
+ * The authorization-code flow as an agent backend runs it, driven by oauth4webapi (a certified OAuth/OIDC
+ * client) over real HTTP: discovery, PKCE, the sign-in redirect, consent, code exchange, JWT verification with
+ * jose against the published JWKS, userinfo, introspection, refresh rotation and reuse, revocation, end-session.
+ * The browser's part (following redirects with the session cookie) is done with plain fetch.
+ */
+
+let t: TestApp;
+let as: oauth.AuthorizationServer;
+let agent: TestOAuthClient;
+let client: oauth.Client;
+let clientAuth: oauth.ClientAuth;
+const insecure = { [oauth.allowInsecureRequests]: true } as const;
+
+beforeAll(async () => {
+  t = await startTestApp();
+  agent = await createOAuthClient(t, { name: 'Flow Agent' });
+  client = { client_id: agent.clientId };
+  clientAuth = oauth.ClientSecretBasic(agent.clientSecret);
+  const issuer = new URL(`${t.baseUrl}/api/auth`);
+  as = await oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { ...insecure, algorithm: 'oidc' }));
+});
+afterAll(async () => {
+  await t?.close();
+});
+
+interface Flow {
+  tokens: oauth.TokenEndpointResponse;
+  user: TestUser;
+  nonce: string;
+}
+
+/** Sign-in redirect, sign-in, the same authorize URL again, consent (first time), code exchange. */
+async function runFlow(user?: TestUser): Promise<Flow> {
+  const verifier = oauth.generateRandomCodeVerifier();
+  const state = oauth.generateRandomState();
+  const nonce = oauth.generateRandomNonce();
+  const authorize = new URL(as.authorization_endpoint!);
+  authorize.search = new URLSearchParams({
+    response_type: 'code',
+    client_id: agent.clientId,
+    redirect_uri: agent.redirectUri,
+    scope: 'openid profile email offline_access',
+    state,
+    nonce,
+    code_challenge: await oauth.calculatePKCECodeChallenge(verifier),
+    code_challenge_method: 'S256',
+  }).toString();
+  const path = `${authorize.pathname}${authorize.search}`;
+
+  let signedIn = user;
+  if (!signedIn) {
+    // Signed out: the authorize endpoint sends the browser to the sign-in page, carrying the request along.
+    const toSignIn = await followAuthorize(t, path);
+    expect(toSignIn.origin + toSignIn.pathname).toBe(`${t.baseUrl}/sign-in`);
+    expect(toSignIn.searchParams.get('client_id')).toBe(agent.clientId);
+    const account = await signUp(t);
+    const signIn = await t.http.post('/api/auth/sign-in/email', { json: { email: account.email, password: account.password } });
+    expect(signIn.status).toBe(200);
+    signedIn = { ...account, cookie: sessionCookie(signIn.headers) };
+  }
+
+  // Signed in: the same authorize URL continues (consent the first time for this client, else the code).
+  let landing = await followAuthorize(t, path, signedIn.cookie);
+  if (landing.pathname === '/consent') {
+    expect(landing.searchParams.get('consent_code')).toMatch(/^[A-Za-z0-9_-]+$/);
+    const consent = await t.http.post('/api/auth/oauth2/consent', {
+      cookie: signedIn.cookie,
+      headers: { origin: t.baseUrl },
+      json: { accept: true, consent_code: landing.searchParams.get('consent_code') },
+    });
+    expect(consent.status).toBe(200);
+    expect(consent.body.redirect).toBe(true);
+    landing = new URL(consent.body.url);
+  }
+  expect(landing.origin + landing.pathname).toBe(agent.redirectUri);
+
+  const params = oauth.validateAuthResponse(as, client, landing, state);
+  const response = await oauth.authorizationCodeGrantRequest(as, client, clientAuth, params, agent.redirectUri, verifier, insecure);
+  const tokens = await oauth.processAuthorizationCodeResponse(as, client, response, { expectedNonce: nonce, requireIdToken: true });
+  return { tokens, user: signedIn, nonce };
+}
+
+describe('discovery', () => {
+  test('RFC 8414 metadata at both locations and the OIDC document describe the same issuer', async () => {
+    const issuer = new URL(`${t.baseUrl}/api/auth`);
+    const rfc8414 = await oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { ...insecure, algorithm: 'oauth2' }));
+    const underIssuer = await t.http.get('/api/auth/.well-known/oauth-authorization-server');
+    expect(underIssuer.status).toBe(200);
+    for (const doc of [rfc8414, underIssuer.body, as]) {
+      expect(doc.issuer).toBe(`${t.baseUrl}/api/auth`);
+      expect(doc.authorization_endpoint).toBe(`${t.baseUrl}/api/auth/oauth2/authorize`);
+      expect(doc.token_endpoint).toBe(`${t.baseUrl}/api/auth/oauth2/token`);
+      expect(doc.jwks_uri).toBe(`${t.baseUrl}/api/auth/jwks`);
+      expect(doc.code_challenge_methods_supported).toEqual(['S256']);
+      expect(doc.registration_endpoint).toBeUndefined();
+    }
+    expect(as.userinfo_endpoint).toBe(`${t.baseUrl}/api/auth/oauth2/userinfo`);
+    expect(as.end_session_endpoint).toBe(`${t.baseUrl}/api/auth/oauth2/end-session`);
+    const jwks = await t.http.get('/api/auth/jwks');
+    expect(jwks.status).toBe(200);
+    expect(jwks.body.keys.length).toBeGreaterThan(0);
+    for (const key of jwks.body.keys) expect(key.d).toBeUndefined();
+  });
+});
+
+describe('authorization code flow', () => {
+  let flow: Flow;
+  beforeAll(async () => {
+    flow = await runFlow();
+  });
+
+  test('the access token is a JWT signed by a key of the published JWKS, with the contract claims', async () => {
+    const jwks = createRemoteJWKSet(new URL(as.jwks_uri!));
+    const { payload, protectedHeader } = await jwtVerify(flow.tokens.access_token, jwks, {
+      issuer: `${t.baseUrl}/api/auth`,
+      audience: t.baseUrl,
+      typ: 'at+jwt',
+    });
+    expect(protectedHeader.typ).toBe('at+jwt');
+    expect(payload).toMatchObject({
+      sub: flow.user.userId,
+      client_id: agent.clientId,
+      scope: 'openid profile email offline_access',
+      role: 'authenticated',
+    });
+    expect(typeof payload.sid).toBe('string');
+    expect(typeof payload.jti).toBe('string');
+    expect(payload.exp! - payload.iat!).toBe(10 * 60 * 60);
+    expect(flow.tokens.expires_in).toBe(36000);
+    expect(flow.tokens.token_type.toLowerCase()).toBe('bearer');
+    // RFC 9068 validation by the certified client library as a resource server would do it.
+    const request = new Request(`${t.baseUrl}/me`, { headers: { authorization: `Bearer ${flow.tokens.access_token}` } });
+    const claims = await oauth.validateJwtAccessToken(as, request, t.baseUrl, insecure);
+    expect(claims.sub).toBe(flow.user.userId);
+  });
+
+  test('the id token is signed by the JWKS for this client, with the nonce', async () => {
+    const jwks = createRemoteJWKSet(new URL(as.jwks_uri!));
+    const { payload } = await jwtVerify(flow.tokens.id_token!, jwks, { issuer: `${t.baseUrl}/api/auth`, audience: agent.clientId });
+    expect(payload.sub).toBe(flow.user.userId);
+    expect(payload.nonce).toBe(flow.nonce);
+  });
+
+  test('the access token works on bearer-protected routes', async () => {
+    const me = await t.http.get('/me', { bearer: flow.tokens.access_token });
+    expect(me.status).toBe(200);
+    expect(me.body.data).toMatchObject({ id: flow.user.userId, email: flow.user.email });
+  });
+
+  test('userinfo (GET and POST) answers the user claims of the granted scopes', async () => {
+    const res = await oauth.userInfoRequest(as, client, flow.tokens.access_token, insecure);
+    const info = await oauth.processUserInfoResponse(as, client, flow.user.userId, res);
+    expect(info).toMatchObject({ sub: flow.user.userId, email: flow.user.email, name: flow.user.name });
+    const post = await postForm(t, '/api/auth/oauth2/userinfo', null, { access_token: flow.tokens.access_token });
+    expect(post.status).toBe(200);
+    expect(post.body.sub).toBe(flow.user.userId);
+  });
+
+  test('introspection (RFC 7662) reports the access token active for the client that holds it', async () => {
+    const res = await oauth.introspectionRequest(as, client, clientAuth, flow.tokens.access_token, insecure);
+    const info = await oauth.processIntrospectionResponse(as, client, res);
+    expect(info).toMatchObject({ active: true, sub: flow.user.userId, client_id: agent.clientId });
+  });
+
+  test('a second authorization by the same user skips consent and lands with a code', async () => {
+    const again = await runFlow(flow.user);
+    expect(decodeJwt(again.tokens.access_token).sub).toBe(flow.user.userId);
+  });
+
+  test('the public metadata of the client names it for a consent page', async () => {
+    const res = await t.http.get(`/api/auth/oauth2/public-client?client_id=${agent.clientId}`, { cookie: flow.user.cookie });
+    expect(res.status).toBe(200);
+    expect(res.body.client_id).toBe(agent.clientId);
+    expect(res.body.client_name).toBe('Flow Agent');
+    expect(res.body.client_secret).toBeUndefined();
+  });
+});
+
+describe('refresh tokens', () => {
+  test('refresh rotates the refresh token and issues a new JWT', async () => {
+    const { tokens } = await runFlow();
+    const res = await oauth.refreshTokenGrantRequest(as, client, clientAuth, tokens.refresh_token!, insecure);
+    const next = await oauth.processRefreshTokenResponse(as, client, res);
+    expect(next.refresh_token).toBeTruthy();
+    expect(next.refresh_token).not.toBe(tokens.refresh_token);
+    expect(decodeJwt(next.access_token).jti).not.toBe(decodeJwt(tokens.access_token).jti);
+    expect(decodeJwt(next.access_token).aud).toContain(t.baseUrl);
+    expect((await t.http.get('/me', { bearer: next.access_token })).status).toBe(200);
+  });
+
+  test('reusing a rotated refresh token revokes the whole family, access tokens included', async () => {
+    const { tokens } = await runFlow();
+    const first = await oauth.processRefreshTokenResponse(
+      as,
+      client,
+      await oauth.refreshTokenGrantRequest(as, client, clientAuth, tokens.refresh_token!, insecure),
+    );
+    expect((await t.http.get('/me', { bearer: first.access_token })).status).toBe(200);
+
+    // The old refresh token comes back (stolen copy): refused...
+    const replay = await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: tokens.refresh_token! });
+    expect(replay.status).toBe(400);
+    expect(replay.body.error).toBe('invalid_grant');
+    // ...and the legitimate holder's newer refresh token is dead too,
+    const rotated = await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: first.refresh_token! });
+    expect(rotated.status).toBe(400);
+    // as is every access token of the family, on its next request.
+    for (const token of [tokens.access_token, first.access_token]) {
+      const me = await t.http.get('/me', { bearer: token });
+      expect(me.status).toBe(401);
+      expect(me.body.error.code).toBe('UNAUTHORIZED');
+    }
+    const introspection = await oauth.processIntrospectionResponse(
+      as,
+      client,
+      await oauth.introspectionRequest(as, client, clientAuth, first.access_token, insecure),
+    );
+    expect(introspection.active).toBe(false);
+  });
+});
+
+describe('revocation (RFC 7009)', () => {
+  test('a revoked access token is refused on the next request, by every endpoint', async () => {
+    const { tokens } = await runFlow();
+    expect((await t.http.get('/me', { bearer: tokens.access_token })).status).toBe(200);
+    await oauth.processRevocationResponse(await oauth.revocationRequest(as, client, clientAuth, tokens.access_token, insecure));
+
+    const me = await t.http.get('/me', { bearer: tokens.access_token });
+    expect(me.status).toBe(401);
+    expect(me.body.error.details.signInUrl).toBe(`${t.baseUrl}/sign-in`);
+    const info = await oauth.processIntrospectionResponse(
+      as,
+      client,
+      await oauth.introspectionRequest(as, client, clientAuth, tokens.access_token, insecure),
+    );
+    expect(info.active).toBe(false);
+    const userinfo = await t.http.get('/api/auth/oauth2/userinfo', { bearer: tokens.access_token });
+    expect(userinfo.status).toBe(401);
+    expect(userinfo.body.error).toBe('invalid_token');
+  });
+
+  test('revoking a refresh token ends it and the access tokens of its grant', async () => {
+    const { tokens } = await runFlow();
+    await oauth.processRevocationResponse(
+      await oauth.revocationRequest(as, client, clientAuth, tokens.refresh_token!, { ...insecure, additionalParameters: { token_type_hint: 'refresh_token' } }),
+    );
+    const refresh = await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: tokens.refresh_token! });
+    expect(refresh.status).toBe(400);
+    expect((await t.http.get('/me', { bearer: tokens.access_token })).status).toBe(401);
+  });
+
+  test('revoking an unknown or malformed token answers 200', async () => {
+    for (const token of ['no-such-token', 'eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.', 'a'.repeat(300)]) {
+      const res = await postForm(t, '/api/auth/oauth2/revoke', agent, { token });
+      expect(res.status).toBe(200);
+    }
+  });
+
+  test('revocation needs valid client credentials', async () => {
+    const { tokens } = await runFlow();
+    const res = await postForm(t, '/api/auth/oauth2/revoke', { clientId: agent.clientId, clientSecret: 'wrong' }, { token: tokens.access_token });
+    expect(res.status).toBe(401);
+    expect(res.body.error).toBe('invalid_client');
+    expect((await t.http.get('/me', { bearer: tokens.access_token })).status).toBe(200);
+  });
+
+  test("another client cannot revoke or introspect this client's token", async () => {
+    const { tokens } = await runFlow();
+    const other = await createOAuthClient(t);
+    expect((await postForm(t, '/api/auth/oauth2/revoke', other, { token: tokens.access_token })).status).toBe(200);
+    expect((await t.http.get('/me', { bearer: tokens.access_token })).status).toBe(200);
+    const introspection = await postForm(t, '/api/auth/oauth2/introspect', other, { token: tokens.access_token });
+    expect(introspection.status).toBe(200);
+    expect(introspection.body.active).toBe(false);
+  });
+});
+
+describe('RP-initiated logout', () => {
+  test('end-session with id_token_hint clears the session and returns to the post-logout URI', async () => {
+    const { tokens, user } = await runFlow();
+    const url = new URL(as.end_session_endpoint!);
+    url.search = new URLSearchParams({
+      id_token_hint: tokens.id_token!,
+      post_logout_redirect_uri: agent.postLogoutRedirectUri,
+      state: 'bye',
+    }).toString();
+    const res = await t.http.get(`${url.pathname}${url.search}`, { cookie: user.cookie });
+    const target = res.status === 302 ? res.headers.get('location') : res.body?.url;
+    expect(target).toBe(`${agent.postLogoutRedirectUri}?state=bye`);
+    const session = await t.http.get('/api/auth/get-session', { cookie: user.cookie });
+    expect(session.body).toBeNull();
+  });
+
+  test('an unregistered post-logout URI is not redirected to', async () => {
+    const { tokens, user } = await runFlow();
+    const query = new URLSearchParams({ id_token_hint: tokens.id_token!, post_logout_redirect_uri: 'https://evil.example/' });
+    const res = await t.http.get(`/api/auth/oauth2/end-session?${query}`, { cookie: user.cookie });
+    expect(res.headers.get('location') ?? '').not.toContain('evil.example');
+    expect(JSON.stringify(res.body ?? {})).not.toContain('evil.example');
+  });
+});
+
+describe('dynamic client registration', () => {
+  test('is refused with a 401 envelope pointing to sign-in', async () => {
+    const res = await t.http.post('/api/auth/oauth2/register', { json: { redirect_uris: ['https://x.example/cb'] } });
+    expect(res.status).toBe(401);
+    expect(res.body.status).toBe('error');
+    expect(res.body.error.code).toBe('UNAUTHORIZED');
+    expect(res.body.error.details).toEqual({ signInUrl: `${t.baseUrl}/sign-in`, signUpUrl: `${t.baseUrl}/sign-up` });
+  });
+});
