@@ -1,0 +1,167 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../functions/platform/config.ts';
+
+/**
+ * Configuration from the environment (contract.md section 3): defaults, and every bad value stopping start-up
+ * with a message that names the variable, both through loadConfig and through the real `npm start` entry.
+ */
+
+const SECRET = 'a'.repeat(32);
+
+function problemsOf(env: Record<string, string>): string[] {
+  try {
+    loadConfig({ AUTH_SECRET: SECRET, ...env });
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
+  return [];
+}
+
+describe('loadConfig', () => {
+  it('applies the documented defaults', () => {
+    const config = loadConfig({ AUTH_SECRET: SECRET });
+    expect(config).toMatchObject({
+      port: 8000,
+      databaseUrl: undefined,
+      publicBaseUrl: 'http://127.0.0.1:8000',
+      frontendUrl: undefined,
+      admin: undefined,
+      stripe: undefined,
+      smtp: undefined,
+      s3: undefined,
+      env: 'development',
+      isProduction: false,
+      authRateLimitPerMinute: 30,
+      gitSha: 'dev',
+      releaseVersion: 'dev',
+      dataDir: '.data',
+    });
+  });
+
+  it('reads every variable', () => {
+    const config = loadConfig({
+      PORT: '9001',
+      DATABASE_URL: 'postgresql://u:p@db:5432/app',
+      PUBLIC_BASE_URL: 'https://api.example.com/',
+      FRONTEND_URL: 'https://www.example.com',
+      AUTH_SECRET: SECRET,
+      ADMIN_EMAIL: 'Admin@Example.com',
+      ADMIN_PASSWORD: 'long-enough',
+      STRIPE_SECRET_KEY: 'sk_test_1',
+      STRIPE_WEBHOOK_SECRET: 'whsec_1',
+      STRIPE_API_URL: 'http://127.0.0.1:12111',
+      SMTP_URL: 'smtp://mail:25',
+      MAIL_FROM: 'Market <m@example.com>',
+      S3_ENDPOINT: 'https://s3.example.com',
+      S3_BUCKET: 'media',
+      S3_REGION: 'eu-west-1',
+      S3_ACCESS_KEY_ID: 'key',
+      S3_SECRET_ACCESS_KEY: 'secret',
+      S3_PUBLIC_URL: 'https://cdn.example.com',
+      NODE_ENV: 'production',
+      AUTH_RATE_LIMIT_PER_MINUTE: '0',
+      GIT_SHA: 'abc',
+      RELEASE_VERSION: '1.0.0',
+    });
+    expect(config).toMatchObject({
+      port: 9001,
+      databaseUrl: 'postgresql://u:p@db:5432/app',
+      publicBaseUrl: 'https://api.example.com',
+      frontendUrl: 'https://www.example.com',
+      admin: { email: 'admin@example.com', password: 'long-enough' },
+      stripe: { secretKey: 'sk_test_1', webhookSecret: 'whsec_1', apiUrl: 'http://127.0.0.1:12111' },
+      smtp: { url: 'smtp://mail:25', from: 'Market <m@example.com>' },
+      s3: { endpoint: 'https://s3.example.com', bucket: 'media', region: 'eu-west-1', publicUrl: 'https://cdn.example.com' },
+      env: 'production',
+      isProduction: true,
+      authRateLimitPerMinute: 0,
+      gitSha: 'abc',
+      releaseVersion: '1.0.0',
+    });
+  });
+
+  it('treats empty values as unset', () => {
+    expect(loadConfig({ AUTH_SECRET: SECRET, PORT: '', DATABASE_URL: '', FRONTEND_URL: ' ' })).toMatchObject({
+      port: 8000,
+      databaseUrl: undefined,
+      frontendUrl: undefined,
+    });
+  });
+
+  it.each([
+    ['PORT', { PORT: 'eighty' }],
+    ['PORT', { PORT: '70000' }],
+    ['PORT', { PORT: '80.5' }],
+    ['DATABASE_URL', { DATABASE_URL: 'mysql://localhost/app' }],
+    ['PUBLIC_BASE_URL', { PUBLIC_BASE_URL: 'ftp://example.com' }],
+    ['FRONTEND_URL', { FRONTEND_URL: 'not a url' }],
+    ['AUTH_SECRET', { AUTH_SECRET: 'too-short' }],
+    ['ADMIN_EMAIL', { ADMIN_EMAIL: 'nobody', ADMIN_PASSWORD: 'long-enough' }],
+    ['ADMIN_PASSWORD', { ADMIN_EMAIL: 'a@example.com', ADMIN_PASSWORD: 'short' }],
+    ['ADMIN_PASSWORD', { ADMIN_EMAIL: 'a@example.com' }],
+    ['STRIPE_API_URL', { STRIPE_API_URL: 'localhost:12111' }],
+    ['SMTP_URL', { SMTP_URL: 'http://mail' }],
+    ['S3_ENDPOINT', { S3_ENDPOINT: 's3.example.com', S3_BUCKET: 'b', S3_ACCESS_KEY_ID: 'k', S3_SECRET_ACCESS_KEY: 's' }],
+    ['S3_SECRET_ACCESS_KEY', { S3_ENDPOINT: 'https://s3.example.com', S3_BUCKET: 'b', S3_ACCESS_KEY_ID: 'k' }],
+    ['S3_PUBLIC_URL', { S3_PUBLIC_URL: 'cdn' }],
+    ['NODE_ENV', { NODE_ENV: 'staging' }],
+    ['AUTH_RATE_LIMIT_PER_MINUTE', { AUTH_RATE_LIMIT_PER_MINUTE: '-1' }],
+    ['AUTH_RATE_LIMIT_PER_MINUTE', { AUTH_RATE_LIMIT_PER_MINUTE: 'lots' }],
+  ])('refuses a bad %s with a message naming it', (variable, env) => {
+    const problems = problemsOf(env);
+    expect(problems.length).toBeGreaterThan(0);
+    expect(problems.join('\n')).toContain(variable);
+  });
+
+  it('reports every bad variable at once', () => {
+    const problems = problemsOf({ PORT: 'x', NODE_ENV: 'staging', SMTP_URL: 'nope' });
+    for (const v of ['PORT', 'NODE_ENV', 'SMTP_URL']) expect(problems.join('\n')).toContain(v);
+  });
+
+  it('never echoes a secret value in its message', () => {
+    expect(problemsOf({ AUTH_SECRET: 'hunter2-secret' }).join('\n')).not.toContain('hunter2');
+  });
+});
+
+describe('npm start with a bad variable', () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'mkt-config-'));
+  afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+
+  function start(command: string, args: string[], env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+    return new Promise((resolve) => {
+      const child = spawn(command, args, {
+        env: { ...process.env, DATABASE_URL: '', DATA_DIR: dataDir, ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let output = '';
+      child.stdout.on('data', (d) => (output += d));
+      child.stderr.on('data', (d) => (output += d));
+      const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+      child.on('exit', (code) => {
+        clearTimeout(timer);
+        resolve({ code, output });
+      });
+    });
+  }
+
+  it('scripts/serve.ts exits non-zero before listening, naming the variable', async () => {
+    const { code, output } = await start('node_modules/.bin/tsx', ['scripts/serve.ts'], { PORT: 'eighty', NODE_ENV: 'staging' });
+    expect(code).not.toBe(0);
+    expect(output).toContain('Invalid configuration');
+    expect(output).toContain('PORT');
+    expect(output).toContain('NODE_ENV');
+    expect(output).not.toContain('listening');
+  });
+
+  it('npm start does the same', async () => {
+    const { code, output } = await start('npm', ['start', '--silent'], { DATABASE_URL: 'mysql://nope' });
+    expect(code).not.toBe(0);
+    expect(output).toContain('DATABASE_URL');
+    expect(output).not.toContain('listening');
+  });
+});

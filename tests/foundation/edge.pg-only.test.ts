@@ -1,0 +1,139 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { edgeConfigFile, expectedEdgeConfig } from '../../scripts/edge-imports.ts';
+import { freePort } from '../../scripts/postgres-server.ts';
+import { root } from '../../scripts/supabase-cli.ts';
+import { TEST_SECRET } from '../support/app.ts';
+import { createTestDatabase, type TestDatabase } from '../support/databases.ts';
+import { HttpClient } from '../support/http.ts';
+
+/**
+ * The Supabase Edge entry (supabase/functions/api/index.ts) type-checks and serves under Deno with only its
+ * deno.json import map (no package.json, no node_modules), against a real PostgreSQL. pg-only: on the edge the
+ * database is a server reached over the network; PGlite runs inside the Node test process.
+ * This is the guard for runtime neutrality: a static import of something Node-only anywhere under
+ * createApp/buildDeps fails here.
+ */
+
+const entry = join(root, 'supabase', 'functions', 'api', 'index.ts');
+const deno = join(root, 'node_modules', '.bin', 'deno');
+const denoEnv = {
+  ...process.env,
+  // Resolve exactly as the Supabase bundler does: through deno.json only.
+  DENO_NO_PACKAGE_JSON: '1',
+  DENO_NO_UPDATE_CHECK: '1',
+  // Downloaded npm packages are kept between runs (a cold cache downloads them from the registry once).
+  DENO_DIR: process.env.DENO_DIR ?? join(root, 'node_modules', '.cache', 'deno'),
+  NO_COLOR: '1',
+};
+
+function run(args: string[]): Promise<{ code: number | null; output: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(deno, args, { cwd: root, env: denoEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (d) => (output += d));
+    child.stderr.on('data', (d) => (output += d));
+    child.on('exit', (code) => resolve({ code, output }));
+  });
+}
+
+describe('edge import map', () => {
+  it('maps every runtime dependency of package.json to npm:<name>@<exact version> (npm run gen:edge-imports)', () => {
+    expect(readFileSync(edgeConfigFile, 'utf8'), 'supabase/functions/api/deno.json is stale: run `npm run gen:edge-imports`').toBe(
+      expectedEdgeConfig(),
+    );
+  });
+});
+
+describe('deno check', () => {
+  it('type-checks the edge entry and everything it imports', async () => {
+    const { code, output } = await run(['check', '--quiet', '--config', edgeConfigFile, entry]);
+    expect(output.replace(/^Download .*\n/gm, ''), 'deno check failed').toBe('');
+    expect(code).toBe(0);
+  }, 300_000);
+});
+
+describe('serving under Deno', () => {
+  let database: TestDatabase;
+  let child: ChildProcess | undefined;
+  let http: HttpClient;
+  let output = '';
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    const port = await freePort();
+    child = spawn(deno, ['run', '--allow-net', '--allow-env', '--allow-read', '--allow-sys', '--config', edgeConfigFile, entry], {
+      cwd: root,
+      env: {
+        ...denoEnv,
+        // Supabase provides SUPABASE_DB_URL; DATABASE_URL must not be needed.
+        DATABASE_URL: '',
+        SUPABASE_DB_URL: database.url!,
+        AUTH_SECRET: TEST_SECRET,
+        PORT: String(port),
+        PUBLIC_BASE_URL: `http://127.0.0.1:${port}/api`,
+        NODE_ENV: 'test',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout!.on('data', (d) => (output += d));
+    child.stderr!.on('data', (d) => (output += d));
+    http = new HttpClient(`http://127.0.0.1:${port}`);
+    const deadline = Date.now() + 240_000;
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`the edge entry exited (${child.exitCode}):\n${output}`);
+      const up = await http.get('/api/health').catch(() => undefined);
+      if (up?.status === 200) break;
+      if (Date.now() > deadline) throw new Error(`the edge entry did not answer /api/health:\n${output}`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }, 300_000);
+
+  afterAll(async () => {
+    if (child && child.exitCode === null) {
+      const exited = new Promise((r) => child!.once('exit', r));
+      child.kill('SIGTERM');
+      await exited;
+    }
+    await database?.drop();
+  });
+
+  it('GET /health answers the health record (the function name prefix is stripped)', async () => {
+    const res = await http.get('/api/health');
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ status: 'success', error: null, data: { status: 'ok', gitSha: 'dev', releaseVersion: 'dev' } });
+    expect(res.headers.get('x-request-id')).toEqual(expect.any(String));
+  });
+
+  it('GET /ready reaches the database', async () => {
+    const res = await http.get('/api/ready');
+    expect(res.status).toBe(200);
+    expect(res.body.data).toEqual({ ready: true });
+  });
+
+  it('serves the whole application: the OpenAPI document lists the operations', async () => {
+    const res = await http.get('/api/openapi.json');
+    expect(res.status).toBe(200);
+    expect(res.body.openapi).toBe('3.1.0');
+    expect(res.body.servers).toEqual([{ url: expect.stringMatching(/\/api$/) }]);
+    const operationIds = Object.values(res.body.paths as Record<string, Record<string, { operationId?: string }>>).flatMap((ops) =>
+      Object.values(ops).map((o) => o.operationId),
+    );
+    expect(operationIds).toEqual(expect.arrayContaining(['getHealth', 'getReady']));
+  });
+
+  it('answers unknown routes with the 404 envelope, and logs one JSON line per request', async () => {
+    const res = await http.get('/api/no/such/route', { headers: { 'x-request-id': 'edge-404' } });
+    expect(res.status).toBe(404);
+    expect(res.body.error.code).toBe('NOT_FOUND');
+    await new Promise((r) => setTimeout(r, 100));
+    const line = output
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l))
+      .find((l) => l.requestId === 'edge-404');
+    expect(line).toMatchObject({ msg: 'request', method: 'GET', status: 404, path: '/no/such/route' });
+  });
+});
