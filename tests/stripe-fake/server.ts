@@ -85,8 +85,13 @@ export class StripeFake {
   }
 
   async start(): Promise<this> {
+    return this.listen(0);
+  }
+
+  /** Serves on a port (0: any free one). Tests that take the fake down use it to bring it back with its state. */
+  async listen(port: number): Promise<this> {
     this.#server = createServer((req, res) => void this.#handle(req, res));
-    await new Promise<void>((resolve) => this.#server!.listen(0, '127.0.0.1', resolve));
+    await new Promise<void>((resolve) => this.#server!.listen(port, '127.0.0.1', resolve));
     this.url = `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
     return this;
   }

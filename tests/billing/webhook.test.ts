@@ -1,0 +1,158 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, sql } from '../../functions/platform/db.ts';
+import { signUp } from '../support/users.ts';
+import { activeAgent, buyPaidTier, countRows, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+
+/** POST /webhooks/stripe: signatures, once-only processing, notifications re-read from Stripe, failures retried. */
+let w: BillingWorld;
+beforeAll(async () => {
+  w = await startBillingWorld();
+});
+afterAll(() => w.close());
+
+async function checkoutEvents(w: BillingWorld) {
+  const agent = await activeAgent(w);
+  const tier = await paidTier(w, agent.id);
+  const user = await signUp(w.t);
+  const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+  w.fake.takeEvents();
+  const stripeSub = w.fake.completeCheckout(checkout.body.data.sessionId);
+  return { agent, tier, user, stripeSub, events: w.fake.takeEvents() };
+}
+
+const post = (body: string, signature?: string) =>
+  w.t.http.post('/webhooks/stripe', {
+    body,
+    headers: { 'content-type': 'application/json', ...(signature ? { 'stripe-signature': signature } : {}) },
+  });
+
+describe('signature', () => {
+  it('answers 400 and stores nothing for a missing, forged, tampered or foreign-secret signature', async () => {
+    const { events, stripeSub } = await checkoutEvents(w);
+    const completed = events.find((e) => e.type === 'checkout.session.completed')!;
+    const { payload, header } = await w.fake.sign(completed);
+    const foreign = await w.fake.sign(completed, 'whsec_someone_else');
+    const subsBefore = await countRows(w.t, 'subscriptions');
+    const eventsBefore = await countRows(w.t, 'stripe_events');
+
+    const attempts = [
+      await post(payload),
+      await post(payload, 't=1700000000,v1=deadbeef'),
+      await post(payload.replace(completed.id, 'evt_forged'), header),
+      await post(payload, foreign.header),
+      await post('not json', header),
+    ];
+    for (const res of attempts) {
+      expect(res.status).toBe(400);
+      expect(res.body.error.code).toBe('VALIDATION_ERROR');
+    }
+    expect(await countRows(w.t, 'subscriptions')).toBe(subsBefore);
+    expect(await countRows(w.t, 'stripe_events')).toBe(eventsBefore);
+    const placed = await first(w.t.db, sql`select 1 as x from subscriptions where stripe_subscription_id = ${stripeSub.id}`);
+    expect(placed).toBeUndefined();
+
+    // The genuine delivery still works afterwards.
+    expect((await post(payload, header)).status).toBe(200);
+  });
+
+  it('refuses a signature older than the tolerance (a replayed capture)', async () => {
+    const { events } = await checkoutEvents(w);
+    const payload = JSON.stringify(events[0]);
+    const Stripe = (await import('stripe')).default;
+    const old = await Stripe.webhooks.generateTestHeaderStringAsync({
+      payload,
+      secret: w.fake.webhookSecret,
+      timestamp: Math.floor(Date.now() / 1000) - 3600,
+    });
+    expect((await post(payload, old)).status).toBe(400);
+  });
+});
+
+describe('processing', () => {
+  it('places the subscription from checkout.session.completed alone, re-reading Stripe', async () => {
+    const { events, stripeSub, user, tier } = await checkoutEvents(w);
+    const completed = events.find((e) => e.type === 'checkout.session.completed')!;
+    const res = await w.fake.deliver(w.webhookUrl, completed);
+    expect(res.status).toBe(200);
+    const body = await res.json();
+    expect(body.data).toEqual({ received: true, eventId: completed.id, type: 'checkout.session.completed', outcome: 'created' });
+    const row = await first<{ userId: string; tierId: string }>(
+      w.t.db,
+      sql`select user_id as "userId", tier_id as "tierId" from subscriptions where stripe_subscription_id = ${stripeSub.id}`,
+    );
+    expect(row).toEqual({ userId: user.userId, tierId: tier.id });
+  });
+
+  it('processes an event id once: a duplicate answers 200 and redoes nothing', async () => {
+    const { events, stripeSub } = await checkoutEvents(w);
+    const created = events.find((e) => e.type === 'customer.subscription.created')!;
+    const first1 = await (await w.fake.deliver(w.webhookUrl, created)).json();
+    expect(first1.data.outcome).toBe('created');
+    // Stripe changes meanwhile; re-delivering the same event must not apply it (the id was processed).
+    w.fake.subscriptions.get(stripeSub.id)!.cancel_at_period_end = true;
+    const again = await w.fake.deliver(w.webhookUrl, created);
+    expect(again.status).toBe(200);
+    expect((await again.json()).data.outcome).toBe('duplicate');
+    const row = await first<{ c: boolean }>(w.t.db, sql`select cancel_at_period_end as c from subscriptions where stripe_subscription_id = ${stripeSub.id}`);
+    expect(row!.c).toBe(false);
+  });
+
+  it('answers 200 to event types it does not handle, and changes nothing', async () => {
+    const before = await countRows(w.t, 'stripe_events');
+    const { payload, header } = await w.fake.sign({
+      id: 'evt_other_type',
+      object: 'event',
+      type: 'charge.refunded',
+      created: 1,
+      api_version: '2026-10-28.endive',
+      livemode: false,
+      data: { object: { id: 'ch_1', object: 'charge' } },
+    });
+    const res = await post(payload, header);
+    expect(res.status).toBe(200);
+    expect(res.body.data.outcome).toBe('ignored');
+    expect(await countRows(w.t, 'stripe_events')).toBe(before);
+  });
+
+  it('records but does not apply subscriptions whose price no tier has', async () => {
+    const { events, stripeSub } = await checkoutEvents(w);
+    const created = events.find((e) => e.type === 'customer.subscription.created')!;
+    const foreignPrice = { ...stripeSub.items.data[0].price, id: 'price_not_ours' };
+    w.fake.subscriptions.get(stripeSub.id)!.items.data[0].price = foreignPrice;
+    const res = await (await w.fake.deliver(w.webhookUrl, created)).json();
+    expect(res.data.outcome).toBe('unknown_price');
+    expect(await first(w.t.db, sql`select 1 as x from subscriptions where stripe_subscription_id = ${stripeSub.id}`)).toBeUndefined();
+  });
+
+  it('answers 5xx and records nothing when Stripe cannot be read, so Stripe retries', async () => {
+    const { events, stripeSub } = await checkoutEvents(w);
+    const created = events.find((e) => e.type === 'customer.subscription.created')!;
+    const url = w.fake.url;
+    await w.fake.close();
+    try {
+      const res = await w.fake.deliver(w.webhookUrl, created);
+      expect(res.status).toBeGreaterThanOrEqual(500);
+      expect(await first(w.t.db, sql`select 1 as x from stripe_events where id = ${created.id}`)).toBeUndefined();
+    } finally {
+      // Bring the fake back on the same port with the same state, and let Stripe's retry succeed.
+      await w.fake.listen(Number(new URL(url).port));
+    }
+    const retry = await w.fake.deliver(w.webhookUrl, created);
+    expect(retry.status).toBe(200);
+    expect(await first(w.t.db, sql`select 1 as x from subscriptions where stripe_subscription_id = ${stripeSub.id}`)).toBeTruthy();
+  });
+
+  it('lets every event type of the contract through and converges on Stripe', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 1000 });
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
+    w.fake.advancePeriod(stripeSubscriptionId);
+    const events = w.fake.takeEvents();
+    await deliver(w, events);
+    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
+    const item = w.fake.subscriptions.get(stripeSubscriptionId)!.items.data[0];
+    expect(mine.body.data.currentPeriodStart).toBe(new Date(item.current_period_start * 1000).toISOString());
+    expect(mine.body.data.currentPeriodEnd).toBe(new Date(item.current_period_end * 1000).toISOString());
+  });
+});
