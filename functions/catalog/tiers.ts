@@ -112,7 +112,7 @@ export async function insertTier(db: Db, input: NewTier, now?: Date): Promise<Ti
       sql`insert into public.tiers as t (agent_id, name, price_cents, currency, interval, is_public, features,
                                          stripe_product_id, stripe_price_id, created_at, updated_at)
           values (${input.agentId}, ${input.name}, ${input.priceCents}, ${input.currency.toLowerCase()}, ${input.interval},
-                  ${input.isPublic}, ${JSON.stringify(input.features)}::jsonb, ${input.stripeProductId ?? null},
+                  ${input.isPublic}, ${JSON.stringify(input.features)}::text::jsonb, ${input.stripeProductId ?? null},
                   ${input.stripePriceId ?? null}, coalesce(${now ?? null}::timestamptz, now()), coalesce(${now ?? null}::timestamptz, now()))
           returning ${tierColumns}`,
     );

@@ -79,7 +79,7 @@ export async function insertTier(db: Db, agentId: string, overrides: TierOverrid
     db,
     sql`insert into public.tiers (agent_id, name, price_cents, currency, interval, is_public, features, stripe_product_id, stripe_price_id)
         values (${agentId}, ${overrides.name ?? `Tier ${suffix()}`}, ${overrides.priceCents ?? 0}, ${overrides.currency ?? 'usd'},
-                ${overrides.interval ?? 'month'}, ${overrides.isPublic ?? true}, ${JSON.stringify(overrides.features ?? [])}::jsonb,
+                ${overrides.interval ?? 'month'}, ${overrides.isPublic ?? true}, ${JSON.stringify(overrides.features ?? [])}::text::jsonb,
                 ${overrides.stripeProductId ?? null}, ${overrides.stripePriceId ?? null})
         returning id, agent_id as "agentId", name, price_cents as "priceCents", currency, interval, is_public as "isPublic",
                   features, stripe_product_id as "stripeProductId", stripe_price_id as "stripePriceId", created_at as "createdAt"`,
