@@ -9,6 +9,7 @@ import { CursorSigner } from './http/pagination.ts';
 import { newRouter } from './http/router.ts';
 import { requestContext } from './http/request-context.ts';
 import { healthRoutes } from './health/routes.ts';
+import { meteringRoutes } from './metering/routes/index.ts';
 import type { Auth } from './auth/better-auth.ts';
 import { authLibraryRoutes } from './auth/mount.ts';
 import { identityRoutes } from './auth/routes.ts';
@@ -64,6 +65,7 @@ export function createApp(deps: AppDeps) {
   app.notFound((c) => c.json(failure('NOT_FOUND', `No route for ${c.req.method} ${c.req.path}`), 404));
 
   app.route('/', healthRoutes());
+  app.route('/', meteringRoutes());
   app.route('/', identityRoutes());
   app.route('/', billingRoutes());
   app.route('/', oauthRoutes(deps.config));

@@ -150,7 +150,7 @@ create function public.metering_increment(
   p_user_id text, p_agent_id uuid, p_metric_slug text, p_client_req_id text, p_amount bigint, p_now timestamptz
 ) returns table (
   outcome text, replayed boolean, kind text, used bigint, quota_limit bigint,
-  period_start timestamptz, period_end timestamptz
+  period_start timestamptz, period_end timestamptz, requested bigint
 ) language plpgsql volatile as $$
 #variable_conflict use_column
 declare
@@ -170,24 +170,24 @@ begin
   where s.user_id = p_user_id and s.agent_id = p_agent_id and s.status in ('active', 'past_due')
   limit 1;
   if v_sub_id is null then
-    return query select 'subscription_required'::text, false, null::text, null::bigint, null::bigint, null::timestamptz, null::timestamptz;
+    return query select 'subscription_required'::text, false, null::text, null::bigint, null::bigint, null::timestamptz, null::timestamptz, null::bigint;
     return;
   end if;
 
   select m.id, m.kind into v_metric_id, v_kind
   from public.metric_definitions m where m.agent_id = p_agent_id and m.slug = p_metric_slug;
   if v_metric_id is null then
-    return query select 'metric_not_found'::text, false, null::text, null::bigint, null::bigint, null::timestamptz, null::timestamptz;
+    return query select 'metric_not_found'::text, false, null::text, null::bigint, null::bigint, null::timestamptz, null::timestamptz, null::bigint;
     return;
   end if;
 
-  select l.event, l.used, l.quota_limit, l.period_start, l.period_end into v_prev
+  select l.event, l.used, l.quota_limit, l.period_start, l.period_end, l.amount into v_prev
   from public.quota_ledger l
   where l.metric_id = v_metric_id and l.subscription_id = v_sub_id and l.client_req_id = p_client_req_id;
   if found then
     return query select
       case v_prev.event when 'increment' then 'ok' when 'increment_denied' then 'quota_exceeded' else 'key_reused' end,
-      true, v_kind, v_prev.used, v_prev.quota_limit, v_prev.period_start, v_prev.period_end;
+      true, v_kind, v_prev.used, v_prev.quota_limit, v_prev.period_start, v_prev.period_end, v_prev.amount;
     return;
   end if;
 
@@ -226,13 +226,13 @@ begin
     end if;
     return query select
       case l.event when 'increment' then 'ok' when 'increment_denied' then 'quota_exceeded' else 'key_reused' end,
-      true, v_kind, l.used, l.quota_limit, l.period_start, l.period_end
+      true, v_kind, l.used, l.quota_limit, l.period_start, l.period_end, l.amount
     from public.quota_ledger l
     where l.metric_id = v_metric_id and l.subscription_id = v_sub_id and l.client_req_id = p_client_req_id;
     return;
   end if;
 
-  return query select case when v_ok then 'ok' else 'quota_exceeded' end, false, v_kind, v_used, v_limit, v_start, v_end;
+  return query select case when v_ok then 'ok' else 'quota_exceeded' end, false, v_kind, v_used, v_limit, v_start, v_end, p_amount;
 end
 $$;
 
@@ -244,7 +244,7 @@ create function public.metering_decrement(
   p_user_id text, p_agent_id uuid, p_metric_slug text, p_client_req_id text, p_amount bigint, p_now timestamptz
 ) returns table (
   outcome text, replayed boolean, kind text, used bigint, quota_limit bigint,
-  period_start timestamptz, period_end timestamptz
+  period_start timestamptz, period_end timestamptz, requested bigint
 ) language plpgsql volatile as $$
 #variable_conflict use_column
 declare
@@ -262,28 +262,28 @@ begin
   where s.user_id = p_user_id and s.agent_id = p_agent_id and s.status in ('active', 'past_due')
   limit 1;
   if v_sub_id is null then
-    return query select 'subscription_required'::text, false, null::text, null::bigint, null::bigint, null::timestamptz, null::timestamptz;
+    return query select 'subscription_required'::text, false, null::text, null::bigint, null::bigint, null::timestamptz, null::timestamptz, null::bigint;
     return;
   end if;
 
   select m.id, m.kind into v_metric_id, v_kind
   from public.metric_definitions m where m.agent_id = p_agent_id and m.slug = p_metric_slug;
   if v_metric_id is null then
-    return query select 'metric_not_found'::text, false, null::text, null::bigint, null::bigint, null::timestamptz, null::timestamptz;
+    return query select 'metric_not_found'::text, false, null::text, null::bigint, null::bigint, null::timestamptz, null::timestamptz, null::bigint;
     return;
   end if;
   if v_kind <> 'fixed' then
-    return query select 'not_decrementable'::text, false, v_kind, null::bigint, null::bigint, null::timestamptz, null::timestamptz;
+    return query select 'not_decrementable'::text, false, v_kind, null::bigint, null::bigint, null::timestamptz, null::timestamptz, null::bigint;
     return;
   end if;
 
   if p_client_req_id is not null then
-    select l.event, l.used, l.quota_limit, l.period_start, l.period_end into v_prev
+    select l.event, l.used, l.quota_limit, l.period_start, l.period_end, l.amount into v_prev
     from public.quota_ledger l
     where l.metric_id = v_metric_id and l.subscription_id = v_sub_id and l.client_req_id = p_client_req_id;
     if found then
       return query select case when v_prev.event = 'decrement' then 'ok' else 'key_reused' end,
-        true, v_kind, v_prev.used, v_prev.quota_limit, v_prev.period_start, v_prev.period_end;
+        true, v_kind, v_prev.used, v_prev.quota_limit, v_prev.period_start, v_prev.period_end, v_prev.amount;
       return;
     end if;
   end if;
@@ -311,13 +311,13 @@ begin
       where c.subscription_id = v_sub_id and c.metric_id = v_metric_id and c.period_start = '-infinity';
     end if;
     return query select case when l.event = 'decrement' then 'ok' else 'key_reused' end,
-      true, v_kind, l.used, l.quota_limit, l.period_start, l.period_end
+      true, v_kind, l.used, l.quota_limit, l.period_start, l.period_end, l.amount
     from public.quota_ledger l
     where l.metric_id = v_metric_id and l.subscription_id = v_sub_id and l.client_req_id = p_client_req_id;
     return;
   end if;
 
-  return query select 'ok'::text, false, v_kind, v_used, v_limit, v_created, null::timestamptz;
+  return query select 'ok'::text, false, v_kind, v_used, v_limit, v_created, null::timestamptz, p_amount;
 end
 $$;
 

@@ -1,0 +1,133 @@
+import { createRoute, z } from '@hono/zod-openapi';
+import { requireUser } from '../../http/access.ts';
+import { envelopeOf, ok } from '../../http/envelope.ts';
+import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
+import { decrementUsageBody, incrementUsageBody, usageRecordSchema, usageResultSchema } from '../schemas.ts';
+import { decrementUsage, getMyUsage, incrementUsage, listMyUsage, quotaHeaders } from '../usage.ts';
+
+/**
+ * /me/usage: agent backends (with the user's bearer token) and the user (cookie) read and move their counters.
+ * The increment handler is the hot path: authenticate, validate, one SQL call, answer.
+ */
+
+const agentParams = z.object({ agentId: uuidParam('agentId') });
+// Any slug-shaped string is looked up; an unknown one is a 404 (the metric does not exist), not a 400.
+const metricParams = agentParams.extend({
+  metricSlug: z.string().min(1).max(64).openapi({ param: { name: 'metricSlug', in: 'path' }, example: 'api-calls' }),
+});
+
+const quotaHeaderDocs = {
+  'X-Quota-Limit': { description: 'Effective quota, or `unlimited`', schema: { type: 'string' as const } },
+  'X-Quota-Remaining': { description: 'Units left, or `unlimited`', schema: { type: 'string' as const } },
+};
+
+const security: Array<Record<string, string[]>> = [{ bearer: [] }, { cookieSession: [] }];
+
+const incrementRoute = createRoute({
+  operationId: 'incrementUsage',
+  method: 'post',
+  path: '/me/usage/{agentId}/{metricSlug}/increment',
+  tags: ['Usage'],
+  summary: 'Check and increment: atomic and idempotent on (subscription, metric, clientReqId)',
+  description:
+    'Call before the chargeable action. Admits the increment only if used + amount stays within the effective quota ' +
+    '(tier quota + active addons). A replay of a clientReqId returns the first call\'s result (`replayed: true`), even a 429, and changes nothing.',
+  security,
+  request: { params: metricParams, body: jsonBody(incrementUsageBody) },
+  responses: {
+    200: { ...jsonResponse(envelopeOf(usageResultSchema), 'Counted (or the stored result of this clientReqId)'), headers: quotaHeaderDocs },
+    ...errors(400, 401, 402, 404, 415, 422, 429),
+  },
+});
+
+const decrementRoute = createRoute({
+  operationId: 'decrementUsage',
+  method: 'post',
+  path: '/me/usage/{agentId}/{metricSlug}/decrement',
+  tags: ['Usage'],
+  summary: 'Decrement a fixed metric (floors at 0); idempotent when a clientReqId is given',
+  security,
+  request: { params: metricParams, body: jsonBody(decrementUsageBody) },
+  responses: {
+    200: { ...jsonResponse(envelopeOf(usageResultSchema), 'Decremented (or the stored result of this clientReqId)'), headers: quotaHeaderDocs },
+    ...errors(400, 401, 402, 404, 415, 422),
+  },
+});
+
+const listRoute = createRoute({
+  operationId: 'listMyUsage',
+  method: 'get',
+  path: '/me/usage/{agentId}',
+  tags: ['Usage'],
+  summary: "Usage of every metric of the agent on the caller's active subscription",
+  security,
+  request: { params: agentParams },
+  responses: {
+    200: jsonResponse(envelopeOf(z.array(usageRecordSchema)), 'One usage record per metric'),
+    ...errors(400, 401, 404),
+  },
+});
+
+const getRoute = createRoute({
+  operationId: 'getMyUsage',
+  method: 'get',
+  path: '/me/usage/{agentId}/{metricSlug}',
+  tags: ['Usage'],
+  summary: "Usage of one metric on the caller's active subscription",
+  security,
+  request: { params: metricParams },
+  responses: {
+    200: jsonResponse(envelopeOf(usageRecordSchema), 'The usage record'),
+    ...errors(400, 401, 404),
+  },
+});
+
+export function usageRoutes() {
+  const router = newRouter();
+
+  router.openapi(incrementRoute, async (c) => {
+    const principal = await requireUser(c);
+    const { agentId, metricSlug } = c.req.valid('param');
+    const { clientReqId, amount } = c.req.valid('json');
+    const { database, clock } = c.var.deps;
+    const result = await incrementUsage(database.db, clock, {
+      userId: principal.userId,
+      agentId,
+      metricSlug,
+      clientReqId,
+      amount: amount ?? 1,
+    });
+    return c.json(ok(result), 200, quotaHeaders(result));
+  });
+
+  router.openapi(decrementRoute, async (c) => {
+    const principal = await requireUser(c);
+    const { agentId, metricSlug } = c.req.valid('param');
+    const { clientReqId, amount } = c.req.valid('json');
+    const { database, clock } = c.var.deps;
+    const result = await decrementUsage(database.db, clock, {
+      userId: principal.userId,
+      agentId,
+      metricSlug,
+      clientReqId,
+      amount: amount ?? 1,
+    });
+    return c.json(ok(result), 200, quotaHeaders(result));
+  });
+
+  router.openapi(listRoute, async (c) => {
+    const principal = await requireUser(c);
+    const { agentId } = c.req.valid('param');
+    const { database, clock } = c.var.deps;
+    return c.json(ok(await listMyUsage(database.db, clock, principal.userId, agentId)), 200);
+  });
+
+  router.openapi(getRoute, async (c) => {
+    const principal = await requireUser(c);
+    const { agentId, metricSlug } = c.req.valid('param');
+    const { database, clock } = c.var.deps;
+    return c.json(ok(await getMyUsage(database.db, clock, principal.userId, agentId, metricSlug)), 200);
+  });
+
+  return router;
+}

@@ -1,0 +1,149 @@
+import { findActiveSubscription } from '../billing/subscriptions.ts';
+import { ApiError, notFound } from '../http/errors.ts';
+import type { Clock } from '../platform/clock.ts';
+import { first, rows, sql, type Db } from '../platform/db.ts';
+import type { MetricKind, UsageRecord, UsageResult } from './schemas.ts';
+
+/**
+ * Usage of a subscription's metrics: the check-and-increment hot path, decrement, and reads.
+ * Increment and decrement are each ONE call of a SQL function (migration 20261122000500), one round trip and
+ * one transaction: subscription, metric, idempotency record, counter and ledger row commit together or not at
+ * all. This module only maps the function's outcome to the API.
+ */
+
+interface UsageCallRow {
+  outcome: 'ok' | 'quota_exceeded' | 'subscription_required' | 'metric_not_found' | 'not_decrementable' | 'key_reused';
+  replayed: boolean;
+  kind: MetricKind | null;
+  used: number | null;
+  quota_limit: number | null;
+  period_start: Date | string | null;
+  period_end: Date | string | null;
+  /** units the recorded call asked for (on a replay: the first call's) */
+  requested: number | null;
+}
+
+export interface UsageCall {
+  userId: string;
+  agentId: string;
+  metricSlug: string;
+  clientReqId: string | undefined;
+  amount: number;
+}
+
+export async function incrementUsage(db: Db, clock: Clock, call: UsageCall & { clientReqId: string }): Promise<UsageResult> {
+  const row = await first<UsageCallRow>(
+    db,
+    sql`select * from public.metering_increment(${call.userId}, ${call.agentId}, ${call.metricSlug}, ${call.clientReqId},
+                                                ${call.amount}, ${clock.now()})`,
+  );
+  return usageOutcome(row!, call, 'increment');
+}
+
+export async function decrementUsage(db: Db, clock: Clock, call: UsageCall): Promise<UsageResult> {
+  const row = await first<UsageCallRow>(
+    db,
+    sql`select * from public.metering_decrement(${call.userId}, ${call.agentId}, ${call.metricSlug}, ${call.clientReqId ?? null},
+                                                ${call.amount}, ${clock.now()})`,
+  );
+  return usageOutcome(row!, call, 'decrement');
+}
+
+function usageOutcome(row: UsageCallRow, call: UsageCall, operation: 'increment' | 'decrement'): UsageResult {
+  switch (row.outcome) {
+    case 'ok':
+      return { ...usageRecord({ metric: call.metricSlug, ...row }), replayed: row.replayed };
+    case 'quota_exceeded': {
+      const record = usageRecord({ metric: call.metricSlug, ...row });
+      const requested = Number(row.requested ?? call.amount);
+      throw new ApiError(
+        'QUOTA_EXCEEDED',
+        `Quota exceeded for ${call.metricSlug}: ${record.used} of ${record.limit} used, ${requested} requested`,
+        // on a replay this is the stored result of the first call with this clientReqId
+        { metric: call.metricSlug, used: record.used, limit: record.limit, requested, replayed: row.replayed },
+        quotaHeaders(record),
+      );
+    }
+    case 'subscription_required':
+      throw new ApiError('SUBSCRIPTION_REQUIRED', 'An active subscription to this agent is required', { agentId: call.agentId });
+    case 'metric_not_found':
+      throw notFound('Metric', { agentId: call.agentId, metricSlug: call.metricSlug });
+    case 'not_decrementable':
+      throw new ApiError('NOT_DECREMENTABLE', 'Only fixed metrics can be decremented; rolling metrics reset each billing period', {
+        metric: call.metricSlug,
+        kind: row.kind,
+      });
+    case 'key_reused':
+      throw new ApiError(
+        'INVALID_STATE',
+        `This clientReqId was already used for a different operation on ${call.metricSlug}; use a new one for this ${operation}`,
+        { metric: call.metricSlug, clientReqId: call.clientReqId },
+      );
+  }
+}
+
+export function usageRecord(row: {
+  metric: string;
+  kind: MetricKind | null;
+  used: number | null;
+  quota_limit: number | null;
+  period_start: Date | string | null;
+  period_end: Date | string | null;
+}): UsageRecord {
+  const used = Number(row.used ?? 0);
+  const limit = row.quota_limit === null ? null : Number(row.quota_limit);
+  return {
+    metric: row.metric,
+    kind: row.kind!,
+    used,
+    limit,
+    remaining: limit === null ? null : Math.max(limit - used, 0),
+    periodStart: new Date(row.period_start!).toISOString(),
+    periodEnd: row.kind === 'rolling' && row.period_end ? new Date(row.period_end).toISOString() : null,
+  };
+}
+
+/** X-Quota-Limit / X-Quota-Remaining: numbers, or `unlimited`. */
+export function quotaHeaders(record: UsageRecord): Record<string, string> {
+  return {
+    'X-Quota-Limit': record.limit === null ? 'unlimited' : String(record.limit),
+    'X-Quota-Remaining': record.remaining === null ? 'unlimited' : String(record.remaining),
+  };
+}
+
+interface UsageRow {
+  metric_id: string;
+  metric: string;
+  kind: MetricKind;
+  used: number;
+  quota_limit: number | null;
+  period_start: Date | string;
+  period_end: Date | string | null;
+}
+
+/** Usage of every metric of the subscription's agent at the clock's now, by metric slug. */
+export async function subscriptionUsage(db: Db, clock: Clock, subscriptionId: string): Promise<UsageRecord[]> {
+  const found = await rows<UsageRow>(db, sql`select * from public.metering_usage(${subscriptionId}, ${clock.now()})`);
+  return found.map(usageRecord);
+}
+
+/** The admin read: 404 for an unknown subscription (any status is readable). */
+export async function getSubscriptionUsage(db: Db, clock: Clock, subscriptionId: string): Promise<UsageRecord[]> {
+  const exists = await first(db, sql`select 1 from public.subscriptions where id = ${subscriptionId}`);
+  if (!exists) throw notFound('Subscription', { subscriptionId });
+  return subscriptionUsage(db, clock, subscriptionId);
+}
+
+/** The caller's usage on an agent; 404 without an active subscription to it. */
+export async function listMyUsage(db: Db, clock: Clock, userId: string, agentId: string): Promise<UsageRecord[]> {
+  const subscription = await findActiveSubscription(db, clock, userId, agentId);
+  if (!subscription) throw notFound('Active subscription', { agentId });
+  return subscriptionUsage(db, clock, subscription.id);
+}
+
+export async function getMyUsage(db: Db, clock: Clock, userId: string, agentId: string, metricSlug: string): Promise<UsageRecord> {
+  const usage = await listMyUsage(db, clock, userId, agentId);
+  const record = usage.find((u) => u.metric === metricSlug);
+  if (!record) throw notFound('Metric', { agentId, metricSlug });
+  return record;
+}

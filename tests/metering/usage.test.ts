@@ -1,0 +1,334 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from '../../functions/platform/db.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { ledgerAgreesWithCounters, meteredAgent, reqId, setQuota, subscribe, usagePath } from './support.ts';
+
+/** /me/usage over HTTP with cookie sessions: increment, decrement, reads, and their errors. */
+
+let t: TestApp;
+let user: TestUser;
+beforeAll(async () => {
+  t = await startTestApp({ now: '2026-03-10T12:00:00.000Z' });
+  user = await signUp(t);
+});
+afterAll(() => t.close());
+
+const increment = (u: TestUser, agentId: string, slug: string, body: Record<string, unknown>) =>
+  t.http.post(usagePath(agentId, slug, 'increment'), { cookie: u.cookie, json: body });
+const decrement = (u: TestUser, agentId: string, slug: string, body: Record<string, unknown> = {}) =>
+  t.http.post(usagePath(agentId, slug, 'decrement'), { cookie: u.cookie, json: body });
+
+describe('incrementUsage', () => {
+  it('counts, answers the usage record with replayed: false and the quota headers', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'api-calls', kind: 'rolling', quota: 5 }]);
+    const sub = await subscribe(t, user.userId, a.tierId);
+    const res = await increment(user, a.agentId, 'api-calls', { clientReqId: reqId(), amount: 2 });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      status: 'success',
+      error: null,
+      data: {
+        metric: 'api-calls',
+        kind: 'rolling',
+        used: 2,
+        limit: 5,
+        remaining: 3,
+        periodStart: sub.currentPeriodStart,
+        periodEnd: sub.currentPeriodEnd,
+        replayed: false,
+      },
+    });
+    expect(res.headers.get('x-quota-limit')).toBe('5');
+    expect(res.headers.get('x-quota-remaining')).toBe('3');
+    const again = await increment(user, a.agentId, 'api-calls', { clientReqId: reqId() });
+    expect(again.body.data).toMatchObject({ used: 3, remaining: 2, replayed: false });
+  });
+
+  it('replays a clientReqId: the stored result, replayed: true, nothing counted again', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+    const sub = await subscribe(t, user.userId, a.tierId);
+    const key = reqId();
+    const first = await increment(user, a.agentId, 'calls', { clientReqId: key, amount: 3 });
+    await increment(user, a.agentId, 'calls', { clientReqId: reqId() });
+    const replay = await increment(user, a.agentId, 'calls', { clientReqId: key, amount: 3 });
+    expect(replay.status).toBe(200);
+    expect(replay.body.data).toEqual({ ...first.body.data, replayed: true });
+    const usage = await t.http.get(usagePath(a.agentId, 'calls'), { cookie: user.cookie });
+    expect(usage.body.data.used).toBe(4);
+    expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 4, sum: 4 }]);
+  });
+
+  it('answers 429 QUOTA_EXCEEDED with details and counts nothing; the replay of a 429 stays a 429 after an addon raised the limit', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 2 }]);
+    const sub = await subscribe(t, user.userId, a.tierId);
+    const admin = await createAdmin(t);
+    await increment(user, a.agentId, 'calls', { clientReqId: reqId(), amount: 2 });
+    const key = reqId();
+    const denied = await increment(user, a.agentId, 'calls', { clientReqId: key });
+    expect(denied.status).toBe(429);
+    expect(denied.body).toMatchObject({
+      status: 'error',
+      data: null,
+      error: { code: 'QUOTA_EXCEEDED', details: { metric: 'calls', used: 2, limit: 2, requested: 1 } },
+    });
+    expect(denied.headers.get('x-quota-remaining')).toBe('0');
+
+    const grant = await t.http.post(`/admin/subscriptions/${sub.id}/addons`, {
+      cookie: admin.cookie,
+      json: { metricSlug: 'calls', amount: 5, duration: 'permanent' },
+    });
+    expect(grant.status).toBe(201);
+    const replay = await increment(user, a.agentId, 'calls', { clientReqId: key });
+    expect(replay.status).toBe(429);
+    expect(replay.body.error.details).toMatchObject({ metric: 'calls', used: 2, limit: 2, requested: 1, replayed: true });
+    // a new clientReqId is evaluated afresh against the raised limit
+    const fresh = await increment(user, a.agentId, 'calls', { clientReqId: reqId() });
+    expect(fresh.status).toBe(200);
+    expect(fresh.body.data).toMatchObject({ used: 3, limit: 7, remaining: 4 });
+  });
+
+  it('admits an increment that lands exactly on the limit and refuses one unit more', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'seats', kind: 'fixed', quota: 3 }]);
+    await subscribe(t, user.userId, a.tierId);
+    expect((await increment(user, a.agentId, 'seats', { clientReqId: reqId(), amount: 4 })).status).toBe(429);
+    expect((await increment(user, a.agentId, 'seats', { clientReqId: reqId(), amount: 3 })).status).toBe(200);
+    const over = await increment(user, a.agentId, 'seats', { clientReqId: reqId() });
+    expect(over.status).toBe(429);
+    expect(over.body.error.details).toEqual({ metric: 'seats', used: 3, limit: 3, requested: 1, replayed: false });
+  });
+
+  it('treats a null tier quota as unlimited, 0 as deny, and a missing quota row as deny', async () => {
+    const a = await meteredAgent(t.db, [
+      { slug: 'unlimited', kind: 'rolling', quota: null },
+      { slug: 'zero', kind: 'rolling', quota: 0 },
+      { slug: 'missing', kind: 'fixed', quota: 'none' },
+    ]);
+    await subscribe(t, user.userId, a.tierId);
+    const big = await increment(user, a.agentId, 'unlimited', { clientReqId: reqId(), amount: 1_000_000 });
+    expect(big.status).toBe(200);
+    expect(big.body.data).toMatchObject({ used: 1_000_000, limit: null, remaining: null });
+    expect(big.headers.get('x-quota-limit')).toBe('unlimited');
+    expect(big.headers.get('x-quota-remaining')).toBe('unlimited');
+    const zero = await increment(user, a.agentId, 'zero', { clientReqId: reqId() });
+    expect(zero.status).toBe(429);
+    expect(zero.body.error.details).toMatchObject({ used: 0, limit: 0 });
+    const missing = await increment(user, a.agentId, 'missing', { clientReqId: reqId() });
+    expect(missing.status).toBe(429);
+    expect(missing.body.error.details).toMatchObject({ used: 0, limit: 0 });
+  });
+
+  it('answers 402 SUBSCRIPTION_REQUIRED without an active subscription (none, or canceled)', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
+    const other = await signUp(t);
+    const none = await increment(other, a.agentId, 'calls', { clientReqId: reqId() });
+    expect(none.status).toBe(402);
+    expect(none.body.error.code).toBe('SUBSCRIPTION_REQUIRED');
+    const sub = await subscribe(t, other.userId, a.tierId);
+    await sql`update subscriptions set status = 'canceled' where id = ${sub.id}`.execute(t.db);
+    expect((await increment(other, a.agentId, 'calls', { clientReqId: reqId() })).status).toBe(402);
+    const [{ n }] = (await sql<{ n: number }>`select count(*)::int as n from quota_ledger where subscription_id = ${sub.id}`.execute(t.db)).rows as [{ n: number }];
+    expect(n).toBe(0);
+  });
+
+  it('answers 404 for an unknown metric slug (and for a metric of another agent)', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
+    const b = await meteredAgent(t.db, [{ slug: 'other-metric', kind: 'rolling', quota: 5 }]);
+    await subscribe(t, user.userId, a.tierId);
+    const res = await increment(user, a.agentId, 'nope', { clientReqId: reqId() });
+    expect(res.status).toBe(404);
+    expect(res.body.error.code).toBe('NOT_FOUND');
+    expect((await increment(user, a.agentId, 'other-metric', { clientReqId: reqId() })).status).toBe(404);
+    expect(b.metrics['other-metric']).toBeDefined();
+  });
+
+  it('refuses bad input with 400 and changes nothing', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
+    await subscribe(t, user.userId, a.tierId);
+    for (const body of [{}, { clientReqId: '' }, { clientReqId: 'x'.repeat(256) }, { clientReqId: 'k', amount: 0 }, { clientReqId: 'k', amount: 1.5 }, { clientReqId: 'k', amount: '2' }]) {
+      const res = await increment(user, a.agentId, 'calls', body);
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      expect(res.body.error.code).toBe('VALIDATION_ERROR');
+    }
+    expect((await t.http.post(usagePath('not-a-uuid', 'calls', 'increment'), { cookie: user.cookie, json: { clientReqId: 'k' } })).status).toBe(400);
+    const usage = await t.http.get(usagePath(a.agentId, 'calls'), { cookie: user.cookie });
+    expect(usage.body.data.used).toBe(0);
+  });
+
+  it('answers 422 INVALID_STATE when a clientReqId of a decrement is reused for an increment', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 5 }]);
+    await subscribe(t, user.userId, a.tierId);
+    const key = reqId();
+    expect((await decrement(user, a.agentId, 'sites', { clientReqId: key })).status).toBe(200);
+    const res = await increment(user, a.agentId, 'sites', { clientReqId: key });
+    expect(res.status).toBe(422);
+    expect(res.body.error.code).toBe('INVALID_STATE');
+  });
+
+  it('requires a signed-in caller (401 with sign-in links)', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
+    const res = await t.http.post(usagePath(a.agentId, 'calls', 'increment'), { json: { clientReqId: reqId() } });
+    expect(res.status).toBe(401);
+    expect(res.body.error.code).toBe('UNAUTHORIZED');
+    expect(res.body.error.details.signInUrl).toEqual(expect.any(String));
+    expect((await t.http.post(usagePath(a.agentId, 'calls', 'decrement'), { json: {} })).status).toBe(401);
+    expect((await t.http.get(usagePath(a.agentId))).status).toBe(401);
+    expect((await t.http.get(usagePath(a.agentId, 'calls'))).status).toBe(401);
+  });
+
+  it("counts on the caller's own subscription only: another user's usage is neither visible nor moved", async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
+    const alice = await signUp(t);
+    const bob = await signUp(t);
+    await subscribe(t, alice.userId, a.tierId);
+    await increment(alice, a.agentId, 'calls', { clientReqId: 'shared-key', amount: 4 });
+    // bob has no subscription: his calls are refused and alice's counter does not move
+    expect((await increment(bob, a.agentId, 'calls', { clientReqId: 'shared-key' })).status).toBe(402);
+    expect((await t.http.get(usagePath(a.agentId), { cookie: bob.cookie })).status).toBe(404);
+    await subscribe(t, bob.userId, a.tierId);
+    const bobs = await increment(bob, a.agentId, 'calls', { clientReqId: 'shared-key' });
+    expect(bobs.body.data).toMatchObject({ used: 1, replayed: false });
+    expect((await t.http.get(usagePath(a.agentId, 'calls'), { cookie: alice.cookie })).body.data.used).toBe(4);
+  });
+});
+
+describe('rolling and fixed periods', () => {
+  it('starts a rolling metric at zero in the next billing period and never resets a fixed one', async () => {
+    t.clock.set('2026-01-31T10:00:00.000Z');
+    const a = await meteredAgent(t.db, [
+      { slug: 'calls', kind: 'rolling', quota: 3 },
+      { slug: 'sites', kind: 'fixed', quota: 3 },
+    ]);
+    const u = await signUp(t);
+    const sub = await subscribe(t, u.userId, a.tierId);
+    await increment(u, a.agentId, 'calls', { clientReqId: reqId(), amount: 3 });
+    await increment(u, a.agentId, 'sites', { clientReqId: reqId(), amount: 2 });
+    expect((await increment(u, a.agentId, 'calls', { clientReqId: reqId() })).status).toBe(429);
+
+    t.clock.set('2026-02-28T09:59:59.999Z');
+    expect((await increment(u, a.agentId, 'calls', { clientReqId: reqId() })).status).toBe(429);
+
+    t.clock.set('2026-02-28T10:00:00.000Z');
+    const next = await increment(u, a.agentId, 'calls', { clientReqId: reqId() });
+    expect(next.status).toBe(200);
+    expect(next.body.data).toMatchObject({
+      used: 1,
+      periodStart: '2026-02-28T10:00:00.000Z',
+      periodEnd: '2026-03-31T10:00:00.000Z',
+    });
+    const list = await t.http.get(usagePath(a.agentId), { cookie: u.cookie });
+    expect(list.status).toBe(200);
+    expect(list.body.data).toEqual([
+      {
+        metric: 'calls',
+        kind: 'rolling',
+        used: 1,
+        limit: 3,
+        remaining: 2,
+        periodStart: '2026-02-28T10:00:00.000Z',
+        periodEnd: '2026-03-31T10:00:00.000Z',
+      },
+      { metric: 'sites', kind: 'fixed', used: 2, limit: 3, remaining: 1, periodStart: sub.createdAt, periodEnd: null },
+    ]);
+    // moving the clock back into the first period shows that period's counter again: nothing was reset
+    t.clock.set('2026-02-01T00:00:00.000Z');
+    expect((await t.http.get(usagePath(a.agentId, 'calls'), { cookie: u.cookie })).body.data.used).toBe(3);
+    t.clock.set('2026-03-10T12:00:00.000Z');
+  });
+});
+
+describe('decrementUsage', () => {
+  it('decrements a fixed metric, floors at 0, and writes a ledger row each time', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 5 }]);
+    const sub = await subscribe(t, user.userId, a.tierId);
+    await increment(user, a.agentId, 'sites', { clientReqId: reqId(), amount: 3 });
+    const res = await decrement(user, a.agentId, 'sites', { amount: 2 });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toEqual({
+      metric: 'sites',
+      kind: 'fixed',
+      used: 1,
+      limit: 5,
+      remaining: 4,
+      periodStart: sub.createdAt,
+      periodEnd: null,
+      replayed: false,
+    });
+    expect(res.headers.get('x-quota-remaining')).toBe('4');
+    const floor = await decrement(user, a.agentId, 'sites', { amount: 10 });
+    expect(floor.body.data.used).toBe(0);
+    const again = await decrement(user, a.agentId, 'sites');
+    expect(again.body.data.used).toBe(0);
+    expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 0, sum: 0 }]);
+    const { rows } = await sql<{ event: string; delta: number }>`select event, delta::int as delta from quota_ledger
+      where subscription_id = ${sub.id} order by created_at, id`.execute(t.db);
+    expect(rows).toEqual([
+      { event: 'increment', delta: 3 },
+      { event: 'decrement', delta: -2 },
+      { event: 'decrement', delta: -1 },
+      { event: 'decrement', delta: 0 },
+    ]);
+  });
+
+  it('is idempotent with a clientReqId', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 5 }]);
+    await subscribe(t, user.userId, a.tierId);
+    await increment(user, a.agentId, 'sites', { clientReqId: reqId(), amount: 4 });
+    const key = reqId();
+    const first = await decrement(user, a.agentId, 'sites', { clientReqId: key });
+    const replay = await decrement(user, a.agentId, 'sites', { clientReqId: key });
+    expect(first.body.data).toMatchObject({ used: 3, replayed: false });
+    expect(replay.body.data).toEqual({ ...first.body.data, replayed: true });
+    expect((await t.http.get(usagePath(a.agentId, 'sites'), { cookie: user.cookie })).body.data.used).toBe(3);
+  });
+
+  it('refuses a rolling metric with 422 NOT_DECREMENTABLE, and answers 402 / 404 like increment', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
+    const res = await decrement(user, a.agentId, 'calls');
+    expect(res.status).toBe(402);
+    await subscribe(t, user.userId, a.tierId);
+    await increment(user, a.agentId, 'calls', { clientReqId: reqId() });
+    const rolling = await decrement(user, a.agentId, 'calls');
+    expect(rolling.status).toBe(422);
+    expect(rolling.body.error.code).toBe('NOT_DECREMENTABLE');
+    expect((await decrement(user, a.agentId, 'unknown')).status).toBe(404);
+    expect((await decrement(user, a.agentId, 'calls', { amount: 0 })).status).toBe(400);
+    expect((await t.http.get(usagePath(a.agentId, 'calls'), { cookie: user.cookie })).body.data.used).toBe(1);
+  });
+});
+
+describe('listMyUsage / getMyUsage', () => {
+  it('lists every metric of the agent, including ones never used, and reads one', async () => {
+    const a = await meteredAgent(t.db, [
+      { slug: 'b-fixed', kind: 'fixed', quota: 'none' },
+      { slug: 'a-rolling', kind: 'rolling', quota: 7 },
+    ]);
+    const sub = await subscribe(t, user.userId, a.tierId);
+    const list = await t.http.get(usagePath(a.agentId), { cookie: user.cookie });
+    expect(list.status).toBe(200);
+    expect(list.body.data.map((u: { metric: string }) => u.metric)).toEqual(['a-rolling', 'b-fixed']);
+    expect(list.body.data[1]).toEqual({ metric: 'b-fixed', kind: 'fixed', used: 0, limit: 0, remaining: 0, periodStart: sub.createdAt, periodEnd: null });
+    const one = await t.http.get(usagePath(a.agentId, 'a-rolling'), { cookie: user.cookie });
+    expect(one.body.data).toMatchObject({ metric: 'a-rolling', used: 0, limit: 7, remaining: 7 });
+  });
+
+  it('answers 404 with no active subscription to the agent, or for an unknown metric', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 7 }]);
+    const u = await signUp(t);
+    expect((await t.http.get(usagePath(a.agentId), { cookie: u.cookie })).status).toBe(404);
+    expect((await t.http.get(usagePath(a.agentId, 'calls'), { cookie: u.cookie })).status).toBe(404);
+    await subscribe(t, u.userId, a.tierId);
+    const unknown = await t.http.get(usagePath(a.agentId, 'nope'), { cookie: u.cookie });
+    expect(unknown.status).toBe(404);
+    expect(unknown.body.error.code).toBe('NOT_FOUND');
+  });
+
+  it('reflects quota changes immediately (a raised tier quota counts at once)', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 1 }]);
+    await subscribe(t, user.userId, a.tierId);
+    await increment(user, a.agentId, 'calls', { clientReqId: reqId() });
+    expect((await increment(user, a.agentId, 'calls', { clientReqId: reqId() })).status).toBe(429);
+    await setQuota(t.db, a.tierId, a.metrics.calls!, 2);
+    expect((await increment(user, a.agentId, 'calls', { clientReqId: reqId() })).status).toBe(200);
+  });
+});
