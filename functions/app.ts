@@ -9,6 +9,8 @@ import { CursorSigner } from './http/pagination.ts';
 import { newRouter } from './http/router.ts';
 import { requestContext } from './http/request-context.ts';
 import { healthRoutes } from './health/routes.ts';
+import { catalogRoutes, localFileRoutes } from './catalog/routes.ts';
+import type { FileStore, ObjectStorage } from './platform/storage.ts';
 import { meteringRoutes } from './metering/routes/index.ts';
 import type { Auth } from './auth/better-auth.ts';
 import { authLibraryRoutes } from './auth/mount.ts';
@@ -40,6 +42,9 @@ export interface AppDeps {
   /** Stripe, or undefined without STRIPE_SECRET_KEY (paid paths then answer 503 PAYMENTS_NOT_CONFIGURED). */
   payments: Payments | undefined;
   cursors: CursorSigner;
+  /** Agent media uploads: S3-compatible, or local files when `files` is injected; undefined -> 503 STORAGE_NOT_CONFIGURED. */
+  storage: ObjectStorage | undefined;
+  files?: FileStore | undefined;
   /** process start, for /health uptime */
   startedAt: Date;
   /** Serves the /docs page's script; when absent the page loads it from the public CDN. */
@@ -52,6 +57,8 @@ export function createApp(deps: AppDeps) {
   const app = newRouter();
 
   app.use('*', requestContext(deps));
+  // Local uploads stream files larger than the JSON body limit, so they are answered before it applies.
+  app.route('/', localFileRoutes(deps.storage, deps.files));
 
   app.use(
     '*',
@@ -65,6 +72,7 @@ export function createApp(deps: AppDeps) {
   app.notFound((c) => c.json(failure('NOT_FOUND', `No route for ${c.req.method} ${c.req.path}`), 404));
 
   app.route('/', healthRoutes());
+  app.route('/', catalogRoutes());
   app.route('/', meteringRoutes());
   app.route('/', identityRoutes());
   app.route('/', billingRoutes());

@@ -9,6 +9,7 @@ import { createAuthenticator } from './auth/authenticator.ts';
 import { ensureAdmin } from './auth/ensure-admin.ts';
 import { createPayments } from './platform/stripe.ts';
 import { createMailer, type MailTransport } from './platform/mailer.ts';
+import { createStorage, type FileStore } from './platform/storage.ts';
 
 /**
  * Builds the application's dependencies from configuration. Runtime-neutral: the Node entry, the Deno edge
@@ -22,6 +23,8 @@ export interface BuildOptions {
   docsScriptUrl?: string;
   /** Replaces SMTP/log delivery of the mail outbox (tests). */
   mailTransport?: MailTransport;
+  /** Disk for local uploads when no S3 is configured (Node entry and tests; the edge has none). */
+  fileStore?: FileStore;
 }
 
 export interface BuiltDeps extends AppDeps {
@@ -50,6 +53,8 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
       if (config.env !== 'test') mailer.start();
     },
     cursors: new CursorSigner(config.authSecret),
+    storage: createStorage(config, options.fileStore),
+    files: options.fileStore,
     startedAt: new Date(),
     docsScriptUrl: options.docsScriptUrl,
   };

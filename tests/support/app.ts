@@ -8,6 +8,10 @@ import { memoryLogger } from '../../functions/platform/logger.ts';
 import { freePort } from '../../scripts/postgres-server.ts';
 import { createTestDatabase, type TestDatabase } from './databases.ts';
 import { HttpClient } from './http.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { diskFileStore } from '../../functions/platform/storage-disk.ts';
 
 /**
  * The service as a test sees it: a fresh migrated database on the project's tier, the real app built by the
@@ -54,7 +58,9 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   });
   const clock = new TestClock(options.now ? new Date(options.now) : new Date());
   const logger = memoryLogger();
-  const deps = await buildDeps({ config, database: testDatabase.database, logger, clock });
+  // Local uploads go to a temporary directory per app (removed on close), as `npm start` uses .data/uploads.
+  const uploadsDir = mkdtempSync(join(tmpdir(), 'mkt-uploads-'));
+  const deps = await buildDeps({ config, database: testDatabase.database, logger, clock, fileStore: diskFileStore(uploadsDir) });
   const app = createApp(deps);
   options.routes?.(app);
   await deps.startup?.();
@@ -73,6 +79,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     logs: logger.lines,
     close: async () => {
       await new Promise<void>((resolve) => server.close(() => resolve()));
+      rmSync(uploadsDir, { recursive: true, force: true });
       if (!options.testDatabase) await testDatabase.drop();
     },
   };

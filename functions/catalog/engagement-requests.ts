@@ -1,0 +1,77 @@
+import type { Db } from '../platform/db.ts';
+import type { Interaction } from './interactions.ts';
+import { recordInteraction } from './interactions.ts';
+import { recipientEmails } from './notification-recipients.ts';
+
+/**
+ * Demo requests and enterprise inquiries: accepted for later (202). Each is an interaction attributed to the
+ * caller; a demo request also mails every notification recipient through the outbox, in the same transaction,
+ * so the feed entry and the mails commit together (or not at all).
+ */
+
+export interface MailQueue {
+  enqueue(db: Db, mail: { to: string; subject: string; text: string }): Promise<unknown>;
+}
+
+export interface Requester {
+  userId: string;
+  email: string;
+  name: string;
+}
+
+export async function requestDemo(
+  db: Db,
+  mailer: MailQueue,
+  input: { agent: { id: string; name: string; slug: string }; requester: Requester; message?: string | undefined; publicBaseUrl: string },
+  now: Date,
+): Promise<{ interaction: Interaction; notified: number }> {
+  const { agent, requester } = input;
+  return db.transaction().execute(async (trx) => {
+    const interaction = await recordInteraction(
+      trx,
+      {
+        type: 'demo_request',
+        userId: requester.userId,
+        agentId: agent.id,
+        metadata: { email: requester.email, name: requester.name, ...(input.message ? { message: input.message } : {}) },
+      },
+      now,
+    );
+    const recipients = await recipientEmails(trx);
+    for (const to of recipients) {
+      await mailer.enqueue(trx, {
+        to,
+        subject: `Demo request: ${agent.name}`,
+        text: [
+          `${requester.name || requester.email} <${requester.email}> asked for a demo of ${agent.name} (${agent.slug}).`,
+          input.message ? `\nMessage:\n${input.message}\n` : '',
+          `Agent: ${input.publicBaseUrl}/agents/${agent.id}`,
+          `Requested at: ${now.toISOString()}`,
+        ].join('\n'),
+      });
+    }
+    return { interaction, notified: recipients.length };
+  });
+}
+
+export async function createEnterpriseInquiry(
+  db: Db,
+  input: { agentId: string; requester: Requester; message?: string | undefined; companySize?: string | undefined },
+  now: Date,
+): Promise<Interaction> {
+  return recordInteraction(
+    db,
+    {
+      type: 'enterprise_inquiry',
+      userId: input.requester.userId,
+      agentId: input.agentId,
+      metadata: {
+        email: input.requester.email,
+        name: input.requester.name,
+        ...(input.message ? { message: input.message } : {}),
+        ...(input.companySize ? { companySize: input.companySize } : {}),
+      },
+    },
+    now,
+  );
+}

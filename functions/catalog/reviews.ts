@@ -1,0 +1,78 @@
+import type { z } from '@hono/zod-openapi';
+import { forbidden, notFound } from '../http/errors.ts';
+import { afterCursor, finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
+import { first, rows, sql, type Db } from '../platform/db.ts';
+import type { reviewSchema } from './schemas.ts';
+import { iso } from './schemas.ts';
+
+/**
+ * Reviews: one per (user, agent). Writing again replaces the rating and text of the same row (the upsert
+ * targets the unique pair, so parallel writes of one user still leave exactly one row); `createdAt` keeps the
+ * first write, so the newest-first list and its cursors stay stable while authors edit.
+ */
+
+export type Review = z.infer<typeof reviewSchema>;
+
+interface Row {
+  id: string;
+  agentId: string;
+  userId: string;
+  rating: number;
+  title: string | null;
+  body: string | null;
+  createdAt: Date | string;
+  updatedAt: Date | string;
+}
+const columns = sql`id, agent_id as "agentId", user_id as "userId", rating, title, body,
+  created_at as "createdAt", updated_at as "updatedAt"`;
+const toReview = (r: Row): Review => ({ ...r, rating: Number(r.rating), createdAt: iso(r.createdAt), updatedAt: iso(r.updatedAt) });
+
+export async function listReviews(
+  db: Db,
+  cursors: CursorSigner,
+  agentId: string,
+  query: { cursor?: string | undefined; limit?: number | undefined },
+) {
+  const page = await readPage(cursors, pageScope(`agents/${agentId}/reviews`), query);
+  const found = await rows<Row>(
+    db,
+    sql`select ${columns} from public.reviews
+        where agent_id = ${agentId} and ${afterCursor(page)}
+        order by created_at desc, id desc limit ${page.limit + 1}`,
+  );
+  return finishPage(cursors, page, found.map(toReview));
+}
+
+export async function upsertReview(
+  db: Db,
+  input: { agentId: string; userId: string; rating: number; title?: string | undefined; body?: string | undefined },
+  now: Date,
+): Promise<{ review: Review; created: boolean }> {
+  const row = await first<Row & { created: boolean }>(
+    db,
+    sql`insert into public.reviews as r (agent_id, user_id, rating, title, body, created_at, updated_at)
+        values (${input.agentId}, ${input.userId}, ${input.rating}, ${input.title || null}, ${input.body || null}, ${now}, ${now})
+        on conflict (agent_id, user_id) do update
+          set rating = excluded.rating, title = excluded.title, body = excluded.body, updated_at = excluded.updated_at
+        returning ${columns}, (xmax = 0) as created`,
+  );
+  const { created, ...review } = row!;
+  return { review: toReview(review), created };
+}
+
+/** The author deletes their own review; an admin deletes any. */
+export async function deleteReview(
+  db: Db,
+  agentId: string,
+  reviewId: string,
+  caller: { userId: string; admin: boolean },
+): Promise<{ id: string }> {
+  const review = await first<{ userId: string }>(
+    db,
+    sql`select user_id as "userId" from public.reviews where id = ${reviewId} and agent_id = ${agentId}`,
+  );
+  if (!review) throw notFound('Review', { reviewId });
+  if (!caller.admin && review.userId !== caller.userId) throw forbidden('Only the author or an admin can delete this review');
+  await sql`delete from public.reviews where id = ${reviewId}`.execute(db);
+  return { id: reviewId };
+}

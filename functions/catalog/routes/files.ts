@@ -1,0 +1,64 @@
+import { Hono } from 'hono';
+import type { AppEnv } from '../../http/context.ts';
+import { failure } from '../../http/envelope.ts';
+import { FileTooLargeError, LocalStorage, STORAGE_KEY_PATTERN, type FileStore, type ObjectStorage } from '../../platform/storage.ts';
+import { contentTypeOfKey } from '../uploads.ts';
+
+/**
+ * The local object store's two endpoints (only when no S3 is configured): PUT /files/{key} with the signed
+ * query createUpload issued, and GET /files/{key} to read the file back. They stream bodies of up to the
+ * upload limit, so this router is mounted before the app's 1 MiB JSON body limit (see app.ts).
+ * Not part of the JSON API: the PUT answers the envelope, the GET answers the file.
+ */
+export function localFileRoutes(objectStorage: ObjectStorage | undefined, files: FileStore | undefined) {
+  const router = new Hono<AppEnv>();
+  const storage = objectStorage instanceof LocalStorage ? objectStorage : undefined;
+  if (!storage || !files) return router;
+
+  router.put('/files/*', async (c) => {
+    // Authorized by the signature in the query (issued to an admin by createUpload), not by a session.
+    const key = decodeURIComponent(c.req.path.slice('/files/'.length));
+    if (!STORAGE_KEY_PATTERN.test(key)) return c.json(failure('NOT_FOUND', 'No such upload location'), 404);
+    const contentType = (c.req.header('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
+    const verdict = await storage.verifyUpload(key, contentType, c.req.query(), c.var.deps.clock.now());
+    if (!verdict.ok) {
+      const message =
+        verdict.reason === 'expired'
+          ? 'The upload URL has expired; ask for a new one'
+          : 'The upload URL is not valid for this file (signature, or Content-Type different from the one signed)';
+      return c.json(failure('FORBIDDEN', message, { reason: verdict.reason }), 403);
+    }
+    const declared = Number(c.req.header('content-length') ?? '0');
+    if (declared > verdict.maxBytes) {
+      return c.json(failure('PAYLOAD_TOO_LARGE', `The file may be at most ${verdict.maxBytes} bytes`, { maxBytes: verdict.maxBytes }), 413);
+    }
+    const body = c.req.raw.body;
+    if (!body) return c.json(failure('VALIDATION_ERROR', 'The upload has no body', { issues: [] }), 400);
+    try {
+      const size = await files.write(key, body, verdict.maxBytes);
+      return c.json({ status: 'success', data: { key, size }, error: null }, 200);
+    } catch (err) {
+      if (err instanceof FileTooLargeError) {
+        return c.json(failure('PAYLOAD_TOO_LARGE', `The file may be at most ${err.maxBytes} bytes`, { maxBytes: err.maxBytes }), 413);
+      }
+      throw err;
+    }
+  });
+
+  router.get('/files/*', async (c) => {
+    // Public: uploaded media are published assets of the catalog (like a public bucket).
+    const key = decodeURIComponent(c.req.path.slice('/files/'.length));
+    const file = STORAGE_KEY_PATTERN.test(key) ? await files.read(key) : undefined;
+    if (!file) return c.json(failure('NOT_FOUND', 'No such file'), 404);
+    return new Response(file.body, {
+      headers: {
+        'content-type': contentTypeOfKey(key),
+        'content-length': String(file.size),
+        'cache-control': 'public, max-age=31536000, immutable',
+        'x-content-type-options': 'nosniff',
+      },
+    });
+  });
+
+  return router;
+}

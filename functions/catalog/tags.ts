@@ -1,0 +1,95 @@
+import type { z } from '@hono/zod-openapi';
+import { ApiError, conflict, isUniqueViolation, notFound } from '../http/errors.ts';
+import { afterCursor, finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
+import { first, rows, sql, type Db } from '../platform/db.ts';
+import type { tagSchema } from './schemas.ts';
+import { iso } from './schemas.ts';
+
+/**
+ * Tags group agents in the catalog. A tag has a display name and a slug (the list filter `?tag=` uses the slug).
+ * Agents are tagged through agent create/update with names or slugs; unknown ones are created on the way.
+ */
+
+export type Tag = z.infer<typeof tagSchema>;
+
+/** "Customer Support!" -> "customer-support". */
+export function slugify(name: string): string {
+  return name
+    .normalize('NFKD')
+    .replace(/[\u0300-\u036f]/g, '')
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, 60)
+    .replace(/-+$/g, '');
+}
+
+interface Row {
+  id: string;
+  slug: string;
+  name: string;
+  createdAt: Date | string;
+}
+const toTag = (r: Row): Tag => ({ ...r, createdAt: iso(r.createdAt) });
+
+export async function listTags(db: Db, cursors: CursorSigner, query: { cursor?: string | undefined; limit?: number | undefined }) {
+  const page = await readPage(cursors, pageScope('tags'), query);
+  const found = await rows<Row>(
+    db,
+    sql`select id, slug, name, created_at as "createdAt" from public.tags
+        where ${afterCursor(page)} order by created_at desc, id desc limit ${page.limit + 1}`,
+  );
+  return finishPage(cursors, page, found.map(toTag));
+}
+
+export async function createTag(db: Db, input: { name: string; slug?: string | undefined }, now: Date): Promise<Tag> {
+  const slug = input.slug ?? slugify(input.name);
+  if (!slug) {
+    throw new ApiError('VALIDATION_ERROR', 'The tag name needs at least one letter or digit', {
+      issues: [{ path: 'name', message: 'needs at least one letter or digit' }],
+    });
+  }
+  try {
+    const row = await first<Row>(
+      db,
+      sql`insert into public.tags (slug, name, created_at) values (${slug}, ${input.name}, ${now})
+          returning id, slug, name, created_at as "createdAt"`,
+    );
+    return toTag(row!);
+  } catch (err) {
+    if (isUniqueViolation(err)) throw conflict('A tag with this slug already exists', { slug });
+    throw err;
+  }
+}
+
+/** Deletes the tag and untags its agents (the agents themselves are untouched). */
+export async function deleteTag(db: Db, tagId: string): Promise<{ id: string }> {
+  const row = await first<{ id: string }>(db, sql`delete from public.tags where id = ${tagId} returning id`);
+  if (!row) throw notFound('Tag', { tagId });
+  return row;
+}
+
+/** Replaces an agent's tags (inside the caller's transaction), creating missing tags by slug. */
+export async function setAgentTags(trx: Db, agentId: string, names: string[], now: Date): Promise<void> {
+  const wanted = new Map<string, string>();
+  for (const name of names) {
+    const slug = slugify(name);
+    if (!slug) {
+      throw new ApiError('VALIDATION_ERROR', 'A tag needs at least one letter or digit', {
+        issues: [{ path: 'tags', message: `"${name}" has no letter or digit` }],
+      });
+    }
+    if (!wanted.has(slug)) wanted.set(slug, name);
+  }
+  await sql`delete from public.agent_tags where agent_id = ${agentId}`.execute(trx);
+  if (wanted.size === 0) return;
+  const payload = JSON.stringify([...wanted].map(([slug, name]) => ({ slug, name })));
+  // Insert-if-missing then link; `on conflict do nothing` keeps an existing tag's display name.
+  await sql`insert into public.tags (slug, name, created_at)
+            select t ->> 'slug', t ->> 'name', ${now} from jsonb_array_elements(${payload}::text::jsonb) t
+            on conflict (slug) do nothing`.execute(trx);
+  await sql`insert into public.agent_tags (agent_id, tag_id)
+            select ${agentId}, tg.id from public.tags tg
+            where tg.slug in (select t ->> 'slug' from jsonb_array_elements(${payload}::text::jsonb) t)
+            on conflict do nothing`.execute(trx);
+}

@@ -1,0 +1,68 @@
+import { ApiError } from '../http/errors.ts';
+import type { ObjectStorage } from '../platform/storage.ts';
+import { slugify } from './tags.ts';
+
+/**
+ * Presigned uploads of agent media. The allowed types are what the front end can show inline (no SVG: it can
+ * carry script), each kind with its size limit. The object key is generated here (agent, kind, random id,
+ * cleaned file name, extension from the content type), never taken from the client as a path.
+ */
+
+export const UPLOAD_RULES = {
+  image: {
+    maxBytes: 10 * 1024 * 1024,
+    types: { 'image/png': 'png', 'image/jpeg': 'jpg', 'image/webp': 'webp', 'image/gif': 'gif', 'image/avif': 'avif' },
+  },
+  video: {
+    maxBytes: 500 * 1024 * 1024,
+    types: { 'video/mp4': 'mp4', 'video/webm': 'webm', 'video/quicktime': 'mov', 'video/ogg': 'ogv' },
+  },
+} as const satisfies Record<string, { maxBytes: number; types: Record<string, string> }>;
+
+export const UPLOAD_URL_TTL_MS = 15 * 60 * 1000;
+
+const invalid = (path: string, message: string, extra: Record<string, unknown> = {}) =>
+  new ApiError('VALIDATION_ERROR', message, { issues: [{ path, message }], ...extra });
+
+export async function createUpload(
+  storage: ObjectStorage | undefined,
+  input: { agentId: string; kind: 'image' | 'video'; contentType: string; filename: string; sizeBytes?: number | undefined },
+  now: Date,
+) {
+  if (!storage) {
+    throw new ApiError('STORAGE_NOT_CONFIGURED', 'Uploads need object storage: set the S3_* variables', {});
+  }
+  const rules = UPLOAD_RULES[input.kind];
+  const contentType = input.contentType.trim().toLowerCase().split(';')[0]!.trim();
+  const ext = (rules.types as Record<string, string>)[contentType];
+  if (!ext) {
+    throw invalid('contentType', `contentType must be one of ${Object.keys(rules.types).join(', ')} for a ${input.kind}`, {
+      allowed: Object.keys(rules.types),
+    });
+  }
+  if (input.sizeBytes !== undefined && input.sizeBytes > rules.maxBytes) {
+    throw invalid('sizeBytes', `A ${input.kind} may be at most ${rules.maxBytes} bytes`, { maxBytes: rules.maxBytes });
+  }
+  const stem = input.filename.replace(/\.[^.]*$/, '');
+  const name = slugify(stem).slice(0, 80).replace(/-+$/, '') || input.kind;
+  const key = `agents/${input.agentId}/${input.kind}/${crypto.randomUUID()}-${name}.${ext}`;
+  const expiresAt = new Date(now.getTime() + UPLOAD_URL_TTL_MS);
+  const signed = await storage.presignUpload({ key, contentType, maxBytes: rules.maxBytes, sizeBytes: input.sizeBytes, now, expiresAt });
+  return {
+    uploadUrl: signed.uploadUrl,
+    publicUrl: signed.publicUrl,
+    expiresAt: expiresAt.toISOString(),
+    method: 'PUT' as const,
+    headers: signed.headers,
+    maxBytes: input.sizeBytes ?? rules.maxBytes,
+  };
+}
+
+/** Content type of a stored file, from the extension the key was given at presign time. */
+export function contentTypeOfKey(key: string): string {
+  const ext = key.slice(key.lastIndexOf('.') + 1);
+  for (const rules of Object.values(UPLOAD_RULES)) {
+    for (const [type, e] of Object.entries(rules.types)) if (e === ext) return type;
+  }
+  return 'application/octet-stream';
+}

@@ -1,0 +1,63 @@
+import { ApiError } from '../http/errors.ts';
+import { first, sql, type Db } from '../platform/db.ts';
+import type { AgentStatus } from './schemas.ts';
+import { iso } from './schemas.ts';
+
+/**
+ * The waitlist of a coming-soon agent: (agent, email) pairs, emails lower-cased. Joining twice is not an
+ * error (the second call answers 200 with the existing entry) and records the `waitlist_signup` interaction
+ * only once. Joining the waitlist of an agent that is not coming soon is 422 INVALID_STATE: there is nothing
+ * to wait for (an active agent can be installed or bought right away).
+ */
+
+export interface WaitlistEntry {
+  agentId: string;
+  email: string;
+  notified: true;
+  createdAt: string;
+}
+
+export async function joinWaitlist(
+  db: Db,
+  agent: { id: string; status: AgentStatus },
+  input: { email: string; userId: string | null },
+  now: Date,
+): Promise<{ entry: WaitlistEntry; created: boolean }> {
+  if (agent.status !== 'coming_soon') {
+    throw new ApiError('INVALID_STATE', 'Only coming-soon agents have a waitlist', { status: agent.status });
+  }
+  const email = input.email.trim().toLowerCase();
+  const row = await first<{ createdAt: Date | string; created: boolean }>(
+    db,
+    sql`with added as (
+          insert into public.waitlist_entries (agent_id, email, user_id, created_at)
+          values (${agent.id}, ${email}, ${input.userId}, ${now})
+          on conflict (agent_id, email) do nothing
+          returning created_at
+        ), noted as (
+          insert into public.interactions (type, user_id, agent_id, metadata, created_at)
+          select 'waitlist_signup', ${input.userId}, ${agent.id}, jsonb_build_object('email', ${email}::text), ${now} from added
+        )
+        select created_at as "createdAt", true as created from added
+        union all
+        select created_at, false from public.waitlist_entries
+        where agent_id = ${agent.id} and email = ${email} and not exists (select 1 from added)`,
+  );
+  if (row) return { entry: { agentId: agent.id, email, notified: true, createdAt: iso(row.createdAt) }, created: row.created };
+  // A concurrent join of the same email committed after this statement's snapshot: read it now.
+  const existing = await first<{ createdAt: Date | string }>(
+    db,
+    sql`select created_at as "createdAt" from public.waitlist_entries where agent_id = ${agent.id} and email = ${email}`,
+  );
+  return { entry: { agentId: agent.id, email, notified: true, createdAt: iso(existing!.createdAt) }, created: false };
+}
+
+/** Whether the signed-in caller's email is on this agent's waitlist (false for anonymous callers). */
+export async function waitlistStatus(db: Db, agentId: string, email: string | null): Promise<{ notified: boolean }> {
+  if (!email) return { notified: false };
+  const row = await first<{ found: boolean }>(
+    db,
+    sql`select exists (select 1 from public.waitlist_entries where agent_id = ${agentId} and email = ${email.toLowerCase()}) as found`,
+  );
+  return { notified: Boolean(row?.found) };
+}

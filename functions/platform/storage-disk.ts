@@ -1,0 +1,63 @@
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { dirname, join, resolve, sep } from 'node:path';
+import { Readable } from 'node:stream';
+import { FileTooLargeError, STORAGE_KEY_PATTERN, type FileStore } from './storage.ts';
+
+/**
+ * The local file store behind LocalStorage (Node only: the Node entry and tests inject it; the edge never
+ * imports this file). Writes go to a temporary file and are renamed into place only when complete and within
+ * the limit, so a reader never sees half an upload and an oversized upload leaves nothing behind.
+ */
+export function diskFileStore(root: string): FileStore {
+  const base = resolve(root);
+  const pathOf = (key: string) => {
+    if (!STORAGE_KEY_PATTERN.test(key)) throw new Error('invalid storage key');
+    const full = resolve(base, key);
+    if (!full.startsWith(base + sep)) throw new Error('invalid storage key');
+    return full;
+  };
+
+  return {
+    async write(key, body, maxBytes) {
+      const target = pathOf(key);
+      await mkdir(dirname(target), { recursive: true });
+      const temp = `${target}.${process.pid}.${Date.now()}.part`;
+      const out = createWriteStream(temp);
+      let written = 0;
+      try {
+        const reader = body.getReader();
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          written += value.byteLength;
+          if (written > maxBytes) {
+            await reader.cancel().catch(() => {});
+            throw new FileTooLargeError(maxBytes);
+          }
+          if (!out.write(value)) await new Promise<void>((r) => out.once('drain', () => r()));
+        }
+        await new Promise<void>((res, rej) => out.end((err?: Error | null) => (err ? rej(err) : res())));
+        await rename(temp, target);
+        return written;
+      } catch (err) {
+        out.destroy();
+        await rm(temp, { force: true });
+        throw err;
+      }
+    },
+    async read(key) {
+      let full: string;
+      try {
+        full = pathOf(key);
+      } catch {
+        return undefined;
+      }
+      const info = await stat(full).catch(() => undefined);
+      if (!info?.isFile()) return undefined;
+      return { body: Readable.toWeb(createReadStream(full)) as ReadableStream<Uint8Array>, size: info.size };
+    },
+  };
+}
+
+export const defaultUploadsDir = (dataDir: string) => join(dataDir, 'uploads');

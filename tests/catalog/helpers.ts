@@ -1,0 +1,46 @@
+import { randomUUID } from 'node:crypto';
+import { expect } from 'vitest';
+import type { TestApp } from '../support/app.ts';
+import type { TestUser } from '../support/users.ts';
+
+/** Catalog test helpers: agents made through the real POST /agents, and small assertions on envelopes. */
+
+export function agentBody(overrides: Record<string, unknown> = {}) {
+  const tag = randomUUID().slice(0, 8);
+  return {
+    slug: `agent-${tag}`,
+    name: `Agent ${tag}`,
+    description: `Does useful things ${tag}`,
+    status: 'active',
+    redirectUris: ['https://agent.example.com/callback'],
+    ...overrides,
+  };
+}
+
+export async function createAgent(t: TestApp, admin: TestUser, overrides: Record<string, unknown> = {}) {
+  const res = await t.http.post('/agents', { cookie: admin.cookie, json: agentBody(overrides) });
+  if (res.status !== 201) throw new Error(`createAgent failed: ${res.status} ${res.text}`);
+  return res.body.data as { id: string; slug: string; name: string; status: string; [k: string]: unknown };
+}
+
+export function expectError(res: { status: number; body: any }, status: number, code: string) {
+  expect({ status: res.status, code: res.body?.error?.code }).toEqual({ status, code });
+  expect(res.body.status).toBe('error');
+  expect(res.body.data).toBeNull();
+}
+
+/** Walks a paginated list to the end, returning every item. */
+export async function walk(t: TestApp, path: string, options: { cookie?: string; limit?: number } = {}) {
+  const items: any[] = [];
+  let cursor: string | undefined;
+  for (let i = 0; i < 1000; i++) {
+    const sep = path.includes('?') ? '&' : '?';
+    const url = `${path}${sep}limit=${options.limit ?? 3}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
+    const res = await t.http.get(url, options.cookie ? { cookie: options.cookie } : {});
+    expect(res.status).toBe(200);
+    items.push(...res.body.data);
+    if (!res.body.pagination.hasMore) return items;
+    cursor = res.body.pagination.cursor;
+  }
+  throw new Error('pagination did not end');
+}
