@@ -1,0 +1,222 @@
+import type { Context } from 'hono';
+import { currentPrincipal } from '../http/access.ts';
+import type { AppEnv } from '../http/context.ts';
+import { ApiError } from '../http/errors.ts';
+import { signInUrls } from '../platform/config.ts';
+
+/**
+ * GET /admin: the built-in admin page. It draws the funnel and the weekly trends from GET /admin/analytics
+ * (same origin, the admin's session cookie) as inline SVG; no script or style comes from anywhere else, so it
+ * works offline and under a strict CSP (scripts by nonce only).
+ *
+ * Access: a signed-in platform admin sees the page. Anyone else gets a small page with the status the API would
+ * give (401 with a link to the sign-in page when signed out, 403 when signed in without the role), not a
+ * redirect: the sign-in page cannot send the visitor back here, and a page that says why is clearer. A client
+ * that does not ask for HTML gets the API's JSON error envelope instead.
+ *
+ * The page's own query (`?from&to&agentId`) is passed on to the analytics endpoint, so a link can open a window.
+ */
+export async function adminPage(c: Context<AppEnv>): Promise<Response> {
+  const wantsHtml = (c.req.header('accept') ?? '').includes('text/html');
+  let principal;
+  try {
+    principal = await currentPrincipal(c);
+  } catch (err) {
+    // Invalid, expired or revoked credentials: the same as signed out.
+    if (!(err instanceof ApiError) || err.code !== 'UNAUTHORIZED') throw err;
+    principal = null;
+  }
+  const { signInUrl } = signInUrls(c.var.deps.config);
+  if (!principal) {
+    if (!wantsHtml) throw new ApiError('UNAUTHORIZED', 'Sign in to continue', signInUrls(c.var.deps.config));
+    return page(c, 401, 'Sign in to continue', `<p>The admin page is for platform admins. <a id="sign-in" href="${escapeHtml(signInUrl)}">Sign in</a>, then open this page again.</p>`);
+  }
+  if (principal.role !== 'platform_admin') {
+    if (!wantsHtml) throw new ApiError('FORBIDDEN', 'This action needs the platform_admin role');
+    return page(c, 403, 'Not allowed', `<p>You are signed in as ${escapeHtml(principal.email)}, which is not a platform admin account.</p>`);
+  }
+  const nonce = randomNonce();
+  return page(c, 200, 'Marketplace analytics', dashboard(nonce), nonce);
+}
+
+function dashboard(nonce: string): string {
+  return `
+  <form id="window">
+    <label>From <input type="date" name="from" id="from"></label>
+    <label>To <input type="date" name="to" id="to"></label>
+    <label>Agent id <input name="agentId" id="agentId" placeholder="all agents" size="38"></label>
+    <button type="submit">Show</button>
+    <span id="status" role="status">Loading…</span>
+  </form>
+  <section>
+    <h2>Funnel <small id="window-text"></small></h2>
+    <svg id="funnel-chart" role="img" aria-label="Funnel: purchased, activated, used" width="720" height="170" viewBox="0 0 720 170"></svg>
+  </section>
+  <section>
+    <h2>Weekly trends</h2>
+    <p class="legend"><span class="key new"></span>New subscriptions <span class="key cancel"></span>Cancellations <span class="key active"></span>Active at week end</p>
+    <svg id="trends-chart" role="img" aria-label="Weekly new subscriptions, cancellations and active subscriptions" width="720" height="300" viewBox="0 0 720 300"></svg>
+  </section>
+  <section>
+    <h2>Per agent</h2>
+    <table id="per-agent"><thead><tr><th>Agent</th><th>Purchased</th><th>Activated</th><th>Used</th></tr></thead><tbody></tbody></table>
+  </section>
+  <script nonce="${nonce}">
+  (() => {
+    const NS = 'http://www.w3.org/2000/svg';
+    const $ = (id) => document.getElementById(id);
+    const el = (name, attrs, text) => {
+      const node = document.createElementNS(NS, name);
+      for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+      if (text !== undefined) node.textContent = String(text);
+      return node;
+    };
+    const pct = (part, whole) => (whole ? Math.round((part / whole) * 100) + '%' : '–');
+
+    function drawFunnel(funnel) {
+      const svg = $('funnel-chart');
+      svg.replaceChildren();
+      const stages = [['purchased', 'Purchased'], ['activated', 'Activated'], ['used', 'Used']];
+      const max = Math.max(1, funnel.purchased);
+      stages.forEach(([key, label], i) => {
+        const value = funnel[key];
+        const y = 10 + i * 52;
+        const width = Math.max(2, Math.round((value / max) * 480));
+        const g = el('g', { 'data-stage': key, 'data-value': value });
+        g.append(el('text', { x: 0, y: y + 26, class: 'label' }, label));
+        g.append(el('rect', { x: 110, y, width, height: 40, rx: 4, class: 'bar ' + key }));
+        g.append(el('text', { x: 118 + width, y: y + 26, class: 'value' }, value + (i ? '  (' + pct(value, funnel.purchased) + ')' : '')));
+        svg.append(g);
+      });
+    }
+
+    function drawTrends(trends) {
+      const svg = $('trends-chart');
+      svg.replaceChildren();
+      const left = 44, top = 12, width = 660, height = 240;
+      const max = Math.max(1, ...trends.flatMap((t) => [t.newSubscriptions, t.cancellations, t.active]));
+      const y = (v) => top + height - (v / max) * height;
+      const step = width / Math.max(1, trends.length);
+      const bar = Math.max(2, Math.min(18, step / 3));
+      svg.append(el('line', { x1: left, y1: top + height, x2: left + width, y2: top + height, class: 'axis' }));
+      for (const tick of [0, max / 2, max]) {
+        svg.append(el('text', { x: left - 6, y: y(tick) + 4, class: 'tick', 'text-anchor': 'end' }, Math.round(tick)));
+      }
+      const points = [];
+      trends.forEach((t, i) => {
+        const cx = left + step * i + step / 2;
+        const g = el('g', { class: 'week', 'data-week': t.week, 'data-new': t.newSubscriptions, 'data-cancellations': t.cancellations, 'data-active': t.active });
+        g.append(el('rect', { x: cx - bar, y: y(t.newSubscriptions), width: bar, height: top + height - y(t.newSubscriptions), class: 'bar new' }));
+        g.append(el('rect', { x: cx, y: y(t.cancellations), width: bar, height: top + height - y(t.cancellations), class: 'bar cancel' }));
+        g.append(el('circle', { cx, cy: y(t.active), r: 3, class: 'point active' }));
+        g.append(el('title', {}, t.week + ': ' + t.newSubscriptions + ' new, ' + t.cancellations + ' canceled, ' + t.active + ' active'));
+        if (trends.length <= 16 || i % Math.ceil(trends.length / 16) === 0) {
+          g.append(el('text', { x: cx, y: top + height + 16, class: 'tick', 'text-anchor': 'middle' }, t.week.slice(5)));
+        }
+        svg.append(g);
+        points.push(cx + ',' + y(t.active));
+      });
+      if (points.length) svg.append(el('polyline', { points: points.join(' '), class: 'line active' }));
+    }
+
+    function drawTable(perAgent) {
+      const body = $('per-agent').tBodies[0];
+      body.replaceChildren();
+      for (const a of perAgent) {
+        const row = document.createElement('tr');
+        row.dataset.agentId = a.agentId;
+        for (const text of [a.name + ' (' + a.slug + ')', a.purchased, a.activated, a.used]) {
+          const cell = document.createElement('td');
+          cell.textContent = String(text);
+          row.append(cell);
+        }
+        body.append(row);
+      }
+    }
+
+    async function load(query) {
+      document.body.dataset.state = 'loading';
+      $('status').textContent = 'Loading…';
+      const res = await fetch('/admin/analytics' + (query ? '?' + query : ''), { credentials: 'same-origin', headers: { accept: 'application/json' } });
+      const body = await res.json().catch(() => null);
+      if (!res.ok || !body || body.status !== 'success') {
+        document.body.dataset.state = 'error';
+        $('status').textContent = (body && body.error && body.error.message) || 'Could not load analytics (' + res.status + ')';
+        return;
+      }
+      const data = body.data;
+      $('window-text').textContent = data.from.slice(0, 10) + ' – ' + data.to.slice(0, 10);
+      drawFunnel(data.funnel);
+      drawTrends(data.trends);
+      drawTable(data.perAgent);
+      $('status').textContent = '';
+      document.body.dataset.state = 'ready';
+    }
+
+    const initial = new URLSearchParams(location.search);
+    for (const name of ['from', 'to', 'agentId']) if (initial.get(name)) $(name).value = initial.get(name);
+    $('window').addEventListener('submit', (event) => {
+      event.preventDefault();
+      const query = new URLSearchParams();
+      for (const name of ['from', 'to', 'agentId']) if ($(name).value) query.set(name, $(name).value.trim());
+      history.replaceState(null, '', '?' + query);
+      load(query.toString());
+    });
+    load(initial.toString());
+  })();
+  </script>`;
+}
+
+function page(c: Context<AppEnv>, status: 200 | 401 | 403, title: string, body: string, nonce?: string): Response {
+  const html = `<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
+  <title>${escapeHtml(title)} · Agent Marketplace admin</title>
+  <style>
+    body { font-family: system-ui, sans-serif; max-width: 760px; margin: 2rem auto; padding: 0 1rem; color: #1b1b1f; }
+    h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 1.6rem; } h2 small { font-weight: normal; color: #666; }
+    form label { margin-right: .6rem; font-size: .9rem; }
+    #status { color: #b3261e; margin-left: .6rem; }
+    svg text { font-size: 12px; fill: #1b1b1f; } svg .tick { fill: #666; font-size: 10px; }
+    .axis { stroke: #999; }
+    .bar.purchased { fill: #3b4cca; } .bar.activated { fill: #5b8def; } .bar.used { fill: #2e9d6a; }
+    .bar.new { fill: #2e9d6a; } .bar.cancel { fill: #c8452f; }
+    .line.active { fill: none; stroke: #3b4cca; stroke-width: 2; } .point.active { fill: #3b4cca; }
+    .legend { font-size: .85rem; } .key { display: inline-block; width: .8rem; height: .8rem; margin: 0 .3rem 0 .9rem; vertical-align: middle; }
+    .key.new { background: #2e9d6a; } .key.cancel { background: #c8452f; } .key.active { background: #3b4cca; }
+    table { border-collapse: collapse; width: 100%; font-size: .9rem; }
+    th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid #e4e4ea; }
+  </style>
+</head>
+<body>
+  <h1>${escapeHtml(title)}</h1>
+  ${body}
+</body>
+</html>`;
+  const csp = [
+    "default-src 'none'",
+    "style-src 'unsafe-inline'",
+    nonce ? `script-src 'nonce-${nonce}'` : "script-src 'none'",
+    "connect-src 'self'",
+    "img-src 'self'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+    "base-uri 'none'",
+  ].join('; ');
+  return c.html(html, status, {
+    'content-security-policy': csp,
+    'x-frame-options': 'DENY',
+    'referrer-policy': 'no-referrer',
+    'cache-control': 'no-store',
+  });
+}
+
+function randomNonce(): string {
+  return btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(16))));
+}
+
+function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (ch) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[ch]!);
+}

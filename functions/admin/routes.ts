@@ -1,0 +1,101 @@
+import { createRoute, z } from '@hono/zod-openapi';
+import { subscriptionSchema } from '../billing/subscriptions.ts';
+import { requireAdmin } from '../http/access.ts';
+import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../http/envelope.ts';
+import { pageQuerySchema } from '../http/pagination.ts';
+import { errors, jsonResponse, newRouter } from '../http/router.ts';
+import { analyticsQuerySchema, analyticsSchema, getAnalytics } from './analytics.ts';
+import { adminPage } from './page.ts';
+import { listSubscriptions, listSubscriptionsQuerySchema } from './subscriptions.ts';
+import { adminUserSchema, getUserProfile, listUsers, listUsersQuerySchema, userProfileSchema } from './users.ts';
+
+/** Administration reads: users with spend, one user's profile, all subscriptions, analytics, and the admin page. */
+
+const security: Array<Record<string, string[]>> = [{ cookieSession: [] }, { bearer: [] }];
+
+const listUsersRoute = createRoute({
+  operationId: 'listUsers',
+  method: 'get',
+  path: '/admin/users',
+  tags: ['Administration'],
+  summary: 'Users, newest first, each with their live subscription count and monthly spend',
+  security,
+  request: { query: pageQuerySchema.extend(listUsersQuerySchema.shape) },
+  responses: { 200: jsonResponse(pageEnvelopeOf(adminUserSchema), 'A page of users'), ...errors(400, 401, 403) },
+});
+
+const getUserProfileRoute = createRoute({
+  operationId: 'getUserProfile',
+  method: 'get',
+  path: '/admin/users/{userId}',
+  tags: ['Administration'],
+  summary: 'One user: base fields, ban state, subscriptions with agent and tier, organization memberships',
+  security,
+  request: {
+    params: z.object({
+      userId: z.string().min(1).max(255).openapi({ param: { name: 'userId', in: 'path' }, example: 'Xk3u9QpL2mZ7' }),
+    }),
+  },
+  responses: { 200: jsonResponse(envelopeOf(userProfileSchema), 'The user profile'), ...errors(400, 401, 403, 404) },
+});
+
+const listSubscriptionsRoute = createRoute({
+  operationId: 'listSubscriptions',
+  method: 'get',
+  path: '/admin/subscriptions',
+  tags: ['Subscriptions (admin)'],
+  summary: 'Every subscription, newest first; filter by user, agent and status',
+  security,
+  request: { query: pageQuerySchema.extend(listSubscriptionsQuerySchema.shape) },
+  responses: { 200: jsonResponse(pageEnvelopeOf(subscriptionSchema), 'A page of subscriptions'), ...errors(400, 401, 403) },
+});
+
+const getAnalyticsRoute = createRoute({
+  operationId: 'getAnalytics',
+  method: 'get',
+  path: '/admin/analytics',
+  tags: ['Administration'],
+  summary: 'Funnel (purchased, activated, used), per-agent breakdown and weekly lifecycle trends over a window',
+  description:
+    'Window [from, to], both inclusive; a date-only `to` includes that whole day (UTC). Default: the last 90 days. ' +
+    'purchased = subscriptions created in the window (not `incomplete`); activated = of those, with a usage increment or an ' +
+    'install of the agent by `to`; used = of those, with a usage increment in the last 30 days of the window. Weeks are ISO ' +
+    'weeks (Monday, UTC). A reversed window, or one longer than 5 years, is a 400; an unknown agentId a 404.',
+  security,
+  request: { query: analyticsQuerySchema },
+  responses: { 200: jsonResponse(envelopeOf(analyticsSchema), 'Analytics for the window'), ...errors(400, 401, 403, 404) },
+});
+
+export function adminRoutes() {
+  const router = newRouter();
+
+  router.openapi(listUsersRoute, async (c) => {
+    await requireAdmin(c);
+    const { items, pagination } = await listUsers(c.var.deps.database.db, c.var.deps.cursors, c.req.valid('query'));
+    return c.json(okPage(items, pagination), 200);
+  });
+
+  router.openapi(getUserProfileRoute, async (c) => {
+    await requireAdmin(c);
+    const { deps } = c.var;
+    return c.json(ok(await getUserProfile(deps.database.db, deps.clock, c.req.valid('param').userId)), 200);
+  });
+
+  router.openapi(listSubscriptionsRoute, async (c) => {
+    await requireAdmin(c);
+    const { deps } = c.var;
+    const { items, pagination } = await listSubscriptions(deps.database.db, deps.clock, deps.cursors, c.req.valid('query'));
+    return c.json(okPage(items, pagination), 200);
+  });
+
+  router.openapi(getAnalyticsRoute, async (c) => {
+    await requireAdmin(c);
+    const { deps } = c.var;
+    return c.json(ok(await getAnalytics(deps.database.db, deps.clock, c.req.valid('query'))), 200);
+  });
+
+  // The page is HTML, not an API operation: it stays out of the OpenAPI document. Access is checked inside.
+  router.get('/admin', (c) => adminPage(c));
+
+  return router;
+}

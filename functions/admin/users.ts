@@ -1,0 +1,193 @@
+import { z } from '@hono/zod-openapi';
+import { bannedUserSchema, getUser } from '../auth/users.ts';
+import {
+  subscriptionColumns,
+  subscriptionSchema,
+  toSubscriptionDto,
+  type SubscriptionRow,
+} from '../billing/subscriptions.ts';
+import type { Pagination } from '../http/envelope.ts';
+import { finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
+import type { Clock } from '../platform/clock.ts';
+import { first, rows, sql, type Db, type RawBuilder } from '../platform/db.ts';
+
+/**
+ * Users as admins see them: the list with a subscription summary per user, and one user's profile with their
+ * subscriptions (joined with agent and tier) and organization memberships.
+ *
+ * Summary definitions (docs/admin.md):
+ *   subscriptionCount  = live subscriptions (every status except `canceled`);
+ *   monthlySpendCents  = sum of the current tier's price over paying subscriptions (`active` or `past_due`,
+ *                        price > 0), a yearly price counted as price / 12, rounded to whole cents at the end.
+ *                        Canceled, free and `incomplete` (never paid) subscriptions add nothing.
+ */
+
+const spendSchema = {
+  subscriptionCount: z.int().openapi({ description: 'Live subscriptions (any status except canceled)' }),
+  monthlySpendCents: z.int().openapi({
+    description: 'Monthly spend of paying (active, past_due) subscriptions; yearly prices / 12; free and canceled excluded',
+  }),
+};
+
+export const adminUserSchema = bannedUserSchema.extend(spendSchema).openapi('AdminUser');
+export type AdminUser = z.infer<typeof adminUserSchema>;
+
+export const userSubscriptionSchema = subscriptionSchema
+  .extend({
+    agent: z.object({ id: z.uuid(), slug: z.string(), name: z.string(), status: z.string() }),
+    tier: z.object({
+      id: z.uuid(),
+      name: z.string(),
+      priceCents: z.int(),
+      currency: z.string(),
+      interval: z.enum(['month', 'year']),
+    }),
+  })
+  .openapi('UserSubscription');
+
+export const membershipSchema = z
+  .object({
+    organizationId: z.string(),
+    name: z.string(),
+    slug: z.string(),
+    role: z.string().openapi({ example: 'owner' }),
+    joinedAt: z.string(),
+  })
+  .openapi('OrganizationMembership');
+
+export const userProfileSchema = adminUserSchema
+  .extend({
+    banExpires: z.string().nullable().openapi({ description: 'When a temporary ban ends; null for a permanent ban or none' }),
+    subscriptions: z.array(userSubscriptionSchema).openapi({ description: 'Every subscription, newest first' }),
+    organizations: z.array(membershipSchema),
+  })
+  .openapi('UserProfile');
+export type UserProfile = z.infer<typeof userProfileSchema>;
+
+export const listUsersQuerySchema = z.object({
+  q: z
+    .string()
+    .trim()
+    .min(1, 'q must not be empty')
+    .max(200)
+    .optional()
+    .openapi({ param: { name: 'q', in: 'query' }, description: 'Case-insensitive substring of the email or the name' }),
+});
+
+/** Live-subscription count and monthly spend of the user aliased `u` (one indexed lookup per user). */
+const summaryOf = (user: RawBuilder<unknown>) => sql`
+  select count(*) filter (where s.status <> 'canceled') as subscription_count,
+         coalesce(round(sum(case when t.interval = 'year' then t.price_cents / 12.0 else t.price_cents end)
+                        filter (where s.status in ('active', 'past_due') and t.price_cents > 0)), 0)::bigint as monthly_spend_cents
+  from public.subscriptions s
+  join public.tiers t on t.id = s.tier_id
+  where s.user_id = ${user}`;
+
+interface UserRow {
+  id: string;
+  email: string;
+  name: string;
+  role: string | null;
+  banned: boolean | null;
+  banReason: string | null;
+  createdAt: Date | string;
+  subscription_count: number;
+  monthly_spend_cents: number;
+}
+
+function toAdminUser(row: UserRow): AdminUser {
+  return {
+    id: row.id,
+    email: row.email,
+    name: row.name,
+    role: row.role === 'platform_admin' ? 'platform_admin' : 'user',
+    banned: row.banned === true,
+    banReason: row.banReason,
+    createdAt: new Date(row.createdAt).toISOString(),
+    subscriptionCount: Number(row.subscription_count),
+    monthlySpendCents: Number(row.monthly_spend_cents),
+  };
+}
+
+/** `%`, `_` and `\` in a search are literal characters, not patterns. */
+const likePattern = (q: string) => `%${q.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+
+export async function listUsers(
+  db: Db,
+  cursors: CursorSigner,
+  query: { q?: string | undefined; cursor?: string | undefined; limit?: number | undefined },
+): Promise<{ items: AdminUser[]; pagination: Pagination }> {
+  const page = await readPage(cursors, pageScope('admin/users', { q: query.q }), query);
+  const byText = query.q
+    ? sql`(u.email ilike ${likePattern(query.q)} or u.name ilike ${likePattern(query.q)})`
+    : sql`true`;
+  // The user table is the auth library's: its columns are camelCase, so the shared afterCursor (created_at)
+  // does not apply; same keyset, spelled for this table.
+  const after = page.after ? sql`(u."createdAt", u.id) < (${page.after.createdAt}, ${page.after.id})` : sql`true`;
+  const found = await rows<UserRow>(
+    db,
+    sql`select u.id, u.email, u.name, u.role, u.banned, u."banReason", u."createdAt", x.subscription_count, x.monthly_spend_cents
+        from "user" u
+        cross join lateral (${summaryOf(sql`u.id`)}) x
+        where ${byText} and ${after}
+        order by u."createdAt" desc, u.id desc
+        limit ${page.limit + 1}`,
+  );
+  return finishPage(cursors, page, found.map(toAdminUser));
+}
+
+interface ProfileSubscriptionRow extends SubscriptionRow {
+  agent_slug: string;
+  agent_name: string;
+  agent_status: string;
+  tier_name: string;
+  price_cents: number;
+  currency: string;
+  interval: 'month' | 'year';
+}
+
+export async function getUserProfile(db: Db, clock: Clock, userId: string): Promise<UserProfile> {
+  const user = await getUser(db, userId); // 404 for an unknown id
+  const extra = await first<{ banExpires: Date | string | null; subscription_count: number; monthly_spend_cents: number }>(
+    db,
+    sql`select u."banExpires", x.subscription_count, x.monthly_spend_cents
+        from "user" u cross join lateral (${summaryOf(sql`u.id`)}) x
+        where u.id = ${userId}`,
+  );
+  const subscriptions = await rows<ProfileSubscriptionRow>(
+    db,
+    sql`select ${subscriptionColumns(clock.now())},
+               a.slug as agent_slug, a.name as agent_name, a.status as agent_status,
+               t.name as tier_name, t.price_cents, t.currency, t.interval
+        from public.subscriptions s
+        join public.agents a on a.id = s.agent_id
+        join public.tiers t on t.id = s.tier_id
+        where s.user_id = ${userId}
+        order by s.created_at desc, s.id desc`,
+  );
+  const memberships = await rows<{ id: string; name: string; slug: string; role: string; joined_at: Date | string }>(
+    db,
+    sql`select o.id, o.name, o.slug, m.role, m."createdAt" as joined_at
+        from "member" m join "organization" o on o.id = m."organizationId"
+        where m."userId" = ${userId}
+        order by m."createdAt", o.id`,
+  );
+  return {
+    ...user,
+    subscriptionCount: Number(extra?.subscription_count ?? 0),
+    monthlySpendCents: Number(extra?.monthly_spend_cents ?? 0),
+    banExpires: extra?.banExpires ? new Date(extra.banExpires).toISOString() : null,
+    subscriptions: subscriptions.map((r) => ({
+      ...toSubscriptionDto(r),
+      agent: { id: r.agent_id, slug: r.agent_slug, name: r.agent_name, status: r.agent_status },
+      tier: { id: r.tier_id, name: r.tier_name, priceCents: Number(r.price_cents), currency: r.currency, interval: r.interval },
+    })),
+    organizations: memberships.map((m) => ({
+      organizationId: m.id,
+      name: m.name,
+      slug: m.slug,
+      role: m.role,
+      joinedAt: new Date(m.joined_at).toISOString(),
+    })),
+  };
+}
