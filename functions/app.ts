@@ -1,4 +1,3 @@
-import { Scalar } from '@scalar/hono-api-reference';
 import { HTTPException } from 'hono/http-exception';
 import { bodyLimit } from 'hono/body-limit';
 import type { Context } from 'hono';
@@ -8,6 +7,7 @@ import { ApiError, errorStatus, type ErrorCode } from './http/errors.ts';
 import { CursorSigner } from './http/pagination.ts';
 import { newRouter } from './http/router.ts';
 import { requestContext } from './http/request-context.ts';
+import { docsRoutes } from './http/docs.ts';
 import { healthRoutes } from './health/routes.ts';
 import { catalogRoutes, localFileRoutes } from './catalog/routes.ts';
 import type { FileStore, ObjectStorage } from './platform/storage.ts';
@@ -48,8 +48,8 @@ export interface AppDeps {
   files?: FileStore | undefined;
   /** process start, for /health uptime */
   startedAt: Date;
-  /** Serves the /docs page's script; when absent the page loads it from the public CDN. */
-  docsScriptUrl?: string | undefined;
+  /** The /docs page's script (Node: from node_modules); when absent the page loads it from the public CDN. */
+  docsScript?: (() => Promise<Uint8Array>) | undefined;
 }
 
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -99,14 +99,7 @@ export function createApp(deps: AppDeps) {
     name: 'better-auth.session_token',
   });
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' });
-  app.get(
-    '/docs',
-    Scalar({
-      url: '/openapi.json',
-      pageTitle: 'Agent Marketplace API',
-      ...(deps.docsScriptUrl ? { cdn: deps.docsScriptUrl } : {}),
-    }),
-  );
+  app.route('/', docsRoutes({ script: deps.docsScript }));
 
   return app;
 }

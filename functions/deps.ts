@@ -20,7 +20,8 @@ export interface BuildOptions {
   database: Database;
   logger: Logger;
   clock?: Clock;
-  docsScriptUrl?: string;
+  /** Serves the /docs page's script from here instead of the CDN (Node: see platform/node-runtime.ts). */
+  docsScript?: () => Promise<Uint8Array>;
   /** Replaces SMTP/log delivery of the mail outbox (tests). */
   mailTransport?: MailTransport;
   /** Disk for local uploads when no S3 is configured (Node entry and tests; the edge has none). */
@@ -56,6 +57,6 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
     storage: createStorage(config, options.fileStore),
     files: options.fileStore,
     startedAt: new Date(),
-    docsScriptUrl: options.docsScriptUrl,
+    docsScript: options.docsScript,
   };
 }

@@ -4,7 +4,7 @@ import { buildDeps } from '../functions/deps.ts';
 import { ConfigError, loadConfig } from '../functions/platform/config.ts';
 import { createLogger } from '../functions/platform/logger.ts';
 import { migrate } from '../functions/platform/migrations.ts';
-import { openConfiguredDatabase, withPersistedSecret } from '../functions/platform/node-runtime.ts';
+import { localDocsScript, openConfiguredDatabase, withPersistedSecret } from '../functions/platform/node-runtime.ts';
 import { withDemoAdmin } from './demo-admin.ts';
 
 /** Node entry: `npm start`. Migrates the database, seeds the demo catalog in development, then listens. */
@@ -27,7 +27,7 @@ async function main() {
   const applied = await migrate(database, { log: (line) => logger.info(line) });
   logger.info('database ready', { kind: database.kind, appliedMigrations: applied.length });
 
-  const deps = await buildDeps({ config, database, logger });
+  const deps = await buildDeps({ config, database, logger, docsScript: localDocsScript() });
   const app = createApp(deps);
   await deps.startup?.();
 

@@ -1,5 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { openPostgres, type Database } from './db.ts';
 import type { Config } from './config.ts';
@@ -26,4 +28,21 @@ export async function openConfiguredDatabase(config: Config): Promise<Database> 
   const dir = join(config.dataDir, 'pglite');
   mkdirSync(dir, { recursive: true });
   return openPGlite(dir);
+}
+
+/**
+ * The Scalar standalone bundle from the installed @scalar/api-reference, so /docs renders without internet.
+ * Undefined when the package is not installed (the page then loads the script from the CDN).
+ */
+export function localDocsScript(): (() => Promise<Uint8Array>) | undefined {
+  let file: string;
+  try {
+    const entry = createRequire(import.meta.url).resolve('@scalar/api-reference');
+    file = join(dirname(entry), 'browser', 'standalone.js');
+  } catch {
+    return undefined;
+  }
+  if (!existsSync(file)) return undefined;
+  let bytes: Promise<Uint8Array> | undefined;
+  return () => (bytes ??= readFile(file));
 }

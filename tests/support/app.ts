@@ -5,6 +5,7 @@ import { TestClock } from '../../functions/platform/clock.ts';
 import { loadConfig } from '../../functions/platform/config.ts';
 import type { Database, Db } from '../../functions/platform/db.ts';
 import { memoryLogger } from '../../functions/platform/logger.ts';
+import { localDocsScript } from '../../functions/platform/node-runtime.ts';
 import { freePort } from '../../scripts/postgres-server.ts';
 import { createTestDatabase, type TestDatabase } from './databases.ts';
 import { HttpClient } from './http.ts';
@@ -56,11 +57,12 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     AUTH_RATE_LIMIT_PER_MINUTE: '0',
     ...options.env,
   });
+  const docsScript = localDocsScript();
   const clock = new TestClock(options.now ? new Date(options.now) : new Date());
   const logger = memoryLogger();
   // Local uploads go to a temporary directory per app (removed on close), as `npm start` uses .data/uploads.
   const uploadsDir = mkdtempSync(join(tmpdir(), 'mkt-uploads-'));
-  const deps = await buildDeps({ config, database: testDatabase.database, logger, clock, fileStore: diskFileStore(uploadsDir) });
+  const deps = await buildDeps({ config, database: testDatabase.database, logger, clock, docsScript, fileStore: diskFileStore(uploadsDir) });
   const app = createApp(deps);
   options.routes?.(app);
   await deps.startup?.();
