@@ -1,0 +1,139 @@
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { afterAll, beforeAll, expect, test } from 'vitest';
+import { freePort } from '../../scripts/postgres-server.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { authorizeUrl, createOAuthClient, pkcePair, postForm, type TestOAuthClient } from '../support/oauth.ts';
+import { signUp, type TestUser } from '../support/users.ts';
+
+/**
+ * The OAuth flow once in a real browser: headless Debian Chromium, driven by playwright-core, opens an agent's
+ * authorize URL signed out, is sent to the built-in sign-in page, signs in, sees the built-in consent page,
+ * clicks Allow, and lands on the agent's redirect_uri with a code and the state; the code then buys tokens.
+ * A screenshot of each page is saved under .test-artifacts/.
+ */
+
+const CHROMIUM = '/usr/bin/chromium';
+const ARTIFACTS = '.test-artifacts';
+
+let t: TestApp;
+let browser: BrowserContext;
+let profile: string;
+let agentServer: Server;
+let callback: string;
+let agent: TestOAuthClient;
+let user: TestUser;
+
+beforeAll(async () => {
+  t = await startTestApp();
+  // The agent backend's callback: a page that just says where the browser arrived.
+  const port = await freePort();
+  callback = `http://127.0.0.1:${port}/oauth/callback`;
+  agentServer = createServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'text/html' });
+    res.end(`<!doctype html><title>Agent</title><h1>Back at the agent</h1><p>${req.url?.replace(/[<>&"]/g, '')}</p>`);
+  });
+  await new Promise<void>((resolve) => agentServer.listen(port, '127.0.0.1', resolve));
+  agent = await createOAuthClient(t, { name: 'Browser Agent', redirectUris: [callback] });
+  user = await signUp(t);
+  profile = mkdtempSync(join(tmpdir(), 'chromium-profile-'));
+  // A fresh profile directory per run (playwright wants it as the persistent context's userDataDir).
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+    ],
+  });
+  mkdirSync(ARTIFACTS, { recursive: true });
+});
+
+/** A new tab with no session: each test signs in as someone. */
+async function freshPage(): Promise<Page> {
+  await browser.clearCookies();
+  return browser.newPage();
+}
+
+afterAll(async () => {
+  await browser?.close();
+  await new Promise<void>((resolve) => (agentServer ? agentServer.close(() => resolve()) : resolve()));
+  if (profile) rmSync(profile, { recursive: true, force: true });
+  await t?.close();
+});
+
+test('sign in and consent through the built-in pages, landing on the redirect_uri with code and state', async () => {
+  const page = await freshPage();
+  const { verifier, challenge } = pkcePair();
+  const state = 'browser-state-42';
+  await page.goto(`${t.baseUrl}${authorizeUrl(agent, { challenge, state })}`);
+
+  await page.waitForURL((url) => url.pathname === '/sign-in');
+  await page.screenshot({ path: `${ARTIFACTS}/oauth-1-sign-in.png` });
+  await page.fill('#email', user.email);
+  await page.fill('#password', user.password);
+  await page.click('#submit');
+
+  await page.waitForURL((url) => url.pathname === '/consent');
+  expect(await page.textContent('#client-name')).toBe('Browser Agent');
+  expect(await page.textContent('#scopes')).toContain('See your email address');
+  await page.screenshot({ path: `${ARTIFACTS}/oauth-2-consent.png` });
+  await page.click('#allow');
+
+  await page.waitForURL((url) => url.href.startsWith(callback));
+  await page.screenshot({ path: `${ARTIFACTS}/oauth-3-back-at-agent.png` });
+  const landed = new URL(page.url());
+  expect(landed.searchParams.get('state')).toBe(state);
+  const code = landed.searchParams.get('code');
+  expect(code).toBeTruthy();
+  expect(landed.searchParams.get('iss')).toBe(`${t.baseUrl}/api/auth`);
+
+  const tokens = await postForm(t, '/api/auth/oauth2/token', agent, {
+    grant_type: 'authorization_code',
+    code: code!,
+    redirect_uri: callback,
+    code_verifier: verifier,
+  });
+  expect(tokens.status).toBe(200);
+  const me = await t.http.get('/me', { bearer: tokens.body.access_token });
+  expect(me.status).toBe(200);
+  expect(me.body.data.email).toBe(user.email);
+});
+
+test('denying on the consent page sends the browser back with error=access_denied', async () => {
+  const page = await freshPage();
+  const other = await signUp(t);
+  const { challenge } = pkcePair();
+  await page.goto(`${t.baseUrl}${authorizeUrl(agent, { challenge, state: 'deny' })}`);
+  await page.waitForURL((url) => url.pathname === '/sign-in');
+  await page.fill('#email', other.email);
+  await page.fill('#password', other.password);
+  await page.click('#submit');
+  await page.waitForURL((url) => url.pathname === '/consent');
+  await page.click('#deny');
+  await page.waitForURL((url) => url.href.startsWith(callback));
+  const landed = new URL(page.url());
+  expect(landed.searchParams.get('error')).toBe('access_denied');
+  expect(landed.searchParams.get('state')).toBe('deny');
+  expect(landed.searchParams.get('code')).toBeNull();
+});
+
+test('a wrong password shows an error and stays on the sign-in page', async () => {
+  const page = await freshPage();
+  const { challenge } = pkcePair();
+  await page.goto(`${t.baseUrl}${authorizeUrl(agent, { challenge })}`);
+  await page.waitForURL((url) => url.pathname === '/sign-in');
+  await page.fill('#email', user.email);
+  await page.fill('#password', 'not-the-password');
+  await page.click('#submit');
+  await expect.poll(() => page.textContent('#status')).not.toBe('');
+  expect(new URL(page.url()).pathname).toBe('/sign-in');
+});

@@ -1,0 +1,290 @@
+import { request as httpRequest } from 'node:http';
+import { SignJWT, decodeJwt, decodeProtectedHeader, exportJWK, generateKeyPair } from 'jose';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import {
+  accessTokenFor,
+  authorizeInBrowser,
+  authorizeUrl,
+  createOAuthClient,
+  followAuthorize,
+  pkcePair,
+  postForm,
+  type TestOAuthClient,
+} from '../support/oauth.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+
+/**
+ * What an attacker (or a buggy agent backend) tries against the OAuth server, and what it gets: nothing.
+ */
+
+let t: TestApp;
+let agent: TestOAuthClient;
+let user: TestUser;
+
+beforeAll(async () => {
+  t = await startTestApp();
+  agent = await createOAuthClient(t, { redirectUris: ['http://127.0.0.1:9/callback', 'https://agent.example/cb'] });
+  user = await signUp(t);
+});
+afterAll(async () => {
+  await t?.close();
+});
+
+const exchange = (client: { clientId: string; clientSecret: string }, code: string, verifier: string, redirectUri = agent.redirectUri) =>
+  postForm(t, '/api/auth/oauth2/token', client, { grant_type: 'authorization_code', code, redirect_uri: redirectUri, code_verifier: verifier });
+
+describe('authorize', () => {
+  test('without PKCE the client gets error=invalid_request, and no code', async () => {
+    const landing = await followAuthorize(t, authorizeUrl(agent, { state: 's1' }), user.cookie);
+    expect(landing.origin + landing.pathname).toBe(agent.redirectUri);
+    expect(landing.searchParams.get('error')).toBe('invalid_request');
+    expect(landing.searchParams.get('state')).toBe('s1');
+    expect(landing.searchParams.get('code')).toBeNull();
+  });
+
+  test('PKCE method plain is refused', async () => {
+    const url = `${authorizeUrl(agent)}&code_challenge=${'a'.repeat(43)}&code_challenge_method=plain`;
+    const landing = await followAuthorize(t, url, user.cookie);
+    expect(landing.searchParams.get('error')).toBe('invalid_request');
+    expect(landing.searchParams.get('code')).toBeNull();
+  });
+
+  test('an unregistered redirect_uri is never redirected to', async () => {
+    const { challenge } = pkcePair();
+    const landing = await followAuthorize(t, authorizeUrl(agent, { challenge, redirectUri: 'https://evil.example/cb' }), user.cookie);
+    expect(landing.origin).toBe(t.baseUrl);
+    expect(landing.searchParams.get('error')).toBe('invalid_redirect');
+  });
+
+  test('redirect URIs match exactly: another port on the same loopback host is refused', async () => {
+    const { challenge } = pkcePair();
+    const landing = await followAuthorize(t, authorizeUrl(agent, { challenge, redirectUri: 'http://127.0.0.1:10/callback' }), user.cookie);
+    expect(landing.origin).toBe(t.baseUrl);
+    expect(landing.searchParams.get('error')).toBe('invalid_redirect');
+  });
+
+  test('an unknown client is refused without redirecting', async () => {
+    const { challenge } = pkcePair();
+    const url = authorizeUrl({ ...agent, clientId: 'no-such-client' }, { challenge });
+    const landing = await followAuthorize(t, url, user.cookie);
+    expect(landing.origin).toBe(t.baseUrl);
+    expect(landing.searchParams.get('error')).toBe('invalid_client');
+  });
+});
+
+describe('consent', () => {
+  async function consentCode(u: TestUser, state = 'st'): Promise<string> {
+    const fresh = await createOAuthClient(t);
+    const { challenge } = pkcePair();
+    const landing = await followAuthorize(t, authorizeUrl(fresh, { challenge, state }), u.cookie);
+    expect(landing.pathname).toBe('/consent');
+    return landing.searchParams.get('consent_code')!;
+  }
+
+  test('denying sends error=access_denied with the state to the redirect_uri', async () => {
+    const code = await consentCode(user, 'deny-state');
+    const res = await t.http.post('/api/auth/oauth2/consent', { cookie: user.cookie, headers: { origin: t.baseUrl }, json: { accept: false, consent_code: code } });
+    expect(res.status).toBe(200);
+    const url = new URL(res.body.url);
+    expect(url.searchParams.get('error')).toBe('access_denied');
+    expect(url.searchParams.get('state')).toBe('deny-state');
+    expect(url.searchParams.get('code')).toBeNull();
+  });
+
+  test('a browser form post (no fetch metadata) is answered with a 302 to the redirect_uri', async () => {
+    const code = await consentCode(user, 'form-state');
+    const body = new URLSearchParams({ consent_code: code, accept: 'true' }).toString();
+    const res = await rawPost('/api/auth/oauth2/consent', body, {
+      'content-type': 'application/x-www-form-urlencoded',
+      cookie: user.cookie,
+      origin: t.baseUrl,
+    });
+    expect(res.status).toBe(302);
+    const location = new URL(res.location!);
+    expect(location.origin + location.pathname).toBe('http://127.0.0.1:9/callback');
+    expect(location.searchParams.get('code')).toBeTruthy();
+    expect(location.searchParams.get('state')).toBe('form-state');
+  });
+
+  test('an altered consent_code is refused', async () => {
+    const code = await consentCode(user);
+    const query = Buffer.from(code, 'base64url').toString().replace(/scope=[^&]*/, 'scope=openid');
+    const forged = Buffer.from(query).toString('base64url');
+    const res = await t.http.post('/api/auth/oauth2/consent', { cookie: user.cookie, headers: { origin: t.baseUrl }, json: { accept: true, consent_code: forged } });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe('invalid_signature');
+  });
+
+  test('malformed bodies are 400, a missing session is 401', async () => {
+    const code = await consentCode(user);
+    const cases: Array<[unknown, number]> = [
+      [{ accept: true }, 400],
+      [{ accept: 'yes', consent_code: code }, 400],
+      [{ accept: true, consent_code: '%%%' }, 400],
+      [{ accept: true, consent_code: Buffer.from('a=b').toString('base64url') }, 400],
+    ];
+    for (const [json, status] of cases) {
+      const res = await t.http.post('/api/auth/oauth2/consent', { cookie: user.cookie, headers: { origin: t.baseUrl }, json });
+      expect(res.status).toBe(status);
+      expect(res.body.error).toBe('invalid_request');
+    }
+    const anonymous = await t.http.post('/api/auth/oauth2/consent', { json: { accept: true, consent_code: code } });
+    expect(anonymous.status).toBe(401);
+  });
+});
+
+describe('token endpoint', () => {
+  test('an authorization code works once; a second use also revokes what the first one issued', async () => {
+    const { verifier, challenge } = pkcePair();
+    const { code } = await authorizeInBrowser(t, user, agent, { challenge });
+    const first = await exchange(agent, code, verifier);
+    expect(first.status).toBe(200);
+    expect((await t.http.get('/me', { bearer: first.body.access_token })).status).toBe(200);
+
+    const second = await exchange(agent, code, verifier);
+    expect(second.status).toBe(400);
+    expect(second.body.error).toBe('invalid_grant');
+    expect((await t.http.get('/me', { bearer: first.body.access_token })).status).toBe(401);
+    const refresh = await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: first.body.refresh_token });
+    expect(refresh.status).toBe(400);
+  });
+
+  test('a wrong client secret is invalid_client', async () => {
+    const { verifier, challenge } = pkcePair();
+    const { code } = await authorizeInBrowser(t, user, agent, { challenge });
+    const res = await exchange({ clientId: agent.clientId, clientSecret: `${agent.clientSecret}x` }, code, verifier);
+    expect(res.status).toBe(401);
+    expect(res.body.error).toBe('invalid_client');
+    expect(res.body.access_token).toBeUndefined();
+  });
+
+  test('client_secret_post is accepted as well as client_secret_basic', async () => {
+    const { verifier, challenge } = pkcePair();
+    const { code } = await authorizeInBrowser(t, user, agent, { challenge });
+    const res = await postForm(t, '/api/auth/oauth2/token', null, {
+      grant_type: 'authorization_code',
+      code,
+      redirect_uri: agent.redirectUri,
+      code_verifier: verifier,
+      client_id: agent.clientId,
+      client_secret: agent.clientSecret,
+    });
+    expect(res.status).toBe(200);
+    expect(decodeProtectedHeader(res.body.access_token).typ).toBe('at+jwt');
+  });
+
+  test("another client cannot redeem this client's code", async () => {
+    const other = await createOAuthClient(t);
+    const { verifier, challenge } = pkcePair();
+    const { code } = await authorizeInBrowser(t, user, agent, { challenge });
+    const res = await exchange(other, code, verifier, other.redirectUri);
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe('invalid_grant');
+  });
+
+  test('the code_verifier must match the challenge', async () => {
+    const { challenge } = pkcePair();
+    const { code } = await authorizeInBrowser(t, user, agent, { challenge });
+    const res = await exchange(agent, code, pkcePair().verifier);
+    expect(res.status).toBeGreaterThanOrEqual(400);
+    expect(res.status).toBeLessThan(500);
+    expect(res.body.access_token).toBeUndefined();
+  });
+
+  test('the redirect_uri must be the one the code was issued for', async () => {
+    const { verifier, challenge } = pkcePair();
+    const { code } = await authorizeInBrowser(t, user, agent, { challenge });
+    const res = await exchange(agent, code, verifier, 'https://agent.example/cb');
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe('invalid_grant');
+  });
+
+  test('grants other than authorization_code and refresh_token are refused', async () => {
+    const res = await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'client_credentials' });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe('unsupported_grant_type');
+  });
+});
+
+describe('forged and stale access tokens on a bearer-protected route', () => {
+  let real: string;
+  beforeAll(async () => {
+    real = (await accessTokenFor(t, user)).accessToken;
+  });
+
+  test('alg=none with the real claims is refused', async () => {
+    const header = Buffer.from(JSON.stringify({ ...decodeProtectedHeader(real), alg: 'none' })).toString('base64url');
+    const payload = real.split('.')[1];
+    const res = await t.http.get('/me', { bearer: `${header}.${payload}.` });
+    expect(res.status).toBe(401);
+    expect(res.body.error.code).toBe('UNAUTHORIZED');
+  });
+
+  test('the real claims signed with a foreign key are refused, whatever kid it claims', async () => {
+    const { privateKey, publicKey } = await generateKeyPair('EdDSA', { crv: 'Ed25519' });
+    const realKid = decodeProtectedHeader(real).kid!;
+    for (const kid of [realKid, 'attacker-key']) {
+      const forged = await new SignJWT(decodeJwt(real)).setProtectedHeader({ alg: 'EdDSA', typ: 'at+jwt', kid }).sign(privateKey);
+      expect((await t.http.get('/me', { bearer: forged })).status).toBe(401);
+    }
+    // Key confusion: HS256 keyed with our published public key.
+    const jwk = await exportJWK(publicKey);
+    const hmac = await new SignJWT(decodeJwt(real))
+      .setProtectedHeader({ alg: 'HS256', typ: 'at+jwt', kid: realKid })
+      .sign(new TextEncoder().encode(JSON.stringify(jwk)));
+    expect((await t.http.get('/me', { bearer: hmac })).status).toBe(401);
+  });
+
+  test('an ID token is not an access token', async () => {
+    const { idToken } = await accessTokenFor(t, user);
+    expect((await t.http.get('/me', { bearer: idToken })).status).toBe(401);
+  });
+
+  test('an expired token is refused (10 h lifetime)', async () => {
+    const { accessToken } = await accessTokenFor(t, user);
+    expect((await t.http.get('/me', { bearer: accessToken })).status).toBe(200);
+    const { iat, exp } = decodeJwt(accessToken);
+    expect(exp! - iat!).toBe(10 * 60 * 60);
+    const before = t.clock.now();
+    // The test clock stands still; the library stamps tokens with the wall clock. Move just past `exp`.
+    t.clock.set(new Date((exp! + 1) * 1000));
+    try {
+      const res = await t.http.get('/me', { bearer: accessToken });
+      expect(res.status).toBe(401);
+      expect(res.body.error.message).toMatch(/expired/);
+    } finally {
+      t.clock.set(before);
+    }
+  });
+});
+
+describe('ban', () => {
+  test("a banned user's access and refresh tokens stop working at once", async () => {
+    const victim = await signUp(t);
+    const tokens = await accessTokenFor(t, victim);
+    const admin = await createAdmin(t);
+    expect((await t.http.get('/me', { bearer: tokens.accessToken })).status).toBe(200);
+    const ban = await t.http.post(`/admin/users/${victim.userId}/ban`, { cookie: admin.cookie, headers: { origin: t.baseUrl }, json: {} });
+    expect(ban.status).toBe(200);
+    expect((await t.http.get('/me', { bearer: tokens.accessToken })).status).toBe(401);
+    const refresh = await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
+    expect(refresh.status).toBe(400);
+    const introspection = await postForm(t, '/api/auth/oauth2/introspect', agent, { token: tokens.accessToken });
+    expect(introspection.body.active).toBe(false);
+    const userinfo = await t.http.get('/api/auth/oauth2/userinfo', { bearer: tokens.accessToken });
+    expect(userinfo.status).toBe(401);
+  });
+});
+
+/** A POST the way a browser submits a form: no Sec-Fetch-Mode: cors (Node's fetch always adds it). */
+function rawPost(path: string, body: string, headers: Record<string, string>): Promise<{ status: number; location?: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(new URL(path, t.baseUrl), { method: 'POST', headers: { ...headers, 'content-length': Buffer.byteLength(body) } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, location: res.headers.location }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
