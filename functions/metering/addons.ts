@@ -95,7 +95,7 @@ export async function grantAddon(
     );
     await sql`select public.metering_record_events(array[${subscriptionId}]::uuid[], ${target.metric_id}, 'addon_granted',
                 ${input.amount}, ${inserted!.id}, ${actorUserId},
-                ${JSON.stringify({ duration: input.duration, ...(input.note ? { note: input.note } : {}) })}::jsonb, ${now})`.execute(trx);
+                ${JSON.stringify({ duration: input.duration, ...(input.note ? { note: input.note } : {}) })}::text::jsonb, ${now})`.execute(trx);
     return readAddon(trx, now, subscriptionId, inserted!.id);
   });
 }

@@ -98,7 +98,7 @@ export async function upsertTierQuota(
     const changed = !target.previous || (target.previous.quota_limit === null ? null : Number(target.previous.quota_limit)) !== quotaLimit;
     if (changed && target.subscriptionIds.length) {
       await sql`select public.metering_record_events(${target.subscriptionIds}::uuid[], ${metricId}, 'quota_changed', ${quotaLimit},
-                  null, ${actorUserId}, ${JSON.stringify({ tierId, quotaLimit, previous: previousDetails(target.previous) })}::jsonb,
+                  null, ${actorUserId}, ${JSON.stringify({ tierId, quotaLimit, previous: previousDetails(target.previous) })}::text::jsonb,
                   ${now})`.execute(trx);
     }
     return { quota: toTierQuota(row!), created: !target.previous };
@@ -120,7 +120,7 @@ export async function deleteTierQuota(
     await sql`delete from public.tier_quotas where tier_id = ${tierId} and metric_id = ${metricId}`.execute(trx);
     if (target.subscriptionIds.length) {
       await sql`select public.metering_record_events(${target.subscriptionIds}::uuid[], ${metricId}, 'quota_changed', null,
-                  null, ${actorUserId}, ${JSON.stringify({ tierId, removed: true, previous: previousDetails(target.previous) })}::jsonb,
+                  null, ${actorUserId}, ${JSON.stringify({ tierId, removed: true, previous: previousDetails(target.previous) })}::text::jsonb,
                   ${now})`.execute(trx);
     }
     return { id: metricId };
