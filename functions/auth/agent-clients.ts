@@ -3,6 +3,7 @@ import { ApiError, notFound } from '../http/errors.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import { OAUTH_SCOPES } from './oauth/provider-options.ts';
+import { sha256Base64Url } from './oauth/token-records.ts';
 
 /**
  * The OAuth client of an agent: every agent backend signs its users in through our OAuth 2.1 / OIDC server
@@ -203,9 +204,7 @@ function randomToken(bytes: number): string {
 }
 
 /** The library's stored form of a client secret (storeClientSecret "hashed"): SHA-256, base64url, no padding. */
-export async function hashClientSecret(secret: string): Promise<string> {
-  return base64Url(new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(secret))));
-}
+const hashClientSecret = sha256Base64Url;
 
 function base64Url(bytes: Uint8Array): string {
   let binary = '';

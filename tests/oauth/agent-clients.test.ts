@@ -174,3 +174,13 @@ describe('rotateAgentClientSecret', () => {
     expect((await postForm(t, '/api/auth/oauth2/introspect', agent, { token: 'x' })).status).toBe(200);
   });
 });
+
+describe('OpenAPI', () => {
+  test('lists the three operations under their contract operationIds', async () => {
+    const doc = await t.http.get('/openapi.json');
+    const path = doc.body.paths['/admin/agents/{agentId}/oauth-client'];
+    expect(path.get.operationId).toBe('getAgentClient');
+    expect(path.patch.operationId).toBe('updateAgentClient');
+    expect(doc.body.paths['/admin/agents/{agentId}/oauth-client/rotate-secret'].post.operationId).toBe('rotateAgentClientSecret');
+  });
+});
