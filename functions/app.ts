@@ -14,6 +14,7 @@ import type { FileStore, ObjectStorage } from './platform/storage.ts';
 import { meteringRoutes } from './metering/routes/index.ts';
 import type { Auth } from './auth/better-auth.ts';
 import { authLibraryRoutes } from './auth/mount.ts';
+import { trustedOriginCors } from './auth/cors.ts';
 import { identityRoutes } from './auth/routes.ts';
 import { oauthRoutes } from './auth/oauth/routes.ts';
 import type { Mailer } from './platform/mailer.ts';
@@ -58,6 +59,7 @@ export function createApp(deps: AppDeps) {
   const app = newRouter();
 
   app.use('*', requestContext(deps));
+  app.use('*', trustedOriginCors(deps.config));
   // Local uploads stream files larger than the JSON body limit, so they are answered before it applies.
   app.route('/', localFileRoutes(deps.storage, deps.files));
 
