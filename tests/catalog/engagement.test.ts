@@ -1,0 +1,300 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rows, sql } from '../../functions/platform/db.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { insertAgent, insertTier } from '../support/fixtures.ts';
+import { mailsTo } from '../support/mail.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { createAgent, expectError, walk } from './helpers.ts';
+
+let t: TestApp;
+let admin: TestUser;
+let user: TestUser;
+
+beforeAll(async () => {
+  t = await startTestApp();
+  admin = await createAdmin(t);
+  user = await signUp(t, { name: 'Dana Buyer' });
+});
+afterAll(() => t.close());
+
+const UNKNOWN = '6f1d3f8e-5b0e-4c1a-9f51-9a0a3c1f2b7d';
+
+describe('notification recipients', () => {
+  it('adds, lists, edits and removes recipients (admin only)', async () => {
+    const add = await t.http.post('/admin/notification-recipients', { cookie: admin.cookie, json: { email: 'Sales@Example.test', name: 'Sales' } });
+    expect(add.status).toBe(201);
+    expect(add.body.data).toMatchObject({ email: 'sales@example.test', name: 'Sales' });
+    const id = add.body.data.id;
+    expectError(await t.http.post('/admin/notification-recipients', { cookie: admin.cookie, json: { email: 'sales@example.test' } }), 409, 'CONFLICT');
+    expectError(await t.http.post('/admin/notification-recipients', { cookie: admin.cookie, json: { email: 'nope' } }), 400, 'VALIDATION_ERROR');
+
+    const edited = await t.http.patch(`/admin/notification-recipients/${id}`, { cookie: admin.cookie, json: { name: null, email: 'deals@example.test' } });
+    expect(edited.status).toBe(200);
+    expect(edited.body.data).toMatchObject({ id, email: 'deals@example.test', name: null });
+    const list = await t.http.get('/admin/notification-recipients', { cookie: admin.cookie });
+    expect(list.body.data.map((r: any) => r.email)).toContain('deals@example.test');
+
+    const other = await t.http.post('/admin/notification-recipients', { cookie: admin.cookie, json: { email: 'ops@example.test' } });
+    expectError(
+      await t.http.patch(`/admin/notification-recipients/${other.body.data.id}`, { cookie: admin.cookie, json: { email: 'DEALS@example.test' } }),
+      409,
+      'CONFLICT',
+    );
+    expectError(await t.http.patch(`/admin/notification-recipients/${UNKNOWN}`, { cookie: admin.cookie, json: { name: 'x' } }), 404, 'NOT_FOUND');
+    expect((await t.http.delete(`/admin/notification-recipients/${other.body.data.id}`, { cookie: admin.cookie })).body.data).toEqual({
+      id: other.body.data.id,
+    });
+    expectError(await t.http.delete(`/admin/notification-recipients/${other.body.data.id}`, { cookie: admin.cookie }), 404, 'NOT_FOUND');
+  });
+
+  it('is closed to anonymous callers (401) and non-admins (403)', async () => {
+    for (const [method, path] of [
+      ['GET', '/admin/notification-recipients'],
+      ['POST', '/admin/notification-recipients'],
+      ['PATCH', `/admin/notification-recipients/${UNKNOWN}`],
+      ['DELETE', `/admin/notification-recipients/${UNKNOWN}`],
+    ] as const) {
+      const json = method === 'POST' || method === 'PATCH' ? { email: 'a@example.test' } : undefined;
+      expectError(await t.http.call(method, path, { json }), 401, 'UNAUTHORIZED');
+      expectError(await t.http.call(method, path, { json, cookie: user.cookie }), 403, 'FORBIDDEN');
+    }
+  });
+});
+
+describe('demo requests', () => {
+  it('answers 202, records the interaction for the caller and mails every recipient once', async () => {
+    const app = await startTestApp();
+    const appAdmin = await createAdmin(app);
+    const buyer = await signUp(app, { name: 'Dana Buyer' });
+    for (const email of ['a@example.test', 'b@example.test']) {
+      await app.http.post('/admin/notification-recipients', { cookie: appAdmin.cookie, json: { email } });
+    }
+    const agent = await createAgent(app, appAdmin, { name: 'Support Copilot' });
+    const res = await app.http.post(`/agents/${agent.id}/demo-requests`, { cookie: buyer.cookie, json: { message: 'Tuesday?' } });
+    expect(res.status).toBe(202);
+    expect(res.body.data).toMatchObject({ type: 'demo_request', agentId: agent.id });
+
+    const feed = await app.http.get('/admin/interactions?type=demo_request', { cookie: appAdmin.cookie });
+    expect(feed.body.data).toHaveLength(1);
+    expect(feed.body.data[0]).toMatchObject({
+      id: res.body.data.id,
+      userId: buyer.userId,
+      agentId: agent.id,
+      metadata: { email: buyer.email, name: 'Dana Buyer', message: 'Tuesday?' },
+    });
+    for (const email of ['a@example.test', 'b@example.test']) {
+      const mails = await mailsTo(app, email);
+      expect(mails).toHaveLength(1);
+      expect(mails[0]!.subject).toBe('Demo request: Support Copilot');
+      expect(mails[0]!.text).toContain(buyer.email);
+      expect(mails[0]!.text).toContain('Tuesday?');
+    }
+    // Without a body it is still a request.
+    expect((await app.http.post(`/agents/${agent.id}/demo-requests`, { cookie: buyer.cookie, json: {} })).status).toBe(202);
+    await app.close();
+  });
+
+  it('needs a signed-in user and a published agent; nothing recorded otherwise', async () => {
+    const agent = await createAgent(t, admin);
+    expectError(await t.http.post(`/agents/${agent.id}/demo-requests`, { json: {} }), 401, 'UNAUTHORIZED');
+    const draft = await createAgent(t, admin, { status: 'draft' });
+    expectError(await t.http.post(`/agents/${draft.id}/demo-requests`, { cookie: user.cookie, json: {} }), 404, 'NOT_FOUND');
+    expectError(await t.http.post(`/agents/${UNKNOWN}/demo-requests`, { cookie: user.cookie, json: {} }), 404, 'NOT_FOUND');
+    expectError(
+      await t.http.post(`/agents/${agent.id}/demo-requests`, { cookie: user.cookie, json: { message: 'x'.repeat(2001) } }),
+      400,
+      'VALIDATION_ERROR',
+    );
+    const recorded = await rows(t.db, sql`select 1 from interactions where type = 'demo_request' and agent_id in (${agent.id}, ${draft.id})`);
+    expect(recorded).toHaveLength(0);
+  });
+});
+
+describe('enterprise inquiries', () => {
+  it('answers 202 with message and company size in the interaction metadata', async () => {
+    const agent = await createAgent(t, admin);
+    const res = await t.http.post(`/agents/${agent.id}/enterprise-inquiries`, {
+      cookie: user.cookie,
+      json: { message: 'We have 400 seats', companySize: '201-500' },
+    });
+    expect(res.status).toBe(202);
+    const feed = await t.http.get('/admin/interactions?type=enterprise_inquiry', { cookie: admin.cookie });
+    const mine = feed.body.data.find((i: any) => i.id === res.body.data.id);
+    expect(mine).toMatchObject({ userId: user.userId, agentId: agent.id, metadata: { message: 'We have 400 seats', companySize: '201-500' } });
+  });
+
+  it('answers 401 anonymously, 404 for unknown agents, 400 for bad input', async () => {
+    const agent = await createAgent(t, admin);
+    expectError(await t.http.post(`/agents/${agent.id}/enterprise-inquiries`, { json: {} }), 401, 'UNAUTHORIZED');
+    expectError(await t.http.post(`/agents/${UNKNOWN}/enterprise-inquiries`, { cookie: user.cookie, json: {} }), 404, 'NOT_FOUND');
+    expectError(
+      await t.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie: user.cookie, json: { companySize: 12 } }),
+      400,
+      'VALIDATION_ERROR',
+    );
+  });
+});
+
+describe('waitlist', () => {
+  it('adds an email once (201, then 200), records one interaction, and reports status to its owner only', async () => {
+    const agent = await createAgent(t, admin, { status: 'coming_soon' });
+    const base = `/agents/${agent.id}/waitlist`;
+    expect((await t.http.get(base)).body.data).toEqual({ notified: false });
+    expect((await t.http.get(base, { cookie: user.cookie })).body.data).toEqual({ notified: false });
+
+    const joined = await t.http.post(base, { json: { email: user.email.toUpperCase() } });
+    expect(joined.status).toBe(201);
+    expect(joined.body.data).toMatchObject({ agentId: agent.id, email: user.email, notified: true });
+    const again = await t.http.post(base, { json: { email: user.email } });
+    expect(again.status).toBe(200);
+    expect(again.body.data).toEqual(joined.body.data);
+
+    expect((await t.http.get(base, { cookie: user.cookie })).body.data).toEqual({ notified: true });
+    expect((await t.http.get(base)).body.data).toEqual({ notified: false });
+    const stranger = await signUp(t);
+    expect((await t.http.get(base, { cookie: stranger.cookie })).body.data).toEqual({ notified: false });
+
+    const events = await rows(t.db, sql`select 1 from interactions where type = 'waitlist_signup' and agent_id = ${agent.id}`);
+    expect(events).toHaveLength(1);
+  });
+
+  it('stays one entry under parallel joins of the same email', async () => {
+    const agent = await createAgent(t, admin, { status: 'coming_soon' });
+    const results = await Promise.all(
+      Array.from({ length: 10 }, () => t.http.post(`/agents/${agent.id}/waitlist`, { json: { email: 'crowd@example.test' } })),
+    );
+    expect(results.filter((r) => r.status === 201)).toHaveLength(1);
+    expect(results.filter((r) => r.status === 200)).toHaveLength(9);
+    expect(await rows(t.db, sql`select 1 from waitlist_entries where agent_id = ${agent.id}`)).toHaveLength(1);
+  });
+
+  it('is only for coming-soon agents (422), and answers 404 for hidden or unknown agents, 400 for a bad email', async () => {
+    const active = await createAgent(t, admin);
+    expectError(await t.http.post(`/agents/${active.id}/waitlist`, { json: { email: 'a@example.test' } }), 422, 'INVALID_STATE');
+    const draft = await createAgent(t, admin, { status: 'draft' });
+    expectError(await t.http.post(`/agents/${draft.id}/waitlist`, { json: { email: 'a@example.test' } }), 404, 'NOT_FOUND');
+    expectError(await t.http.get(`/agents/${UNKNOWN}/waitlist`), 404, 'NOT_FOUND');
+    const soon = await createAgent(t, admin, { status: 'coming_soon' });
+    expectError(await t.http.post(`/agents/${soon.id}/waitlist`, { json: { email: 'not-an-email' } }), 400, 'VALIDATION_ERROR');
+    expect(await rows(t.db, sql`select 1 from waitlist_entries where agent_id in (${active.id}, ${soon.id})`)).toHaveLength(0);
+  });
+
+  it('is rate limited per client as a public write', async () => {
+    const limited = await startTestApp({ env: { AUTH_RATE_LIMIT_PER_MINUTE: '3' } });
+    const agent = await insertAgent(limited.db, { status: 'coming_soon' });
+    const statuses: number[] = [];
+    for (let i = 0; i < 4; i++) {
+      statuses.push((await limited.http.post(`/agents/${agent.id}/waitlist`, { json: { email: `p${i}@example.test` } })).status);
+    }
+    expect(statuses).toEqual([201, 201, 201, 429]);
+    const last = await limited.http.post(`/agents/${agent.id}/waitlist`, { json: { email: 'late@example.test' } });
+    expectError(last, 429, 'RATE_LIMITED');
+    expect(last.headers.get('retry-after')).toMatch(/^\d+$/);
+    limited.clock.advance(61_000);
+    expect((await limited.http.post(`/agents/${agent.id}/waitlist`, { json: { email: 'late@example.test' } })).status).toBe(201);
+    await limited.close();
+  });
+});
+
+describe('telemetry', () => {
+  it('answers 501 NOT_IMPLEMENTED', async () => {
+    const agent = await createAgent(t, admin);
+    expectError(await t.http.get(`/agents/${agent.id}/telemetry`), 501, 'NOT_IMPLEMENTED');
+    expectError(await t.http.get('/agents/not-a-uuid/telemetry'), 400, 'VALIDATION_ERROR');
+  });
+});
+
+describe('GET /admin/interactions', () => {
+  it('lists every interaction newest first, page by page, filtered by type within the pages', async () => {
+    const app = await startTestApp();
+    const appAdmin = await createAdmin(app);
+    const agent = await createAgent(app, appAdmin);
+    const buyers: TestUser[] = [];
+    for (let i = 0; i < 3; i++) {
+      app.clock.advance(1000);
+      const buyer = await signUp(app);
+      buyers.push(buyer);
+      app.clock.advance(1000);
+      await app.http.post(`/agents/${agent.id}/install`, { cookie: buyer.cookie });
+      app.clock.advance(1000);
+      await app.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie: buyer.cookie, json: {} });
+    }
+    const all = await walk(app, '/admin/interactions', { limit: 2, cookie: appAdmin.cookie });
+    expect(new Set(all.map((i) => i.id)).size).toBe(all.length);
+    const times = all.map((i) => i.createdAt);
+    expect([...times].sort().reverse()).toEqual(times);
+    expect(all.filter((i) => i.type === 'install')).toHaveLength(3);
+    expect(all.filter((i) => i.type === 'enterprise_inquiry')).toHaveLength(3);
+
+    const installs = await walk(app, '/admin/interactions?type=install', { limit: 2, cookie: appAdmin.cookie });
+    expect(installs.map((i) => i.userId)).toEqual(buyers.map((b) => b.userId).reverse());
+    const page = await app.http.get('/admin/interactions?limit=2', { cookie: appAdmin.cookie });
+    expectError(
+      await app.http.get(`/admin/interactions?type=install&cursor=${page.body.pagination.cursor}`, { cookie: appAdmin.cookie }),
+      400,
+      'INVALID_CURSOR',
+    );
+    expectError(await app.http.get('/admin/interactions?type=purchase', { cookie: appAdmin.cookie }), 400, 'VALIDATION_ERROR');
+    await app.close();
+  });
+
+  it('is admin only', async () => {
+    expectError(await t.http.get('/admin/interactions'), 401, 'UNAUTHORIZED');
+    expectError(await t.http.get('/admin/interactions', { cookie: user.cookie }), 403, 'FORBIDDEN');
+  });
+});
+
+describe('pricing', () => {
+  it('lists public tiers cheapest first to the public, all tiers to admins, always ending with Enterprise', async () => {
+    const agent = await insertAgent(t.db);
+    const pro = await insertTier(t.db, agent.id, { name: 'Pro', priceCents: 2900, features: ['More runs'] });
+    const free = await insertTier(t.db, agent.id, { name: 'Free', priceCents: 0 });
+    const custom = await insertTier(t.db, agent.id, { name: 'Custom ACME', priceCents: 99900, isPublic: false });
+
+    const open = await t.http.get(`/agents/${agent.id}/pricing`, { cookie: user.cookie });
+    expect(open.status).toBe(200);
+    expect(open.body.data.map((x: any) => x.id)).toEqual([free.id, pro.id, 'enterprise']);
+    expect(open.body.data[1]).toMatchObject({
+      name: 'Pro',
+      priceCents: 2900,
+      currency: 'usd',
+      interval: 'month',
+      isPublic: true,
+      features: ['More runs'],
+      contactSales: false,
+    });
+    expect(open.body.data[2]).toMatchObject({ id: 'enterprise', name: 'Enterprise', contactSales: true, priceCents: null });
+    expect(open.text).not.toContain('stripe');
+
+    const all = await t.http.get(`/agents/${agent.id}/pricing`, { cookie: admin.cookie });
+    expect(all.body.data.map((x: any) => x.id)).toEqual([free.id, pro.id, custom.id, 'enterprise']);
+
+    const none = await insertAgent(t.db);
+    expect((await t.http.get(`/agents/${none.id}/pricing`)).body.data.map((x: any) => x.id)).toEqual(['enterprise']);
+    expectError(await t.http.get(`/agents/${UNKNOWN}/pricing`), 404, 'NOT_FOUND');
+    const hidden = await insertAgent(t.db, { status: 'inactive' });
+    expectError(await t.http.get(`/agents/${hidden.id}/pricing`), 404, 'NOT_FOUND');
+  });
+
+  it('toggles visibility in place and touches nothing else', async () => {
+    const agent = await insertAgent(t.db);
+    const tier = await insertTier(t.db, agent.id, { name: 'Team', priceCents: 4900, stripeProductId: 'prod_1', stripePriceId: 'price_1' });
+    const path = `/agents/${agent.id}/pricing/${tier.id}/visibility`;
+    const hide = await t.http.patch(path, { cookie: admin.cookie, json: { isPublic: false } });
+    expect(hide.status).toBe(200);
+    expect(hide.body.data).toMatchObject({ id: tier.id, isPublic: false, name: 'Team', priceCents: 4900 });
+    expect((await t.http.get(`/agents/${agent.id}/pricing`)).body.data.map((x: any) => x.id)).toEqual(['enterprise']);
+    const [row] = await rows<any>(t.db, sql`select name, price_cents, stripe_product_id, stripe_price_id, features from tiers where id = ${tier.id}`);
+    expect(row).toEqual({ name: 'Team', price_cents: 4900, stripe_product_id: 'prod_1', stripe_price_id: 'price_1', features: [] });
+    const show = await t.http.patch(path, { cookie: admin.cookie, json: { isPublic: true } });
+    expect(show.body.data.isPublic).toBe(true);
+
+    expectError(await t.http.patch(path, { json: { isPublic: false } }), 401, 'UNAUTHORIZED');
+    expectError(await t.http.patch(path, { cookie: user.cookie, json: { isPublic: false } }), 403, 'FORBIDDEN');
+    expectError(await t.http.patch(path, { cookie: admin.cookie, json: { isPublic: 'no' } }), 400, 'VALIDATION_ERROR');
+    expectError(await t.http.patch(`/agents/${agent.id}/pricing/${UNKNOWN}/visibility`, { cookie: admin.cookie, json: { isPublic: false } }), 404, 'NOT_FOUND');
+    const other = await insertAgent(t.db);
+    expectError(await t.http.patch(`/agents/${other.id}/pricing/${tier.id}/visibility`, { cookie: admin.cookie, json: { isPublic: false } }), 404, 'NOT_FOUND');
+    expect((await t.http.get(`/agents/${agent.id}/pricing`)).body.data).toHaveLength(2);
+  });
+});

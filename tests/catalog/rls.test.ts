@@ -1,0 +1,113 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pgCode } from '../../functions/http/errors.ts';
+import { rows, sql, type RawBuilder } from '../../functions/platform/db.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { insertAgent, insertTier, type AgentRow } from '../support/fixtures.ts';
+
+/**
+ * What PostgREST's roles can read and write, checked the way PostgREST runs a request: inside a transaction,
+ * `set local role` to the token's role and `request.jwt.claims` set to the token's claims.
+ */
+
+let t: TestApp;
+const agents: Record<string, AgentRow> = {};
+
+beforeAll(async () => {
+  t = await startTestApp();
+  for (const status of ['active', 'coming_soon', 'draft', 'inactive'] as const) agents[status] = await insertAgent(t.db, { status });
+  for (const agent of Object.values(agents)) {
+    await insertTier(t.db, agent.id, { name: 'Public', priceCents: 0 });
+    await insertTier(t.db, agent.id, { name: 'Hidden', priceCents: 100, isPublic: false });
+    await sql`insert into agent_capabilities (agent_id, position, title) values (${agent.id}, 1, 'cap')`.execute(t.db);
+    await sql`insert into reviews (agent_id, user_id, rating) values (${agent.id}, 'user-a', 5)`.execute(t.db);
+    await sql`insert into agent_installs (agent_id, user_id) values (${agent.id}, 'user-a'), (${agent.id}, 'user-b')`.execute(t.db);
+  }
+  await sql`insert into waitlist_entries (agent_id, email, user_id) values
+              (${agents.coming_soon!.id}, 'a@example.test', 'user-a'), (${agents.coming_soon!.id}, 'b@example.test', 'user-b')`.execute(t.db);
+  await sql`insert into notification_recipients (email) values ('sales@example.test')`.execute(t.db);
+});
+afterAll(() => t.close());
+
+type Role = 'anon' | 'authenticated';
+
+/** Runs `query` as PostgREST would for `role` (and a user id for authenticated); returns rows or the SQLSTATE. */
+async function as<T>(role: Role, query: RawBuilder<T>, sub?: string): Promise<T[] | { error: string }> {
+  try {
+    return await t.db.transaction().execute(async (trx) => {
+      const claims = JSON.stringify(sub ? { sub, role } : { role });
+      await sql`select set_config('request.jwt.claims', ${claims}, true)`.execute(trx);
+      await sql.raw(`set local role ${role}`).execute(trx);
+      return rows(trx, query);
+    });
+  } catch (err) {
+    const code = pgCode(err);
+    if (!code) throw err;
+    return { error: code };
+  }
+}
+
+const ids = (result: unknown) => (result as Array<{ agent_id?: string; id?: string }>).map((r) => r.agent_id ?? r.id).sort();
+const published = () => [agents.active!.id, agents.coming_soon!.id].sort();
+
+describe('anon and authenticated reads', () => {
+  it.each(['anon', 'authenticated'] as const)('%s sees only active and coming-soon agents, in the views and the tables', async (role) => {
+    expect(ids(await as(role, sql`select id from catalog_agents`))).toEqual(published());
+    expect(ids(await as(role, sql`select id from agents`))).toEqual(published());
+    const view = (await as(role, sql`select id, review_count, tags from catalog_agents where id = ${agents.active!.id}`)) as any[];
+    expect(view[0]).toMatchObject({ review_count: 1 });
+  });
+
+  it.each(['anon', 'authenticated'] as const)('%s sees public tiers of published agents only', async (role) => {
+    const tiers = (await as(role, sql`select agent_id, name from catalog_tiers`)) as any[];
+    expect(tiers.every((x) => x.name === 'Public')).toBe(true);
+    expect(ids(tiers)).toEqual(published());
+    const direct = (await as(role, sql`select agent_id, name from tiers`)) as any[];
+    expect(direct.every((x) => x.name === 'Public')).toBe(true);
+    expect(ids(direct)).toEqual(published());
+  });
+
+  it('anon sees content and reviews of published agents only', async () => {
+    for (const view of ['catalog_capabilities', 'catalog_reviews', 'agent_capabilities', 'reviews']) {
+      expect(ids(await as('anon', sql`select agent_id from ${sql.table(view)}`))).toEqual(published());
+    }
+  });
+
+  it('anon cannot read installs, waitlist entries, notification recipients or interactions', async () => {
+    for (const table of ['agent_installs', 'waitlist_entries', 'notification_recipients', 'interactions']) {
+      expect(await as('anon', sql`select * from ${sql.table(table)}`)).toEqual({ error: '42501' });
+    }
+  });
+
+  it('a signed-in user reads only their own installs and waitlist entries, and no recipients', async () => {
+    const installs = (await as('authenticated', sql`select user_id from agent_installs`, 'user-a')) as any[];
+    expect(installs).toHaveLength(4);
+    expect(new Set(installs.map((r) => r.user_id))).toEqual(new Set(['user-a']));
+    const waitlist = (await as('authenticated', sql`select email from waitlist_entries`, 'user-b')) as any[];
+    expect(waitlist).toEqual([{ email: 'b@example.test' }]);
+    expect(await as('authenticated', sql`select * from waitlist_entries`)).toEqual([]);
+    expect(await as('authenticated', sql`select * from notification_recipients`, 'user-a')).toEqual({ error: '42501' });
+  });
+});
+
+describe('anon and authenticated writes', () => {
+  it.each(['anon', 'authenticated'] as const)('%s cannot write catalog tables (only the service does)', async (role) => {
+    const agentId = agents.active!.id;
+    const attempts = [
+      sql`insert into agents (slug, name) values ('sneaky', 'Sneaky')`,
+      sql`update agents set name = 'Owned' where id = ${agentId}`,
+      sql`delete from agents where id = ${agentId}`,
+      sql`update tiers set is_public = true`,
+      sql`insert into reviews (agent_id, user_id, rating) values (${agentId}, 'user-a', 1)`,
+      sql`insert into tags (slug, name) values ('x', 'x')`,
+      sql`insert into waitlist_entries (agent_id, email) values (${agentId}, 'c@example.test')`,
+      sql`insert into agent_installs (agent_id, user_id) values (${agentId}, 'user-c')`,
+      sql`update agents set installs = installs + 1`,
+    ];
+    for (const attempt of attempts) expect(await as(role, attempt, 'user-a')).toEqual({ error: '42501' });
+    // The views are read-only: not updatable (55000) before privileges even come into it.
+    const viaView = await as(role, sql`delete from catalog_agents`, 'user-a');
+    expect(['42501', '55000']).toContain((viaView as { error: string }).error);
+    const [after] = await rows<{ name: string; installs: number }>(t.db, sql`select name, installs from agents where id = ${agentId}`);
+    expect(after).toEqual({ name: agents.active!.name, installs: 0 });
+  });
+});
