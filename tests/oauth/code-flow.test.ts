@@ -101,6 +101,8 @@ describe('discovery', () => {
       expect(doc.jwks_uri).toBe(`${t.baseUrl}/api/auth/jwks`);
       expect(doc.code_challenge_methods_supported).toEqual(['S256']);
       expect(doc.registration_endpoint).toBeUndefined();
+      expect(doc.token_endpoint_auth_methods_supported).toEqual(['client_secret_basic', 'client_secret_post']);
+      expect(doc.grant_types_supported).toEqual(['authorization_code', 'refresh_token']);
     }
     expect(as.userinfo_endpoint).toBe(`${t.baseUrl}/api/auth/oauth2/userinfo`);
     expect(as.end_session_endpoint).toBe(`${t.baseUrl}/api/auth/oauth2/end-session`);

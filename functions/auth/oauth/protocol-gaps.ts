@@ -32,6 +32,7 @@ import {
  * | POST oauth2/introspect, GET/POST oauth2/userinfo | a revoked token, revoked grant or banned user is inactive / 401, as on every other route |
  * | POST oauth2/register | 401 UNAUTHORIZED envelope (the library answers 403) |
  * | GET /.well-known/oauth-authorization-server/api/auth | RFC 8414 path-suffixed metadata location, outside /api/auth |
+ * | the three metadata documents | advertise the client authentication our clients can use (secret basic/post) |
  * | token, introspect, revoke | client_secret_post accepted as well as client_secret_basic (the library binds a client to one method) |
  */
 
@@ -203,10 +204,34 @@ export function oauthProtocolRoutes() {
     throw new ApiError('UNAUTHORIZED', 'Dynamic client registration is not available: OAuth clients are created with their agent by a platform admin');
   });
 
-  // RFC 8414 §3: for an issuer with a path, the metadata lives at /.well-known/oauth-authorization-server/<path>.
-  router.get('/.well-known/oauth-authorization-server/api/auth', (c) => library(c, c.req.raw));
+  // RFC 8414 §3: for an issuer with a path, the metadata lives at /.well-known/oauth-authorization-server/<path>;
+  // the library answers it (and the two documents under /api/auth) from its request hook.
+  for (const path of [
+    '/.well-known/oauth-authorization-server/api/auth',
+    '/api/auth/.well-known/oauth-authorization-server',
+    '/api/auth/.well-known/openid-configuration',
+  ]) {
+    router.get(path, async (c) => advertiseOurClientAuth(await library(c, c.req.raw)));
+  }
 
   return router;
+}
+
+/**
+ * Agent clients authenticate with their secret (Basic, or in the form body); the library also advertises
+ * private_key_jwt, which no client of ours is registered for. The documents say what actually works.
+ */
+async function advertiseOurClientAuth(response: Response): Promise<Response> {
+  if (response.status !== 200) return response;
+  const metadata = (await response.clone().json().catch(() => undefined)) as Record<string, unknown> | undefined;
+  if (!metadata || typeof metadata !== 'object') return response;
+  for (const endpoint of ['token', 'introspection', 'revocation']) {
+    metadata[`${endpoint}_endpoint_auth_methods_supported`] = ['client_secret_basic', 'client_secret_post'];
+    delete metadata[`${endpoint}_endpoint_auth_signing_alg_values_supported`];
+  }
+  const headers = new Headers(response.headers);
+  headers.delete('content-length');
+  return new Response(JSON.stringify(metadata), { status: 200, headers });
 }
 
 function isForm(request: Request): boolean {
