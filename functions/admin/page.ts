@@ -42,8 +42,8 @@ export async function adminPage(c: Context<AppEnv>): Promise<Response> {
 function dashboard(nonce: string): string {
   return `
   <form id="window">
-    <label>From <input type="date" name="from" id="from"></label>
-    <label>To <input type="date" name="to" id="to"></label>
+    <label>From <input name="from" id="from" placeholder="YYYY-MM-DD" size="24"></label>
+    <label>To <input name="to" id="to" placeholder="YYYY-MM-DD (inclusive)" size="24"></label>
     <label>Agent id <input name="agentId" id="agentId" placeholder="all agents" size="38"></label>
     <button type="submit">Show</button>
     <span id="status" role="status">Loading…</span>
@@ -99,8 +99,8 @@ function dashboard(nonce: string): string {
       const step = width / Math.max(1, trends.length);
       const bar = Math.max(2, Math.min(18, step / 3));
       svg.append(el('line', { x1: left, y1: top + height, x2: left + width, y2: top + height, class: 'axis' }));
-      for (const tick of [0, max / 2, max]) {
-        svg.append(el('text', { x: left - 6, y: y(tick) + 4, class: 'tick', 'text-anchor': 'end' }, Math.round(tick)));
+      for (const tick of new Set([0, Math.round(max / 2), max])) {
+        svg.append(el('text', { x: left - 6, y: y(tick) + 4, class: 'tick', 'text-anchor': 'end' }, tick));
       }
       const points = [];
       trends.forEach((t, i) => {
@@ -174,6 +174,7 @@ function page(c: Context<AppEnv>, status: 200 | 401 | 403, title: string, body: 
   <meta charset="utf-8">
   <meta name="viewport" content="width=device-width, initial-scale=1">
   <title>${escapeHtml(title)} · Agent Marketplace admin</title>
+  <link rel="icon" href="data:,">
   <style>
     body { font-family: system-ui, sans-serif; max-width: 760px; margin: 2rem auto; padding: 0 1rem; color: #1b1b1f; }
     h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 1.6rem; } h2 small { font-weight: normal; color: #666; }
@@ -200,7 +201,7 @@ function page(c: Context<AppEnv>, status: 200 | 401 | 403, title: string, body: 
     "style-src 'unsafe-inline'",
     nonce ? `script-src 'nonce-${nonce}'` : "script-src 'none'",
     "connect-src 'self'",
-    "img-src 'self'",
+    "img-src 'self' data:",
     "form-action 'self'",
     "frame-ancestors 'none'",
     "base-uri 'none'",
