@@ -299,6 +299,10 @@ describe('RP-initiated logout', () => {
     expect(target).toBe(`${agent.postLogoutRedirectUri}?state=bye`);
     const session = await t.http.get('/api/auth/get-session', { cookie: user.cookie });
     expect(session.body).toBeNull();
+    // Offline access survives the logout: the refresh token still works, and its new access token too.
+    const refreshed = await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: tokens.refresh_token! });
+    expect(refreshed.status).toBe(200);
+    expect((await t.http.get('/me', { bearer: refreshed.body.access_token })).status).toBe(200);
   });
 
   test('an unregistered post-logout URI is not redirected to', async () => {
