@@ -127,23 +127,29 @@ export async function insertTier(db: Db, input: NewTier, now?: Date): Promise<Ti
   }
 }
 
-/** Stored tiers of an agent, cheapest first; hidden ones only when asked (admins). */
+/**
+ * Stored tiers of an agent, cheapest first; hidden ones only when asked (admins). Tiers billing archived
+ * (deleted while subscriptions still use them, `archived_at`) are left out for everyone.
+ */
 export async function listStoredTiers(db: Db, agentId: string, includeHidden: boolean): Promise<Tier[]> {
   const found = await rows<TierRow>(
     db,
     sql`select ${tierColumns} from public.tiers t
-        where t.agent_id = ${agentId} and (${includeHidden} or t.is_public)
+        where t.agent_id = ${agentId} and t.archived_at is null and (${includeHidden} or t.is_public)
         order by t.price_cents, t.created_at, t.id`,
   );
   return found.map(toTier);
 }
 
-/** The public/hidden toggle: changes `is_public` (and updated_at) only, never the provider product or price. */
+/**
+ * The public/hidden toggle: changes `is_public` (and updated_at) only, never the provider product or price.
+ * An archived tier stays hidden (404): it is closed to new buyers.
+ */
 export async function setTierVisibility(db: Db, agentId: string, tierId: string, isPublic: boolean, now: Date): Promise<Tier> {
   const row = await first<TierRow>(
     db,
     sql`update public.tiers t set is_public = ${isPublic}, updated_at = ${now}
-        where t.id = ${tierId} and t.agent_id = ${agentId}
+        where t.id = ${tierId} and t.agent_id = ${agentId} and t.archived_at is null
         returning ${tierColumns}`,
   );
   if (!row) throw notFound('Tier', { tierId });

@@ -297,4 +297,18 @@ describe('pricing', () => {
     expectError(await t.http.patch(`/agents/${other.id}/pricing/${tier.id}/visibility`, { cookie: admin.cookie, json: { isPublic: false } }), 404, 'NOT_FOUND');
     expect((await t.http.get(`/agents/${agent.id}/pricing`)).body.data).toHaveLength(2);
   });
+
+  it('leaves tiers archived by billing out of every listing, and out of the toggle', async () => {
+    const agent = await insertAgent(t.db);
+    const kept = await insertTier(t.db, agent.id, { name: 'Kept', priceCents: 0 });
+    const old = await insertTier(t.db, agent.id, { name: 'Old', priceCents: 500 });
+    await sql`update tiers set archived_at = now(), is_public = false where id = ${old.id}`.execute(t.db);
+    const all = await t.http.get(`/agents/${agent.id}/pricing`, { cookie: admin.cookie });
+    expect(all.body.data.map((x: any) => x.id)).toEqual([kept.id, 'enterprise']);
+    expectError(
+      await t.http.patch(`/agents/${agent.id}/pricing/${old.id}/visibility`, { cookie: admin.cookie, json: { isPublic: true } }),
+      404,
+      'NOT_FOUND',
+    );
+  });
 });
