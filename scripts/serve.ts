@@ -1,16 +1,23 @@
 import { serve } from '@hono/node-server';
-import { createApp } from '../functions/app.ts';
-import { buildDeps } from '../functions/deps.ts';
-import { ConfigError, loadConfig } from '../functions/platform/config.ts';
+import { startingHandler } from '../functions/health/starting.ts';
+import { ConfigError, loadConfig, type Config } from '../functions/platform/config.ts';
+import type { Database } from '../functions/platform/db.ts';
 import { createLogger } from '../functions/platform/logger.ts';
-import { migrate } from '../functions/platform/migrations.ts';
 import { localDocsScript, openConfiguredDatabase, withPersistedSecret } from '../functions/platform/node-runtime.ts';
 import { withDemoAdmin } from './demo-admin.ts';
 
-/** Node entry: `npm start`. Migrates the database, seeds the demo catalog in development, then listens. */
+/**
+ * Node entry: `npm start`. Binds the port first and answers /health (liveness) at once, then loads the
+ * application, opens the database (creating the embedded one in .data/ on a first run), migrates it, runs the
+ * start-up work (admin account, demo data) and from then on serves the whole API. Until then every other
+ * path answers 503 UNAVAILABLE with Retry-After, and /ready says so too.
+ */
+type Handler = (request: Request, env?: unknown) => Response | Promise<Response>;
+
 async function main() {
+  const startedAt = new Date();
   const logger = createLogger();
-  let config;
+  let config: Config;
   let demoAdmin: ReturnType<typeof withDemoAdmin>['generated'];
   try {
     const admin = withDemoAdmin(withPersistedSecret(process.env));
@@ -23,32 +30,53 @@ async function main() {
     }
     throw err;
   }
-  const database = await openConfiguredDatabase(config);
-  const applied = await migrate(database, { log: (line) => logger.info(line) });
-  logger.info('database ready', { kind: database.kind, appliedMigrations: applied.length });
+  const databaseKind = config.databaseUrl ? 'PostgreSQL (DATABASE_URL)' : `embedded PostgreSQL (PGlite) in ${config.dataDir}/pglite`;
 
-  const deps = await buildDeps({ config, database, logger, docsScript: localDocsScript() });
-  const app = createApp(deps);
-  await deps.startup?.();
-
-  const server = serve({ fetch: app.fetch, port: config.port, hostname: '0.0.0.0' }, (info) => {
-    logger.info('listening', { url: config.publicBaseUrl, port: info.port, database: database.kind });
-    console.log(`\n  Agent Marketplace API listening on ${config.publicBaseUrl}  (docs: ${config.publicBaseUrl}/docs)\n`);
-    if (demoAdmin?.created) {
-      console.log(`  Demo admin created: ${demoAdmin.email} / ${demoAdmin.password}  (kept in ${demoAdmin.file})\n`);
-    } else if (demoAdmin) {
-      console.log(`  Demo admin: ${demoAdmin.email}  (password in ${demoAdmin.file})\n`);
-    }
+  let handle: Handler = startingHandler({ config, logger, startedAt });
+  let database: Database | undefined;
+  const server = serve({ fetch: (request, env) => handle(request, env), port: config.port, hostname: '0.0.0.0' }, (info) => {
+    logger.info('listening', { url: config.publicBaseUrl, port: info.port });
+    console.log(`\n  Agent Marketplace API listening on ${config.publicBaseUrl}  (docs: ${config.publicBaseUrl}/docs)`);
+    console.log(`  Preparing the database: ${databaseKind} ...\n`);
+  });
+  server.on('error', (err) => {
+    console.error(`Cannot listen on port ${config.port}: ${err.message}`);
+    process.exit(1);
   });
 
   const shutdown = async (signal: string) => {
     logger.info('shutting down', { signal });
     server.close();
-    await database.close();
+    await database?.close();
     process.exit(0);
   };
   process.on('SIGINT', () => void shutdown('SIGINT'));
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
+
+  // The application and its libraries load while the port already answers.
+  const [{ createApp }, { buildDeps }, { migrate }] = await Promise.all([
+    import('../functions/app.ts'),
+    import('../functions/deps.ts'),
+    import('../functions/platform/migrations.ts'),
+  ]);
+  database = await openConfiguredDatabase(config);
+  const applied = await migrate(database, { log: (line) => logger.info(line) });
+  logger.info('database ready', { kind: database.kind, appliedMigrations: applied.length });
+
+  const deps = await buildDeps({ config, database, logger, docsScript: localDocsScript() });
+  deps.startedAt = startedAt;
+  const app = createApp(deps);
+  await deps.startup?.();
+  handle = (request, env) => app.fetch(request, env as never);
+
+  const seconds = ((Date.now() - startedAt.getTime()) / 1000).toFixed(1);
+  logger.info('ready', { database: database.kind, seconds: Number(seconds) });
+  console.log(`\n  Ready after ${seconds} s: the whole API is served from ${databaseKind}.\n`);
+  if (demoAdmin?.created) {
+    console.log(`  Demo admin created: ${demoAdmin.email} / ${demoAdmin.password}  (kept in ${demoAdmin.file})\n`);
+  } else if (demoAdmin) {
+    console.log(`  Demo admin: ${demoAdmin.email}  (password in ${demoAdmin.file})\n`);
+  }
 }
 
 main().catch((err) => {

@@ -4,6 +4,7 @@ import { ok } from '../http/envelope.ts';
 import { ApiError } from '../http/errors.ts';
 import { errors, jsonResponse, newRouter } from '../http/router.ts';
 import { sql } from '../platform/db.ts';
+import { healthRecord as buildHealthRecord } from './record.ts';
 
 const healthRecord = z
   .object({
@@ -41,17 +42,7 @@ export function healthRoutes() {
 
   router.openapi(getHealth, (c) => {
     const { config, clock, startedAt } = c.var.deps;
-    const now = clock.now();
-    return c.json(
-      ok({
-        status: 'ok' as const,
-        gitSha: config.gitSha,
-        releaseVersion: config.releaseVersion,
-        uptimeSec: Math.max(0, Math.floor((Date.now() - startedAt.getTime()) / 1000)),
-        timestamp: now.toISOString(),
-      }),
-      200,
-    );
+    return c.json(ok(buildHealthRecord(config, startedAt, clock.now())), 200);
   });
 
   router.openapi(getReady, async (c) => {

@@ -1,0 +1,161 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startingHandler } from '../../functions/health/starting.ts';
+import { memoryLogger } from '../../functions/platform/logger.ts';
+import { freePort } from '../../scripts/postgres-server.ts';
+import { createEmptyPostgresDatabase, testTier } from '../support/databases.ts';
+import { HttpClient } from '../support/http.ts';
+
+/**
+ * `npm start` (scripts/serve.ts) as a user runs it, on this tier's database: the embedded one in a fresh data
+ * directory (pglite tier) or an empty PostgreSQL database through DATABASE_URL (postgres tier). It binds its
+ * port and answers /health before the database is ready, says 503 on /ready until it is, then serves the API;
+ * a second start on the same data finds nothing to migrate.
+ */
+
+const ENTRY = ['node_modules/.bin/tsx', 'scripts/serve.ts'] as const;
+const STARTUP_LIMIT = 300_000;
+
+interface Running {
+  child: ChildProcess;
+  output: () => string;
+  http: HttpClient;
+  baseUrl: string;
+}
+
+async function start(env: Record<string, string>): Promise<Running> {
+  const port = await freePort();
+  const child = spawn(ENTRY[0], [ENTRY[1]], {
+    env: { ...process.env, NODE_ENV: 'development', AUTH_SECRET: '', ADMIN_EMAIL: '', ADMIN_PASSWORD: '', PORT: String(port), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (d) => (output += d));
+  child.stderr!.on('data', (d) => (output += d));
+  const baseUrl = `http://127.0.0.1:${port}`;
+  return { child, output: () => output, http: new HttpClient(baseUrl), baseUrl };
+}
+
+async function until<T>(what: string, running: Running, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + STARTUP_LIMIT;
+  for (;;) {
+    if (running.child.exitCode !== null) throw new Error(`npm start exited (${running.child.exitCode}) before ${what}:\n${running.output()}`);
+    const value = await probe().catch(() => undefined);
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}:\n${running.output()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function stop(running: Running): Promise<number | null> {
+  if (running.child.exitCode !== null) return running.child.exitCode;
+  const exited = new Promise<number | null>((r) => running.child.once('exit', (code) => r(code)));
+  running.child.kill('SIGTERM');
+  return exited;
+}
+
+describe('npm start', () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'mkt-start-'));
+  let env: Record<string, string>;
+  let dropDatabase: (() => Promise<void>) | undefined;
+
+  beforeAll(async () => {
+    env = { DATA_DIR: dataDir, DATABASE_URL: '' };
+    if (testTier() === 'postgres') {
+      const empty = await createEmptyPostgresDatabase();
+      env.DATABASE_URL = empty.url;
+      dropDatabase = empty.drop;
+    }
+  });
+  afterAll(async () => {
+    await dropDatabase?.();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('first run: prints where it listens, answers /health, is not ready until migrated, then serves the API', async () => {
+    const running = await start(env);
+    try {
+      await until('the listening line', running, async () => (running.output().includes(`listening on ${running.baseUrl}`) ? true : undefined));
+      const health = await until('/health', running, async () => {
+        const res = await running.http.get('/health');
+        return res.status === 200 ? res : undefined;
+      });
+      expect(health.body).toMatchObject({ status: 'success', error: null, data: { status: 'ok', gitSha: 'dev', releaseVersion: 'dev' } });
+      expect(health.headers.get('x-request-id')).toEqual(expect.any(String));
+
+      // Until the database is migrated, readiness and every API path say "not yet", never a crash.
+      const notReady: Array<{ status: number; code: unknown }> = [];
+      await until('/ready', running, async () => {
+        const res = await running.http.get('/ready');
+        if (res.status === 200) return res;
+        notReady.push({ status: res.status, code: res.body?.error?.code });
+        return undefined;
+      });
+      for (const answer of notReady) expect(answer).toEqual({ status: 503, code: 'UNAVAILABLE' });
+
+      const doc = await running.http.get('/openapi.json');
+      expect(doc.status).toBe(200);
+      expect(doc.body.openapi).toBe('3.1.0');
+      expect((await running.http.get('/docs')).status).toBe(200);
+      expect((await running.http.get('/no/such/route')).status).toBe(404);
+
+      expect(running.output()).toMatch(/Ready after [\d.]+ s/);
+      expect(running.output()).toMatch(/Demo admin created: \S+@\S+ \/ \S+/);
+      // The generated AUTH_SECRET is kept in the data directory, readable by the owner only.
+      expect(statSync(join(dataDir, 'auth-secret')).mode & 0o777).toBe(0o600);
+      const lines = running
+        .output()
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l));
+      const migrated = lines.find((l) => l.msg === 'database ready');
+      expect(migrated.appliedMigrations).toBeGreaterThan(0);
+    } finally {
+      expect(await stop(running)).toBe(0);
+    }
+  }, STARTUP_LIMIT + 30_000);
+
+  it('second run on the same data: nothing to migrate, the same admin, ready again', async () => {
+    const running = await start(env);
+    try {
+      await until('/ready', running, async () => ((await running.http.get('/ready')).status === 200 ? true : undefined));
+      const lines = running
+        .output()
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l));
+      expect(lines.find((l) => l.msg === 'database ready')?.appliedMigrations).toBe(0);
+      expect(running.output()).toMatch(/Demo admin: \S+@\S+ {2}\(password in /);
+      expect(running.output()).not.toContain('Demo admin created');
+    } finally {
+      expect(await stop(running)).toBe(0);
+    }
+  }, STARTUP_LIMIT + 30_000);
+});
+
+describe('while starting', () => {
+  const handler = startingHandler({ config: { gitSha: 'abc', releaseVersion: '1.0.0' }, logger: memoryLogger(), startedAt: new Date() });
+
+  it('GET /health answers the health record', async () => {
+    const res = handler(new Request('http://service/health', { headers: { 'x-request-id': 'boot-1' } }));
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-request-id')).toBe('boot-1');
+    expect(await res.json()).toMatchObject({ status: 'success', error: null, data: { status: 'ok', gitSha: 'abc', releaseVersion: '1.0.0' } });
+  });
+
+  it.each([
+    ['GET', '/ready'],
+    ['POST', '/agents'],
+    ['GET', '/api/auth/get-session'],
+    ['POST', '/health'],
+  ])('%s %s answers 503 UNAVAILABLE with Retry-After', async (method, path) => {
+    const res = handler(new Request(`http://service${path}`, { method }));
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('1');
+    expect(res.headers.get('x-request-id')).toEqual(expect.any(String));
+    expect(await res.json()).toMatchObject({ status: 'error', data: null, error: { code: 'UNAVAILABLE' } });
+  });
+});
