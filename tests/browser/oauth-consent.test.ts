@@ -137,3 +137,22 @@ test('a wrong password shows an error and stays on the sign-in page', async () =
   await expect.poll(() => page.textContent('#status')).not.toBe('');
   expect(new URL(page.url()).pathname).toBe('/sign-in');
 });
+
+test('a new user creates an account from the sign-in page and the flow continues to consent', async () => {
+  const page = await freshPage();
+  const { challenge } = pkcePair();
+  await page.goto(`${t.baseUrl}${authorizeUrl(agent, { challenge, state: 'new-user' })}`);
+  await page.waitForURL((url) => url.pathname === '/sign-in');
+  await page.click('text=Create one');
+  await page.waitForURL((url) => url.pathname === '/sign-up');
+  await page.fill('#name', 'Grace');
+  await page.fill('#email', `grace-${Date.now()}@example.test`);
+  await page.fill('#password', 'a-long-enough-password');
+  await page.click('#submit');
+  await page.waitForURL((url) => url.pathname === '/consent');
+  await page.click('#allow');
+  await page.waitForURL((url) => url.href.startsWith(callback));
+  const landed = new URL(page.url());
+  expect(landed.searchParams.get('state')).toBe('new-user');
+  expect(landed.searchParams.get('code')).toBeTruthy();
+});

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { authorizeUrl, createOAuthClient, followAuthorize, pkcePair, type TestOAuthClient } from '../support/oauth.ts';
 import { signUp, type TestUser } from '../support/users.ts';
@@ -91,6 +92,9 @@ describe('without FRONTEND_URL', () => {
     expect(page.status).toBe(200);
     expect(page.text).toContain('&lt;img src=x onerror=alert(1)&gt;');
     expect(page.text).not.toContain('<img src=x');
+    // The page names the agent as it is called now, not as it was when its client was created.
+    await sql`update public.agents set name = 'Renamed Agent' where id = ${agent.agentId}`.execute(t.db);
+    expect((await t.http.get(`${landing.pathname}${landing.search}`)).text).toContain('Renamed Agent');
   });
 
   test('the sign-in page only ever continues to our own authorize endpoint', async () => {

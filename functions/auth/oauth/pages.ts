@@ -38,9 +38,14 @@ export function oauthPages(config: Config) {
     }
     const params = new URLSearchParams(signedQuery);
     const clientId = params.get('client_id') ?? '';
+    // The agent's current name (it may have been renamed since its client was created).
     const client = await first<{ name: string | null }>(
       c.var.deps.database.db,
-      sql`select name from "oauthClient" where "clientId" = ${clientId}`,
+      sql`select coalesce(a.name, c.name) as name
+            from "oauthClient" c
+            left join public.agent_oauth_clients ac on ac.client_id = c."clientId"
+            left join public.agents a on a.id = ac.agent_id
+           where c."clientId" = ${clientId}`,
     );
     const appName = client?.name || clientId;
     const scopes = (params.get('scope') ?? '').split(' ').filter(Boolean);
