@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HANDLED_EVENTS } from '../../functions/billing/webhook.ts';
 import { first, sql } from '../../functions/platform/db.ts';
 import { insertAgent } from '../support/fixtures.ts';
 import { signUp, type TestUser } from '../support/users.ts';
@@ -17,11 +18,18 @@ import { deliver, paidTier, startBillingWorld, type BillingWorld } from './suppo
 let w: BillingWorld;
 let user: TestUser;
 let stripe: Stripe;
+let tiers: Array<{ id: string; stripePriceId: string }>;
 beforeAll(async () => {
   w = await startBillingWorld();
   user = await signUp(w.t);
   const url = new URL(w.fake.url);
   stripe = new Stripe(w.fake.secretKey, { host: url.hostname, port: url.port, protocol: 'http', maxNetworkRetries: 0 });
+  const agent = await insertAgent(w.t.db, { status: 'active' });
+  tiers = [
+    await paidTier(w, agent.id, { name: 'Basic', priceCents: 1000 }),
+    await paidTier(w, agent.id, { name: 'Pro', priceCents: 3000 }),
+    await paidTier(w, agent.id, { name: 'Team', priceCents: 5000 }),
+  ];
 });
 afterAll(() => w.close());
 
@@ -119,19 +127,14 @@ async function forget(stripeSubscriptionId: string, events: FakeEvent[]) {
 describe('webhook convergence', () => {
   it('delivering each event three times in any order equals one ordered delivery, and matches Stripe', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(action, { minLength: 1, maxLength: 6 }), fc.infiniteStream(fc.double({ min: 0, max: 1, noNaN: true })), async (actions, keys) => {
-        const agent = await insertAgent(w.t.db, { status: 'active' });
-        const tiers = [
-          await paidTier(w, agent.id, { name: 'Basic', priceCents: 1000 }),
-          await paidTier(w, agent.id, { name: 'Pro', priceCents: 3000 }),
-          await paidTier(w, agent.id, { name: 'Team', priceCents: 5000 }),
-        ];
+      fc.asyncProperty(fc.array(action, { minLength: 1, maxLength: 5 }), fc.infiniteStream(fc.double({ min: 0, max: 1, noNaN: true })), async (actions, keys) => {
         const prices = tiers.map((t) => t.stripePriceId);
         const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tiers[1]!.id } });
         w.fake.takeEvents();
         const sub = w.fake.completeCheckout(checkout.body.data.sessionId);
         for (const a of actions) await perform(sub.id, a, prices);
-        const events = w.fake.takeEvents();
+        // Stripe sends an endpoint only the event types it subscribes to: the ones the contract lists.
+        const events = w.fake.takeEvents().filter((e) => HANDLED_EVENTS.has(e.type));
 
         // Three copies of every event, in a random order.
         const copies = [...events, ...events, ...events].map((e) => ({ e, k: keys.next().value as number }));
@@ -156,6 +159,9 @@ describe('webhook convergence', () => {
         });
         const expectedStatus = { active: 'active', past_due: 'past_due', canceled: 'canceled' }[now.status as string];
         expect((ordered as { status: string }).status).toBe(expectedStatus);
+
+        // The next history starts from no subscription (one live subscription per user and agent).
+        await forget(sub.id, []);
       }),
       { numRuns: 100 },
     );
