@@ -36,7 +36,7 @@ describe('createTier (POST /agents/{agentId}/pricing)', () => {
     expect(w.fake.products.get(row!.product)!.active).toBe(true);
     // The catalog lists it.
     const list = await w.t.http.get(`/agents/${agent.id}/pricing`);
-    if (list.status === 200) expect(list.body.data.map((t: { id: string }) => t.id)).toContain(res.body.data.id);
+    expect(list.body.data.map((t: { id: string }) => t.id)).toContain(res.body.data.id);
   });
 
   it('creates a free tier without touching Stripe', async () => {
@@ -101,6 +101,8 @@ describe('deleteTier (DELETE /agents/{agentId}/pricing/{tierId})', () => {
       sql`select archived_at is not null as archived, is_public as "isPublic" from tiers where id = ${tier.id}`,
     );
     expect(row).toEqual({ archived: true, isPublic: false });
+    const listed = await w.t.http.get(`/agents/${agent.id}/pricing`, { cookie: w.admin.cookie });
+    expect(listed.body.data.map((t: { id: string }) => t.id)).not.toContain(tier.id);
     const buyer = await signUp(w.t);
     expect((await w.t.http.post('/me/checkout', { cookie: buyer.cookie, json: { tierId: tier.id } })).status).toBe(404);
     // Renewals on the archived price still map to the tier.
