@@ -88,7 +88,7 @@ export function stateOf(sub: Stripe.Subscription): StripeSubscriptionState {
     periodStart: fromUnix(item.current_period_start),
     periodEnd: fromUnix(item.current_period_end),
     cancelAtPeriodEnd: status !== 'canceled' && sub.cancel_at_period_end,
-    canceledAt: status === 'canceled' ? fromUnix(sub.ended_at ?? sub.canceled_at ?? Math.floor(Date.now() / 1000)) : null,
+    canceledAt: status === 'canceled' && (sub.ended_at ?? sub.canceled_at) ? fromUnix((sub.ended_at ?? sub.canceled_at)!) : null,
     pendingPriceId,
     pendingKind,
     pendingInvoiceId,

@@ -142,6 +142,26 @@ describe('processing', () => {
     expect(await first(w.t.db, sql`select 1 as x from subscriptions where stripe_subscription_id = ${stripeSub.id}`)).toBeTruthy();
   });
 
+  it('marks a subscription past_due when a renewal fails (access kept) and active again once paid', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
+    w.fake.setPaymentMode('fails');
+    try {
+      w.fake.advancePeriod(stripeSubscriptionId);
+    } finally {
+      w.fake.setPaymentMode('succeeds');
+    }
+    await deliver(w, w.fake.takeEvents());
+    const pastDue = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
+    expect(pastDue.status).toBe(200);
+    expect(pastDue.body.data.status).toBe('past_due');
+    w.fake.payInvoice(w.fake.subscriptions.get(stripeSubscriptionId)!.latest_invoice);
+    await deliver(w, w.fake.takeEvents());
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).body.data.status).toBe('active');
+  });
+
   it('lets every event type of the contract through and converges on Stripe', async () => {
     const agent = await activeAgent(w);
     const tier = await paidTier(w, agent.id, { priceCents: 1000 });
