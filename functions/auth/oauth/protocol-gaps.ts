@@ -133,12 +133,12 @@ export function oauthProtocolRoutes() {
       // calls the token active when it was issued to that client and is still valid.
       const probe = new URLSearchParams(form);
       probe.set('token_type_hint', 'access_token');
-      const introspection = await library(c, 
-        formRequest(request, probe, request.url.replace(/\/oauth2\/revoke(\?.*)?$/, '/oauth2/introspect')),
-      );
-      if (introspection.status === 401 || introspection.status === 400) {
+      const introspectUrl = request.url.replace(/\/oauth2\/revoke(\?.*)?$/, '/oauth2/introspect');
+      const introspection = await library(c, formRequest(request, probe, { url: introspectUrl }));
+      if (introspection.status === 401) return introspection; // the client failed to authenticate
+      if (introspection.status === 400) {
         const error = (await introspection.clone().json().catch(() => undefined)) as { error?: unknown } | undefined;
-        if (error?.error === 'invalid_client' || introspection.status === 401) return introspection;
+        if (error?.error === 'invalid_client') return introspection;
       }
       if (introspection.status === 200) {
         const claims = (await introspection.json().catch(() => undefined)) as { active?: unknown; jti?: unknown; exp?: unknown } | undefined;
@@ -186,7 +186,7 @@ export function oauthProtocolRoutes() {
     if (request.method === 'POST' && isForm(request)) {
       const form = new URLSearchParams(await request.text());
       token ??= form.get('access_token') ?? undefined;
-      forwarded = formRequest(request, form);
+      forwarded = formRequest(request, form, { clientAuthentication: false });
     }
     const claims = token ? unverifiedClaims(token) : undefined;
     // Unverified claims can only make us refuse, never accept: the library still verifies the token.
@@ -251,16 +251,21 @@ function forwardHeaders(source: Headers): Headers {
  * header: the library binds each client to one authentication method, our agent clients are registered for
  * client_secret_basic, and RFC 6749 lets servers accept both.
  */
-function formRequest(original: Request, form: URLSearchParams, url = original.url): Request {
+function formRequest(
+  original: Request,
+  form: URLSearchParams,
+  options: { url?: string; clientAuthentication?: boolean } = {},
+): Request {
   const headers = forwardHeaders(original.headers);
   const clientId = form.get('client_id');
   const clientSecret = form.get('client_secret');
-  if (clientId && clientSecret && !headers.has('authorization') && !form.has('client_assertion')) {
+  const moveSecret = options.clientAuthentication !== false && !headers.has('authorization') && !form.has('client_assertion');
+  if (clientId && clientSecret && moveSecret) {
     headers.set('authorization', `Basic ${btoa(`${formEncode(clientId)}:${formEncode(clientSecret)}`)}`);
     form.delete('client_secret');
   }
   headers.set('content-type', 'application/x-www-form-urlencoded');
-  return new Request(url, { method: 'POST', headers, body: form.toString() });
+  return new Request(options.url ?? original.url, { method: 'POST', headers, body: form.toString() });
 }
 
 /** RFC 6749 §2.3.1: Basic credentials are form-urlencoded before base64. */
