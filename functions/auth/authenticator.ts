@@ -41,7 +41,20 @@ interface UserRow {
   role: string | null;
   banned: boolean | null;
   banExpires: Date | null;
+  createdAt: Date;
   revoked: boolean;
+}
+
+interface SessionRow {
+  sessionId: string;
+  expiresAt: Date;
+  id: string;
+  email: string;
+  name: string;
+  role: string | null;
+  banned: boolean | null;
+  banExpires: Date | null;
+  createdAt: Date;
 }
 
 export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
@@ -50,28 +63,54 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   const audience = config.publicBaseUrl;
   const origins = new Set(trustedOrigins(config));
   const keys = new SigningKeys(db);
-  // The session cookie's name depends on the Secure prefix; ask the library instead of guessing.
-  let sessionCookieName: string | undefined;
-
+  /**
+   * The session cookie, on the hot path: the cookie's HMAC is checked in process and ONE query reads the
+   * session with its user. Only when the library would extend the session (once per `updateAge`, a day by
+   * default) or the cookie asks not to be remembered does the request go through the library's getSession,
+   * which does that write; the result is the same either way.
+   */
   async function fromCookie(request: Request): Promise<Principal | null | 'no-session'> {
-    sessionCookieName ??= (await auth.$context).authCookies.sessionToken.name;
-    const cookie = request.headers.get('cookie');
-    if (!cookie || !cookie.includes(`${sessionCookieName}=`)) return 'no-session';
-    const result = await auth.api.getSession({ headers: request.headers, query: { disableCookieCache: true } });
-    if (!result) return null;
-    const user = result.user as typeof result.user & { role?: string | null; banned?: boolean | null; banExpires?: Date | null };
-    if (isBanned(user.banned, user.banExpires, clock.now())) return null;
+    const ctx = await auth.$context;
+    const cookieName = ctx.authCookies.sessionToken.name;
+    const header = request.headers.get('cookie');
+    if (!header || !header.includes(`${cookieName}=`)) return 'no-session';
+    const cookies = parseCookieHeader(header);
+    const token = await verifySignedCookie(cookies.get(cookieName), await cookieKey());
+    if (!token) return null;
+    const row = await first<SessionRow>(
+      db,
+      sql`select s.id as "sessionId", s."expiresAt", u.id, u.email, u.name, u.role, u.banned, u."banExpires", u."createdAt"
+            from session s join "user" u on u.id = s."userId"
+           where s.token = ${token}`,
+    );
+    // Session times are the library's, stamped with the wall clock (as its own getSession compares them).
+    if (!row || new Date(row.expiresAt).getTime() <= Date.now()) return null;
+    if (isBanned(row.banned, row.banExpires, clock.now())) return null;
+    const { expiresIn, updateAge } = ctx.sessionConfig;
+    const dueForRefresh = new Date(row.expiresAt).getTime() - expiresIn * 1000 + updateAge * 1000 <= Date.now();
+    if (dueForRefresh && !cookies.has(ctx.authCookies.dontRememberToken.name)) {
+      // Let the library extend the session (its own rules); it answers null if it disagrees.
+      const refreshed = await auth.api.getSession({ headers: request.headers, query: { disableCookieCache: true } });
+      if (!refreshed) return null;
+    }
     if (!SAFE_METHODS.has(request.method)) requireTrustedOrigin(request, origins);
     return {
-      userId: user.id,
-      email: user.email,
-      name: user.name,
-      role: user.role === 'platform_admin' ? 'platform_admin' : 'user',
+      userId: row.id,
+      email: row.email,
+      name: row.name,
+      role: row.role === 'platform_admin' ? 'platform_admin' : 'user',
       via: 'cookie',
-      sessionId: result.session.id,
+      sessionId: row.sessionId,
       clientId: undefined,
+      createdAt: new Date(row.createdAt),
     };
   }
+
+  let hmacKey: Promise<CryptoKey> | undefined;
+  const cookieKey = () =>
+    (hmacKey ??= crypto.subtle.importKey('raw', new TextEncoder().encode(config.authSecret), { name: 'HMAC', hash: 'SHA-256' }, false, [
+      'verify',
+    ]) as Promise<CryptoKey>);
 
   async function fromBearer(token: string): Promise<Principal> {
     const claims = await verifyAccessToken(token, keys, { issuer, audience, now: clock.now() });
@@ -82,7 +121,7 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
     if (typeof claims.sid === 'string') keysToCheck.push(`grant:${claims.sid}`);
     const user = await first<UserRow>(
       db,
-      sql`select u.id, u.email, u.name, u.role, u.banned, u."banExpires",
+      sql`select u.id, u.email, u.name, u.role, u.banned, u."banExpires", u."createdAt",
                  exists (select 1 from revoked_tokens r
                           where r.key in (${sql.join(keysToCheck)})
                             and (r.issued_before is null or r.issued_before > ${iat})) as revoked
@@ -100,6 +139,7 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
       via: 'bearer',
       sessionId: typeof claims.sid === 'string' ? claims.sid : undefined,
       clientId: typeof claims.client_id === 'string' ? claims.client_id : typeof claims.azp === 'string' ? claims.azp : undefined,
+      createdAt: new Date(user.createdAt),
     };
   }
 
@@ -151,6 +191,44 @@ function requireTrustedOrigin(request: Request, origins: Set<string>) {
 }
 
 const invalidToken = (message: string) => new ApiError('UNAUTHORIZED', message);
+
+function parseCookieHeader(header: string): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const part of header.split(';')) {
+    const eq = part.indexOf('=');
+    if (eq < 0) continue;
+    const name = part.slice(0, eq).trim();
+    if (!out.has(name)) out.set(name, part.slice(eq + 1).trim());
+  }
+  return out;
+}
+
+/**
+ * The library's signed cookie: `encodeURIComponent(token + "." + base64(HMAC-SHA256(secret, token)))`.
+ * Returns the token when the signature is right, else undefined.
+ */
+async function verifySignedCookie(raw: string | undefined, key: CryptoKey): Promise<string | undefined> {
+  if (!raw) return undefined;
+  let value: string;
+  try {
+    value = decodeURIComponent(raw);
+  } catch {
+    return undefined;
+  }
+  const dot = value.lastIndexOf('.');
+  if (dot < 1) return undefined;
+  const token = value.slice(0, dot);
+  const signature = value.slice(dot + 1);
+  if (signature.length !== 44 || !signature.endsWith('=')) return undefined;
+  let bytes: Uint8Array<ArrayBuffer>;
+  try {
+    bytes = Uint8Array.from(atob(signature), (ch) => ch.charCodeAt(0));
+  } catch {
+    return undefined;
+  }
+  const ok = await crypto.subtle.verify('HMAC', key, bytes, new TextEncoder().encode(token));
+  return ok ? token : undefined;
+}
 
 interface VerifyOptions {
   issuer: string;

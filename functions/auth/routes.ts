@@ -82,6 +82,11 @@ export function identityRoutes() {
 
   router.openapi(getMe, async (c) => {
     const principal = await requireUser(c);
+    // The authenticator read the user row already (banned users never get this far).
+    if (principal.createdAt) {
+      const { userId: id, email, name, role, createdAt } = principal;
+      return c.json(ok({ id, email, name, role, banned: false, createdAt: createdAt.toISOString() }), 200);
+    }
     const { banReason: _, ...me } = await getUser(c.var.deps.database.db, principal.userId);
     return c.json(ok(me), 200);
   });

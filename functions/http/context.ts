@@ -11,6 +11,8 @@ export interface Principal {
   sessionId: string | undefined;
   /** OAuth client the bearer token was issued to. */
   clientId: string | undefined;
+  /** When the account was created (read with the user row, so GET /me needs no second query). */
+  createdAt?: Date | undefined;
 }
 
 /** Turns a request's credentials into a principal, or null when there are none. Throws 401 for bad ones. */

@@ -175,4 +175,31 @@ describe('GET /me', () => {
     expect((await t.http.get('/me', { cookie: again.cookie })).status).toBe(200);
     expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(200);
   });
+
+  it('a real session token with a wrong signature is refused', async () => {
+    const user = await signUp(t);
+    const [name, value] = user.cookie.split('=') as [string, string];
+    const token = decodeURIComponent(value).split('.')[0]!;
+    const forged = `${name}=${encodeURIComponent(`${token}.${'A'.repeat(43)}=`)}`;
+    expect((await t.http.get('/me', { cookie: forged })).status).toBe(401);
+  });
+
+  it('an expired session is refused', async () => {
+    const user = await signUp(t);
+    await sql`update session set "expiresAt" = now() - interval '1 second' where "userId" = ${user.userId}`.execute(t.db);
+    expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(401);
+  });
+
+  it('an active session slides: after a day of use the next request extends it by the full week', async () => {
+    const user = await signUp(t);
+    // As if the session had been last extended a day and a minute ago.
+    await sql`update session set "expiresAt" = now() + interval '6 days' - interval '1 minute' where "userId" = ${user.userId}`.execute(t.db);
+    expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(200);
+    const [row] = await rows<{ days: number }>(
+      t.db,
+      sql`select extract(epoch from ("expiresAt" - now())) / 86400 as days from session where "userId" = ${user.userId}`,
+    );
+    expect(Number(row!.days)).toBeGreaterThan(6.9);
+  });
 });
+
