@@ -285,6 +285,42 @@ describe('revocation (RFC 7009)', () => {
   });
 });
 
+describe('grants that end elsewhere', () => {
+  test('signing out ends the access tokens issued under that session; offline access goes on', async () => {
+    const { tokens, user } = await runFlow();
+    const signOut = await t.http.post('/api/auth/sign-out', { cookie: user.cookie, headers: { origin: t.baseUrl } });
+    expect(signOut.status).toBe(200);
+    expect((await t.http.get('/me', { bearer: tokens.access_token })).status).toBe(401);
+    const refreshed = await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: tokens.refresh_token! });
+    expect(refreshed.status).toBe(200);
+    expect((await t.http.get('/me', { bearer: refreshed.body.access_token })).status).toBe(200);
+  });
+
+  test('withdrawing consent cuts the agent off at once, and the next authorization asks again', async () => {
+    const { tokens, user } = await runFlow();
+    const consents = await t.http.get('/api/auth/oauth2/get-consents', { cookie: user.cookie });
+    expect(consents.status).toBe(200);
+    const consent = consents.body.find((c: { clientId: string }) => c.clientId === agent.clientId);
+    const withdraw = await t.http.post('/api/auth/oauth2/delete-consent', { cookie: user.cookie, headers: { origin: t.baseUrl }, json: { id: consent.id } });
+    expect(withdraw.status).toBe(200);
+
+    expect((await t.http.get('/me', { bearer: tokens.access_token })).status).toBe(401);
+    const refresh = await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: tokens.refresh_token! });
+    expect(refresh.status).toBe(400);
+    const challenge = await oauth.calculatePKCECodeChallenge(oauth.generateRandomCodeVerifier());
+    const query = new URLSearchParams({
+      response_type: 'code',
+      client_id: agent.clientId,
+      redirect_uri: agent.redirectUri,
+      scope: 'openid',
+      code_challenge: challenge,
+      code_challenge_method: 'S256',
+    });
+    const landing = await followAuthorize(t, `/api/auth/oauth2/authorize?${query}`, user.cookie);
+    expect(landing.pathname).toBe('/consent');
+  });
+});
+
 describe('RP-initiated logout', () => {
   test('end-session with id_token_hint clears the session and returns to the post-logout URI', async () => {
     const { tokens, user } = await runFlow();
