@@ -13,7 +13,8 @@ import type { TestUser } from './users.ts';
  *   await t.http.get('/me', { bearer: accessToken });
  *
  * The client is an agent's OAuth client, made once per app (an agent row inserted by SQL plus
- * provisionAgentClient) and reused, unless `client` is passed.
+ * provisionAgentClient) and reused, unless `client` is passed. The token is bound to the user's session
+ * (`sid`): signing that session out ends it (the refresh token still works), as it would in production.
  */
 
 export const TEST_REDIRECT_URI = 'http://127.0.0.1:9/callback';
