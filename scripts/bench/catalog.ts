@@ -1,0 +1,134 @@
+import { serve, type ServerType } from '@hono/node-server';
+// @ts-expect-error autocannon ships no types
+import autocannon from 'autocannon';
+import { createApp } from '../../functions/app.ts';
+import { buildDeps } from '../../functions/deps.ts';
+import { loadConfig } from '../../functions/platform/config.ts';
+import { first, openPostgres, sql } from '../../functions/platform/db.ts';
+import { createLogger } from '../../functions/platform/logger.ts';
+import { migrate } from '../../functions/platform/migrations.ts';
+import { freePort, startPostgres } from '../postgres-server.ts';
+
+/**
+ * Catalog read benchmark: 10,000 agents (with tags, tiers and reviews, so the list's aggregates do real work)
+ * in a throwaway PostgreSQL cluster, the real app over HTTP, autocannon against:
+ *   GET /agents (page 1), GET /agents?cursor=... (page 500, reached by walking the cursor),
+ *   GET /agents?q=... (full-text search), GET /agents/{id} (full DTO).
+ * Prints requests/s and p99 latency for each. Keyset pagination should make page 500 cost what page 1 costs.
+ *
+ *   npx tsx scripts/bench/catalog.ts            (BENCH_SECONDS=10 BENCH_CONNECTIONS=10 by default)
+ *   DATABASE_URL=postgres://... npx tsx scripts/bench/catalog.ts   (an empty database you can throw away)
+ */
+
+const AGENTS = 10_000;
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 10);
+const WORDS = ['support', 'sales', 'invoice', 'meeting', 'research', 'legal', 'hiring', 'security', 'analytics', 'translation',
+  'coding', 'marketing', 'finance', 'design', 'quantum', 'logistics', 'health', 'travel', 'education', 'retail'];
+
+async function main() {
+  const server = process.env.DATABASE_URL ? undefined : await startPostgres();
+  const url = process.env.DATABASE_URL ?? server!.url;
+  const database = openPostgres(url, { max: 10 });
+  let http: ServerType | undefined;
+  try {
+    await migrate(database);
+    const db = database.db;
+    const existing = await first<{ n: number }>(db, sql`select count(*)::int as n from agents`);
+    if (existing!.n > 0) throw new Error('the benchmark needs an empty database');
+
+    console.log(`seeding ${AGENTS} agents ...`);
+    const seedStart = performance.now();
+    // Created one second apart, newest first; 95% active, 5% coming soon (all listed), plus 100 draft and
+    // inactive agents the public list must skip.
+    await sql`
+      insert into agents (slug, name, description, status, installs, created_at, updated_at)
+      select 'agent-' || g,
+             'Agent ' || g,
+             'Helps with ' || (${JSON.stringify(WORDS)}::text::jsonb ->> (g % 20)) || ' and ' ||
+               (${JSON.stringify(WORDS)}::text::jsonb ->> ((g * 7) % 20)) || ' work, number ' || g,
+             case when g > ${AGENTS} then (case when g % 2 = 0 then 'draft' else 'inactive' end)
+                  when g % 100 < 95 then 'active' else 'coming_soon' end,
+             g % 500,
+             now() - make_interval(secs => g), now() - make_interval(secs => g)
+      from generate_series(1, ${AGENTS + 100}) g`.execute(db);
+    await sql`insert into tags (slug, name) select w, initcap(w) from jsonb_array_elements_text(${JSON.stringify(WORDS)}::text::jsonb) w`.execute(db);
+    await sql`
+      insert into agent_tags (agent_id, tag_id)
+      select a.id, t.id from agents a
+      join tags t on t.slug in (split_part(a.description, ' ', 3), split_part(a.description, ' ', 5))
+      on conflict do nothing`.execute(db);
+    await sql`
+      insert into tiers (agent_id, name, price_cents, is_public)
+      select id, 'Free', 0, true from agents
+      union all select id, 'Pro', 2900, true from agents
+      union all select id, 'Custom', 9900, false from agents where random() < 0.1`.execute(db);
+    await sql`
+      insert into reviews (agent_id, user_id, rating)
+      select a.id, 'bench-user-' || r, 1 + ((abs(hashtext(a.id::text)) + r) % 5)
+      from agents a, generate_series(1, 3) r`.execute(db);
+    await sql`analyze`.execute(db);
+    console.log(`seeded in ${((performance.now() - seedStart) / 1000).toFixed(1)} s`);
+
+    const port = await freePort();
+    const baseUrl = `http://127.0.0.1:${port}`;
+    const config = loadConfig({
+      NODE_ENV: 'test',
+      PORT: String(port),
+      PUBLIC_BASE_URL: baseUrl,
+      AUTH_SECRET: 'bench-secret-bench-secret-bench-secret-0123',
+      AUTH_RATE_LIMIT_PER_MINUTE: '0',
+    });
+    const logger = createLogger({ level: 'warn' });
+    const deps = await buildDeps({ config, database, logger });
+    const app = createApp(deps);
+    http = await new Promise<ServerType>((resolve) => {
+      const s = serve({ fetch: app.fetch, port, hostname: '127.0.0.1' }, () => resolve(s));
+    });
+
+    // Walk to page 500 the way a client would.
+    let cursor = '';
+    let walked = 0;
+    for (let page = 1; page < 500; page++) {
+      const res = await fetch(`${baseUrl}/agents?limit=20${cursor ? `&cursor=${cursor}` : ''}`);
+      const body = (await res.json()) as { data: unknown[]; pagination: { cursor: string; hasMore: boolean } };
+      walked += body.data.length;
+      if (!body.pagination.hasMore) throw new Error(`the list ended at page ${page}`);
+      cursor = encodeURIComponent(body.pagination.cursor);
+    }
+    const page500 = (await (await fetch(`${baseUrl}/agents?limit=20&cursor=${cursor}`)).json()) as { data: unknown[] };
+    console.log(`walked ${walked} agents over 499 pages; page 500 has ${page500.data.length} items`);
+    const agent = (await (await fetch(`${baseUrl}/agents?limit=1`)).json()) as { data: Array<{ id: string }> };
+    const search = (await (await fetch(`${baseUrl}/agents?q=quantum&limit=20`)).json()) as { data: unknown[] };
+    console.log(`q=quantum returns ${search.data.length} items on its first page`);
+
+    const targets: Array<[string, string]> = [
+      ['GET /agents (page 1)', '/agents?limit=20'],
+      ['GET /agents (page 500, by cursor)', `/agents?limit=20&cursor=${cursor}`],
+      ['GET /agents?q=quantum', '/agents?limit=20&q=quantum'],
+      ['GET /agents/{id}', `/agents/${agent.data[0]!.id}`],
+    ];
+    type Result = { requests: { average: number }; latency: { p50: number; p99: number }; errors: number; non2xx: number };
+    const results: Array<{ name: string; rps: number; p50: number; p99: number; errors: number }> = [];
+    for (const [name, path] of targets) {
+      const result: Result = await autocannon({ url: `${baseUrl}${path}`, connections: CONNECTIONS, duration: SECONDS });
+      const errors = result.errors + result.non2xx;
+      results.push({ name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors });
+    }
+    console.log(`\n${AGENTS} agents, ${CONNECTIONS} connections, ${SECONDS} s per target (PostgreSQL, postgres.js pool of 10)\n`);
+    console.log('| target | requests/s | p50 ms | p99 ms | errors |');
+    console.log('|---|---|---|---|---|');
+    for (const r of results) console.log(`| ${r.name} | ${r.rps} | ${r.p50} | ${r.p99} | ${r.errors} |`);
+    const [p1, p500] = [results[0]!, results[1]!];
+    console.log(`\npage 500 / page 1: throughput ${(p500.rps / p1.rps).toFixed(2)}x, p99 ${(p500.p99 / p1.p99).toFixed(2)}x (goal: within 1.2x)`);
+  } finally {
+    if (http) await new Promise<void>((resolve) => http!.close(() => resolve()));
+    await database.close();
+    server?.stop();
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
