@@ -141,18 +141,22 @@ export async function getAnalytics(
   const agentId = query.agentId ?? null;
   if (agentId) await requireAgent(db, agentId, true);
 
-  const perAgent = await rows<FunnelRow>(
-    db,
-    sql`select f.agent_id, a.slug, a.name, f.purchased, f.activated, f.used
-        from public.admin_analytics_funnel(${from}::timestamptz, ${to}::timestamptz, ${agentId}::uuid) f
-        join public.agents a on a.id = f.agent_id
-        order by f.purchased desc, a.slug`,
-  );
-  const trends = await rows<TrendRow>(
-    db,
-    sql`select to_char(week, 'YYYY-MM-DD') as week, new_subscriptions, cancellations, active
-        from public.admin_analytics_trends(${from}::timestamptz, ${to}::timestamptz, ${agentId}::uuid)`,
-  );
+  // Two independent reads: on a server they run side by side on two connections (the embedded database has
+  // one connection and runs them one after the other).
+  const [perAgent, trends] = await Promise.all([
+    rows<FunnelRow>(
+      db,
+      sql`select f.agent_id, a.slug, a.name, f.purchased, f.activated, f.used
+          from public.admin_analytics_funnel(${from}::timestamptz, ${to}::timestamptz, ${agentId}::uuid) f
+          join public.agents a on a.id = f.agent_id
+          order by f.purchased desc, a.slug`,
+    ),
+    rows<TrendRow>(
+      db,
+      sql`select to_char(week, 'YYYY-MM-DD') as week, new_subscriptions, cancellations, active
+          from public.admin_analytics_trends(${from}::timestamptz, ${to}::timestamptz, ${agentId}::uuid)`,
+    ),
+  ]);
 
   const sum = (k: 'purchased' | 'activated' | 'used') => perAgent.reduce((n, r) => n + Number(r[k]), 0);
   return {
