@@ -3,7 +3,7 @@ import { provisionAgentClient } from '../../functions/auth/agent-clients.ts';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { insertAgent } from '../support/fixtures.ts';
-import { authorizeUrl, createOAuthClient, followAuthorize, pkcePair, postForm, type TestOAuthClient } from '../support/oauth.ts';
+import { accessTokenFor, authorizeUrl, createOAuthClient, followAuthorize, pkcePair, postForm, type TestOAuthClient } from '../support/oauth.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 
 /**
@@ -182,5 +182,37 @@ describe('OpenAPI', () => {
     expect(path.get.operationId).toBe('getAgentClient');
     expect(path.patch.operationId).toBe('updateAgentClient');
     expect(doc.body.paths['/admin/agents/{agentId}/oauth-client/rotate-secret'].post.operationId).toBe('rotateAgentClientSecret');
+  });
+});
+
+describe("the client follows the agent's life", () => {
+  test('a deactivated agent cannot be authorized or refresh, and its live tokens stop; reactivation restores refresh', async () => {
+    const client = await createOAuthClient(t);
+    const tokens = await accessTokenFor(t, member, { client });
+    expect((await t.http.get('/me', { bearer: tokens.accessToken })).status).toBe(200);
+
+    await sql`update public.agents set status = 'inactive' where id = ${client.agentId}`.execute(t.db);
+    expect((await t.http.get('/me', { bearer: tokens.accessToken })).status).toBe(401);
+    const refresh = () => postForm(t, '/api/auth/oauth2/token', client, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
+    expect((await refresh()).status).toBe(401);
+    const { challenge } = pkcePair();
+    const landing = await followAuthorize(t, authorizeUrl(client, { challenge }), member.cookie);
+    expect(landing.origin).toBe(t.baseUrl);
+    expect(landing.searchParams.get('error')).toBe('client_disabled');
+
+    await sql`update public.agents set status = 'active' where id = ${client.agentId}`.execute(t.db);
+    const again = await refresh();
+    expect(again.status).toBe(200);
+    expect((await t.http.get('/me', { bearer: again.body.access_token })).status).toBe(200);
+    // The token revoked at deactivation stays revoked.
+    expect((await t.http.get('/me', { bearer: tokens.accessToken })).status).toBe(401);
+  });
+
+  test('removing the agent removes its client and ends its tokens', async () => {
+    const client = await createOAuthClient(t);
+    const tokens = await accessTokenFor(t, member, { client });
+    await sql`delete from public.agents where id = ${client.agentId}`.execute(t.db);
+    expect(await first(t.db, sql`select 1 from "oauthClient" where "clientId" = ${client.clientId}`)).toBeUndefined();
+    expect((await t.http.get('/me', { bearer: tokens.accessToken })).status).toBe(401);
   });
 });
