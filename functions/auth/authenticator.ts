@@ -63,6 +63,7 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   const audience = config.publicBaseUrl;
   const origins = new Set(trustedOrigins(config));
   const keys = new SigningKeys(db);
+  const verified = new VerifiedTokens();
   /**
    * The session cookie, on the hot path: the cookie's HMAC is checked in process and ONE query reads the
    * session with its user. Only when the library would extend the session (once per `updateAge`, a day by
@@ -113,7 +114,7 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
     ]) as Promise<CryptoKey>);
 
   async function fromBearer(token: string): Promise<Principal> {
-    const claims = await verifyAccessToken(token, keys, { issuer, audience, now: clock.now() });
+    const claims = await verified.get(token, clock.now(), () => verifyAccessToken(token, keys, { issuer, audience, now: clock.now() }));
     const sub = claims.sub!;
     const iat = new Date((claims.iat ?? 0) * 1000);
     const keysToCheck = [`user:${sub}`];
@@ -261,6 +262,29 @@ async function verifyAccessToken(token: string, keys: SigningKeys, options: Veri
     if (err instanceof joseErrors.JWTExpired) throw invalidToken('The access token has expired');
     if (err instanceof joseErrors.JOSEError) throw invalidToken('The access token is invalid');
     throw err;
+  }
+}
+
+/**
+ * Tokens whose signature and claims were already verified, so an agent backend that sends the same access
+ * token for hours pays the signature check once (EdDSA verification is most of a bearer request's CPU).
+ * Only the pure part is remembered: expiry is re-checked against the clock on every use, and the user and
+ * revocation query still runs on every request. Bounded: the oldest entries go first.
+ */
+class VerifiedTokens {
+  static readonly MAX = 10_000;
+  #entries = new Map<string, JWTPayload>();
+
+  async get(token: string, now: Date, verify: () => Promise<JWTPayload>): Promise<JWTPayload> {
+    const hit = this.#entries.get(token);
+    if (hit) {
+      if ((hit.exp ?? 0) * 1000 > now.getTime()) return hit;
+      this.#entries.delete(token);
+    }
+    const claims = await verify();
+    if (this.#entries.size >= VerifiedTokens.MAX) this.#entries.delete(this.#entries.keys().next().value!);
+    this.#entries.set(token, claims);
+    return claims;
   }
 }
 
