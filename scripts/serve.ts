@@ -63,10 +63,14 @@ async function main() {
   const applied = await migrate(database, { log: (line) => logger.info(line) });
   logger.info('database ready', { kind: database.kind, appliedMigrations: applied.length });
 
-  const deps = await buildDeps({ config, database, logger, docsScript: localDocsScript() });
+  // Local uploads live in <dataDir>/uploads when no S3 is configured (catalog createUpload).
+  const { diskFileStore, defaultUploadsDir } = await import('../functions/platform/storage-disk.ts');
+  const deps = await buildDeps({ config, database, logger, docsScript: localDocsScript(), fileStore: diskFileStore(defaultUploadsDir(config.dataDir)) });
   deps.startedAt = startedAt;
   const app = createApp(deps);
   await deps.startup?.();
+  // Development on an empty database: the demo catalog (scripts/seed.ts); never in production.
+  if (config.env === 'development') await (await import('./seed.ts')).seedDemoCatalog(deps);
   handle = (request, env) => app.fetch(request, env as never);
 
   const seconds = ((Date.now() - startedAt.getTime()) / 1000).toFixed(1);
