@@ -9,7 +9,7 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
 /** Longest consent code we accept (the signed query of a normal authorize request is well under 2 KiB). */
-export const MAX_CONSENT_CODE_LENGTH = 8192;
+const MAX_CONSENT_CODE_LENGTH = 8192;
 
 export function encodeConsentCode(signedQuery: string): string {
   let binary = '';

@@ -27,7 +27,7 @@ import {
  * |---|---|
  * | GET/POST oauth2/authorize | redirect_uri matched exactly (the library lets loopback ports vary); the consent redirect carries `consent_code` instead of the library's loose signed query |
  * | POST oauth2/consent | body `{ accept, consent_code }` (JSON or form); 302 for a browser form post, 200 `{ redirect, url }` for fetch |
- * | POST oauth2/token | `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; refresh-token reuse revokes the family's live access tokens |
+ * | POST oauth2/token | `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; a reused code or refresh token also revokes the live access tokens of its grant / family |
  * | POST oauth2/revoke | JWT access tokens revoked through the revocation list (the library refuses); revoking a refresh token also revokes its family's access tokens; unknown tokens -> 200 |
  * | POST oauth2/introspect, GET/POST oauth2/userinfo | a revoked token, revoked grant or banned user is inactive / 401, as on every other route |
  * | POST oauth2/register | 401 UNAUTHORIZED envelope (the library answers 403) |

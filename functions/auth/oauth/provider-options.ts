@@ -19,9 +19,6 @@ export const ACCESS_TOKEN_TTL_SECONDS = 10 * 60 * 60;
 export const REFRESH_TOKEN_TTL_SECONDS = 30 * 24 * 60 * 60;
 export const OAUTH_SCOPES = ['openid', 'profile', 'email', 'offline_access'] as const;
 
-/** The issuer of every token and the base of every OAuth endpoint. */
-export const oauthIssuer = (config: Config) => `${config.publicBaseUrl}/api/auth`;
-
 /** The audience of access tokens: the marketplace API itself. */
 export const apiAudience = (config: Config) => config.publicBaseUrl;
 

@@ -94,16 +94,15 @@ export async function wasCodeRedeemed(db: Db, authorizationCodeId: string): Prom
 
 /**
  * Revokes every live access token the client holds for the user: the library's refresh-token "family"
- * (what it wipes when a rotated refresh token is reused). Returns how many were revoked.
+ * (what it wipes when a rotated refresh token is reused).
  */
-export async function revokeAccessTokensOfFamily(db: Db, clientId: string, userId: string, now: Date): Promise<number> {
-  const result = await sql`
+export async function revokeAccessTokensOfFamily(db: Db, clientId: string, userId: string, now: Date): Promise<void> {
+  await sql`
     insert into public.revoked_tokens (key, expires_at)
     select 'jti:' || jti, expires_at
       from public.oauth_issued_access_tokens
      where client_id = ${clientId} and user_id = ${userId} and expires_at > ${now}
     on conflict (key) do nothing`.execute(db);
-  return Number(result.numAffectedRows ?? 0);
 }
 
 /**
