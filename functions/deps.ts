@@ -7,6 +7,7 @@ import type { Logger } from './platform/logger.ts';
 import { createAuth } from './auth/better-auth.ts';
 import { createAuthenticator } from './auth/authenticator.ts';
 import { ensureAdmin } from './auth/ensure-admin.ts';
+import { startRevocationListPruning } from './auth/revocation-list.ts';
 import { createPayments } from './platform/stripe.ts';
 import { createMailer, type MailTransport } from './platform/mailer.ts';
 import { createStorage, type FileStore } from './platform/storage.ts';
@@ -51,7 +52,10 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
     startup: async () => {
       if (config.admin) await ensureAdmin({ auth, database, logger, clock }, config.admin);
       // Tests deliver mail explicitly (tests/support/mail.ts); everywhere else a loop drains the outbox.
-      if (config.env !== 'test') mailer.start();
+      if (config.env !== 'test') {
+        mailer.start();
+        startRevocationListPruning(database.db, () => clock.now(), logger);
+      }
     },
     cursors: new CursorSigner(config.authSecret),
     storage: createStorage(config, options.fileStore),

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWTPayload } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sql } from '../../functions/platform/db.ts';
+import { first, sql } from '../../functions/platform/db.ts';
+import { pruneRevokedTokens } from '../../functions/auth/revocation-list.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 
@@ -178,4 +179,18 @@ describe('bearer access tokens', () => {
     });
     expect(res.status).toBe(200);
   });
+
+  it('pruning the revocation list drops only rows whose tokens have all expired', async () => {
+    const jti = randomUUID();
+    const live = await token(user.userId, { claims: { jti } });
+    const now = t.clock.now();
+    await sql`insert into revoked_tokens (key, expires_at) values
+                (${`jti:${jti}`}, ${new Date(now.getTime() + 3600_000)}),
+                (${`jti:${randomUUID()}`}, ${new Date(now.getTime() - 1000)})`.execute(t.db);
+    expect(await pruneRevokedTokens(t.db, now)).toBeGreaterThanOrEqual(1);
+    const left = await first<{ n: number }>(t.db, sql`select count(*)::int as n from revoked_tokens where expires_at < ${now}`);
+    expect(left!.n).toBe(0);
+    expect((await me(live)).status).toBe(401);
+  });
 });
+
