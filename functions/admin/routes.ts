@@ -6,6 +6,7 @@ import { pageQuerySchema } from '../http/pagination.ts';
 import { errors, jsonResponse, newRouter } from '../http/router.ts';
 import { analyticsQuerySchema, analyticsSchema, getAnalytics } from './analytics.ts';
 import { adminPage } from './page.ts';
+import { textParam } from './params.ts';
 import { listSubscriptions, listSubscriptionsQuerySchema } from './subscriptions.ts';
 import { adminUserSchema, getUserProfile, listUsers, listUsersQuerySchema, userProfileSchema } from './users.ts';
 
@@ -33,7 +34,7 @@ const getUserProfileRoute = createRoute({
   security,
   request: {
     params: z.object({
-      userId: z.string().min(1).max(255).openapi({ param: { name: 'userId', in: 'path' }, example: 'Xk3u9QpL2mZ7' }),
+      userId: textParam('userId', 255).openapi({ param: { name: 'userId', in: 'path' }, example: 'Xk3u9QpL2mZ7' }),
     }),
   },
   responses: { 200: jsonResponse(envelopeOf(userProfileSchema), 'The user profile'), ...errors(400, 401, 403, 404) },

@@ -9,6 +9,7 @@ import {
 import type { Pagination } from '../http/envelope.ts';
 import { afterCursor, finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
 import type { Clock } from '../platform/clock.ts';
+import { textParam } from './params.ts';
 import { rows, sql, type Db } from '../platform/db.ts';
 
 /**
@@ -18,10 +19,7 @@ import { rows, sql, type Db } from '../platform/db.ts';
  */
 
 export const listSubscriptionsQuerySchema = z.object({
-  userId: z
-    .string()
-    .min(1)
-    .max(255)
+  userId: textParam('userId', 255)
     .optional()
     .openapi({ param: { name: 'userId', in: 'query' }, description: 'Only this user’s subscriptions' }),
   agentId: z

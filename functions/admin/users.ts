@@ -7,6 +7,7 @@ import {
   type SubscriptionRow,
 } from '../billing/subscriptions.ts';
 import type { Pagination } from '../http/envelope.ts';
+import { textParam } from './params.ts';
 import { finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, rows, sql, type Db, type RawBuilder } from '../platform/db.ts';
@@ -68,8 +69,7 @@ export const listUsersQuerySchema = z.object({
   q: z
     .string()
     .trim()
-    .min(1, 'q must not be empty')
-    .max(200)
+    .pipe(textParam('q', 200))
     .optional()
     .openapi({ param: { name: 'q', in: 'query' }, description: 'Case-insensitive substring of the email or the name' }),
 });

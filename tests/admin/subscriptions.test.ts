@@ -66,7 +66,7 @@ describe('GET /admin/subscriptions', () => {
   });
 
   it('refuses a bad status, agentId or limit with 400 VALIDATION_ERROR, and a cursor of another filter with INVALID_CURSOR', async () => {
-    for (const query of ['status=paused', 'agentId=xyz', 'limit=0', 'limit=1.5']) {
+    for (const query of ['status=paused', 'agentId=xyz', 'limit=0', 'limit=1.5', 'userId=a%00b', 'userId=']) {
       const res = await t.http.get(`/admin/subscriptions?${query}`, { cookie: admin.cookie });
       expect(res.status, query).toBe(400);
       expect(res.body.error.code, query).toBe('VALIDATION_ERROR');

@@ -75,7 +75,7 @@ describe('GET /admin/users', () => {
   });
 
   it('refuses a bad limit, an empty q, and a cursor from another search with 400', async () => {
-    for (const query of ['limit=0', 'limit=-1', 'limit=abc', 'q=']) {
+    for (const query of ['limit=0', 'limit=-1', 'limit=abc', 'q=', 'q=%20%20', 'q=a%00b', `q=${'x'.repeat(201)}`]) {
       const res = await t.http.get(`/admin/users?${query}`, { cookie: admin.cookie });
       expect(res.status, query).toBe(400);
       expect(res.body.error.code, query).toBe('VALIDATION_ERROR');
@@ -147,6 +147,12 @@ describe('GET /admin/users/{userId}', () => {
     const res = await t.http.get(`/admin/users/${randomUUID()}`, { cookie: admin.cookie });
     expect(res.status).toBe(404);
     expect(res.body.error.code).toBe('NOT_FOUND');
+  });
+
+  it('refuses a user id no user can have (a NUL character) with 400, not a database error', async () => {
+    const res = await t.http.get('/admin/users/a%00b', { cookie: admin.cookie });
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('VALIDATION_ERROR');
   });
 
   it('is for platform admins only: anonymous 401, the user themselves 403', async () => {
