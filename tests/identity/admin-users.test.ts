@@ -241,4 +241,17 @@ describe('the library’s /api/auth/admin/* endpoints', () => {
     expect(await oauthTokenCount(user.userId)).toBe(0);
     expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(401);
   });
+
+  it('a user cannot give themselves a role or lift a ban through the self-service update-user', async () => {
+    const user = await signUp(t);
+    const res = await t.http.post('/api/auth/update-user', {
+      cookie: user.cookie,
+      json: { role: 'platform_admin', banned: false, name: 'Sneaky' },
+      headers: origin(),
+    });
+    expect(res.status).toBe(400);
+    expect(await roleOf(user.userId)).toBe('user');
+    expect((await t.http.get('/me', { cookie: user.cookie })).body.data).toMatchObject({ role: 'user', name: 'Test User' });
+  });
 });
+
