@@ -148,5 +148,8 @@ begin
 end;
 $$;
 
+-- Only the service calls it. It runs with the caller's rights (security invoker), so the API roles could not
+-- write through it anyway; revoking EXECUTE also keeps it out of PostgREST's RPC surface on Supabase, whose
+-- default privileges would otherwise grant it to anon and authenticated.
 revoke all on function public.billing_apply_stripe_subscription(text, text, text, text, text, text, text, timestamptz,
-  timestamptz, boolean, timestamptz, text, text, text, text, timestamptz) from public;
+  timestamptz, boolean, timestamptz, text, text, text, text, timestamptz) from public, anon, authenticated;

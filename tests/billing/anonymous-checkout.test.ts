@@ -133,3 +133,24 @@ describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => 
     expect(res.text).not.toContain(user.email);
   });
 });
+
+describe('rate limit', () => {
+  it('limits anonymous checkouts per client IP (429 RATE_LIMITED with Retry-After)', async () => {
+    const limited = await startBillingWorld({ env: { AUTH_RATE_LIMIT_PER_MINUTE: '2' } });
+    try {
+      const agent = await activeAgent(limited);
+      const tier = await paidTier(limited, agent.id);
+      const statuses: number[] = [];
+      let last;
+      for (let i = 0; i < 3; i++) {
+        last = await limited.t.http.post('/checkout/anonymous', { json: { tierId: tier.id } });
+        statuses.push(last.status);
+      }
+      expect(statuses).toEqual([200, 200, 429]);
+      expect(last!.body.error.code).toBe('RATE_LIMITED');
+      expect(Number(last!.headers.get('retry-after'))).toBeGreaterThan(0);
+    } finally {
+      await limited.close();
+    }
+  });
+});

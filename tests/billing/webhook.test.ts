@@ -176,3 +176,22 @@ describe('processing', () => {
     expect(mine.body.data.currentPeriodEnd).toBe(new Date(item.current_period_end * 1000).toISOString());
   });
 });
+
+describe('database roles', () => {
+  it('keeps the state-writing function and billing tables away from the PostgREST roles', async () => {
+    for (const role of ['anon', 'authenticated']) {
+      const attempt = w.t.db.transaction().execute(async (trx) => {
+        await sql`select set_config('role', ${role}, true)`.execute(trx);
+        await sql`select * from public.billing_apply_stripe_subscription(
+          'evt_x', 'customer.subscription.updated', 'sub_x', 'cus_x', 'u', 'price_x', 'active',
+          now(), now() + interval '1 month', false, null, null, null, null, null, now())`.execute(trx);
+      });
+      await expect(attempt).rejects.toThrow(/permission denied/);
+      const read = w.t.db.transaction().execute(async (trx) => {
+        await sql`select set_config('role', ${role}, true)`.execute(trx);
+        await sql`select * from public.stripe_events`.execute(trx);
+      });
+      await expect(read).rejects.toThrow(/permission denied/);
+    }
+  });
+});
