@@ -63,6 +63,23 @@ describe('startCheckout (POST /me/checkout)', () => {
     });
   });
 
+  it('gives a paid tier made before Stripe was configured its product and price on the first checkout', async () => {
+    const agent = await activeAgent(w);
+    const seeded = await insertTier(w.t.db, agent.id, { priceCents: 1500, interval: 'year' });
+    const user = await signUp(w.t);
+    const [a, b] = await Promise.all([
+      w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: seeded.id } }),
+      w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: seeded.id } }),
+    ]);
+    expect([a.status, b.status]).toEqual([200, 200]);
+    const row = await first<{ price: string }>(w.t.db, sql`select stripe_price_id as price from tiers where id = ${seeded.id}`);
+    expect(w.fake.prices.get(row!.price)).toMatchObject({ unit_amount: 1500, recurring: { interval: 'year' } });
+    expect(w.fake.sessions.get(a.body.data.sessionId)!._line_items[0].price).toBe(row!.price);
+    expect(w.fake.sessions.get(b.body.data.sessionId)!._line_items[0].price).toBe(row!.price);
+    // Concurrent first checkouts made one product at Stripe (idempotency keys per tier).
+    expect([...w.fake.products.values()].filter((p) => p.metadata.tierId === seeded.id)).toHaveLength(1);
+  });
+
   it('reuses one Stripe customer per user across checkouts', async () => {
     const user = await signUp(w.t);
     const a = await activeAgent(w);
