@@ -349,3 +349,57 @@ describe('POST /agents/{agentId}/install (installAgent)', () => {
     expect((await t.http.get(`/agents/${soon.id}`)).body.data.installs).toBe(0);
   });
 });
+
+const CATALOG_OPERATIONS: Array<[string, string, string]> = [
+  ['createAgent', 'post', '/agents'],
+  ['listAgents', 'get', '/agents'],
+  ['getAgent', 'get', '/agents/{agentId}'],
+  ['getAgentBySlug', 'get', '/agents/by-slug/{slug}'],
+  ['updateAgent', 'patch', '/agents/{agentId}'],
+  ['deleteAgent', 'delete', '/agents/{agentId}'],
+  ['installAgent', 'post', '/agents/{agentId}/install'],
+  ['listCapabilities', 'get', '/agents/{agentId}/capabilities'],
+  ['addCapability', 'post', '/agents/{agentId}/capabilities'],
+  ['updateCapability', 'patch', '/agents/{agentId}/capabilities/{capabilityId}'],
+  ['deleteCapability', 'delete', '/agents/{agentId}/capabilities/{capabilityId}'],
+  ['listSteps', 'get', '/agents/{agentId}/capabilities/steps'],
+  ['addStep', 'post', '/agents/{agentId}/capabilities/steps'],
+  ['updateStep', 'patch', '/agents/{agentId}/capabilities/steps/{stepId}'],
+  ['deleteStep', 'delete', '/agents/{agentId}/capabilities/steps/{stepId}'],
+  ['listChangelog', 'get', '/agents/{agentId}/changelog'],
+  ['addChangelogEntry', 'post', '/agents/{agentId}/changelog'],
+  ['deleteChangelogEntry', 'delete', '/agents/{agentId}/changelog/{entryId}'],
+  ['listVideos', 'get', '/agents/{agentId}/videos'],
+  ['registerVideo', 'post', '/agents/{agentId}/videos'],
+  ['deleteVideo', 'delete', '/agents/{agentId}/videos/{videoId}'],
+  ['createUpload', 'post', '/agents/{agentId}/uploads'],
+  ['listTags', 'get', '/tags'],
+  ['createTag', 'post', '/tags'],
+  ['deleteTag', 'delete', '/tags/{tagId}'],
+  ['listReviews', 'get', '/agents/{agentId}/reviews'],
+  ['upsertMyReview', 'put', '/agents/{agentId}/reviews'],
+  ['deleteReview', 'delete', '/agents/{agentId}/reviews/{reviewId}'],
+  ['requestDemo', 'post', '/agents/{agentId}/demo-requests'],
+  ['createEnterpriseInquiry', 'post', '/agents/{agentId}/enterprise-inquiries'],
+  ['getWaitlistStatus', 'get', '/agents/{agentId}/waitlist'],
+  ['joinWaitlist', 'post', '/agents/{agentId}/waitlist'],
+  ['getAgentTelemetry', 'get', '/agents/{agentId}/telemetry'],
+  ['listTiers', 'get', '/agents/{agentId}/pricing'],
+  ['setTierVisibility', 'patch', '/agents/{agentId}/pricing/{tierId}/visibility'],
+  ['listInteractions', 'get', '/admin/interactions'],
+  ['listNotificationRecipients', 'get', '/admin/notification-recipients'],
+  ['addNotificationRecipient', 'post', '/admin/notification-recipients'],
+  ['updateNotificationRecipient', 'patch', '/admin/notification-recipients/{recipientId}'],
+  ['removeNotificationRecipient', 'delete', '/admin/notification-recipients/{recipientId}'],
+];
+
+describe('OpenAPI document', () => {
+  it('lists every catalog operation under its contract operationId, method and path', async () => {
+    const doc = (await t.http.get('/openapi.json')).body;
+    const found = new Map<string, string>();
+    for (const [path, item] of Object.entries<Record<string, { operationId?: string }>>(doc.paths)) {
+      for (const [method, op] of Object.entries(item)) if (op.operationId) found.set(op.operationId, `${method} ${path}`);
+    }
+    for (const [id, method, path] of CATALOG_OPERATIONS) expect(found.get(id), id).toBe(`${method} ${path}`);
+  });
+});

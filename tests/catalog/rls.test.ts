@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pgCode } from '../../functions/http/errors.ts';
-import { rows, sql, type RawBuilder } from '../../functions/platform/db.ts';
-import { startTestApp, type TestApp } from '../support/app.ts';
+import { rows, sql, type Db, type RawBuilder } from '../../functions/platform/db.ts';
+import { createTestDatabase, type TestDatabase } from '../support/databases.ts';
 import { insertAgent, insertTier, type AgentRow } from '../support/fixtures.ts';
 
 /**
@@ -9,11 +9,14 @@ import { insertAgent, insertTier, type AgentRow } from '../support/fixtures.ts';
  * `set local role` to the token's role and `request.jwt.claims` set to the token's claims.
  */
 
-let t: TestApp;
+// Only the database is under test here (no HTTP): a migrated test database of the project's tier.
+let database: TestDatabase;
+let t: { db: Db };
 const agents: Record<string, AgentRow> = {};
 
 beforeAll(async () => {
-  t = await startTestApp();
+  database = await createTestDatabase();
+  t = { db: database.database.db };
   for (const status of ['active', 'coming_soon', 'draft', 'inactive'] as const) agents[status] = await insertAgent(t.db, { status });
   for (const agent of Object.values(agents)) {
     await insertTier(t.db, agent.id, { name: 'Public', priceCents: 0 });
@@ -26,7 +29,7 @@ beforeAll(async () => {
               (${agents.coming_soon!.id}, 'a@example.test', 'user-a'), (${agents.coming_soon!.id}, 'b@example.test', 'user-b')`.execute(t.db);
   await sql`insert into notification_recipients (email) values ('sales@example.test')`.execute(t.db);
 });
-afterAll(() => t.close());
+afterAll(() => database.drop());
 
 type Role = 'anon' | 'authenticated';
 

@@ -32,10 +32,10 @@ function contentRoutesFor(kind: ContentKind) {
   const base = kind === 'capabilities' ? '/agents/{agentId}/capabilities' : '/agents/{agentId}/capabilities/steps';
   const idName = kind === 'capabilities' ? 'capabilityId' : 'stepId';
   const schema = kind === 'capabilities' ? capabilitySchema : stepSchema;
-  const itemParams = z.object({ agentId: uuidParam('agentId'), [idName]: uuidParam(idName) }) as z.ZodObject<{
-    agentId: z.ZodUUID;
-    itemId: z.ZodUUID;
-  }>;
+  // The item id is named for its kind (capabilityId / stepId), so the params are a record of uuids.
+  const itemParams = z.object({ agentId: uuidParam('agentId'), [idName]: uuidParam(idName) }) as z.ZodObject<
+    Record<string, ReturnType<typeof uuidParam>>
+  >;
   return {
     list: createRoute({
       operationId: kind === 'capabilities' ? 'listCapabilities' : 'listSteps',
@@ -178,13 +178,13 @@ export function contentRoutes() {
     router.openapi(r.update, async (c) => {
       await requireAdmin(c);
       const { deps } = c.var;
-      const params = c.req.valid('param') as unknown as Record<string, string>;
+      const params = c.req.valid('param');
       const item = await updateContent(deps.database.db, kind, params.agentId!, itemId(params), c.req.valid('json'), deps.clock.now());
       return c.json(ok(item), 200);
     });
     router.openapi(r.remove, async (c) => {
       await requireAdmin(c);
-      const params = c.req.valid('param') as unknown as Record<string, string>;
+      const params = c.req.valid('param');
       return c.json(ok(await deleteContent(c.var.deps.database.db, kind, params.agentId!, itemId(params))), 200);
     });
   }
