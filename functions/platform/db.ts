@@ -20,7 +20,11 @@ export interface Database {
    * transaction. Used by migrations and seeds, which are whole files rather than single statements.
    */
   runScript(script: string, followUps?: { text: string; values: unknown[] }[]): Promise<void>;
-  close(): Promise<void>;
+  /**
+   * Closes the connections, waiting at most `graceSeconds` (default 5) for running queries; 0 closes at once
+   * (tests, which drop their database right after).
+   */
+  close(options?: { graceSeconds?: number }): Promise<void>;
 }
 
 export { sql };
@@ -58,6 +62,10 @@ export function openPostgres(url: string, options: { max?: number } = {}): Datab
         for (const f of followUps) await tx.unsafe(f.text, f.values as never[]);
       });
     },
-    close: () => db.destroy(),
+    // Bounded: a connection some library still holds reserved must not keep shutdown (or a test) waiting.
+    close: async (options = {}) => {
+      await client.end({ timeout: options.graceSeconds ?? 5 });
+      await db.destroy();
+    },
   };
 }

@@ -80,7 +80,10 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     clock,
     logs: logger.lines,
     close: async () => {
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      // Keep-alive sockets of the test's own HTTP client would otherwise hold close() open until they time out.
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      (server as import('node:http').Server).closeAllConnections?.();
+      await closed;
       rmSync(uploadsDir, { recursive: true, force: true });
       if (!options.testDatabase) await testDatabase.drop();
     },
