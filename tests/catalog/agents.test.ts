@@ -139,6 +139,17 @@ describe('GET /agents/{agentId} and /agents/by-slug/{slug}', () => {
     }
   });
 
+  it('treats a stale session cookie on public reads as a signed-out visitor, and as 401 on writes', async () => {
+    const agent = await createAgent(t, admin);
+    const stale = await signUp(t);
+    await t.http.post('/api/auth/sign-out', { cookie: stale.cookie, headers: { origin: t.baseUrl } });
+    expectError(await t.http.get('/me', { cookie: stale.cookie }), 401, 'UNAUTHORIZED');
+    expect((await t.http.get('/agents', { cookie: stale.cookie })).status).toBe(200);
+    expect((await t.http.get(`/agents/${agent.id}`, { cookie: stale.cookie })).status).toBe(200);
+    expect((await t.http.get(`/agents/${agent.id}/waitlist`, { cookie: stale.cookie })).body.data).toEqual({ notified: false });
+    expectError(await t.http.post(`/agents/${agent.id}/install`, { cookie: stale.cookie }), 401, 'UNAUTHORIZED');
+  });
+
   it('shows coming-soon agents to everyone', async () => {
     const agent = await insertAgent(t.db, { status: 'coming_soon' });
     const res = await t.http.get(`/agents/${agent.id}`);

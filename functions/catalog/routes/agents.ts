@@ -1,5 +1,6 @@
 import { createRoute, z } from '@hono/zod-openapi';
-import { isAdmin, requireAdmin, requireUser } from '../../http/access.ts';
+import { requireAdmin, requireUser } from '../../http/access.ts';
+import { viewerIsAdmin } from './viewer.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../../http/envelope.ts';
 import { pageQuerySchema } from '../../http/pagination.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
@@ -116,7 +117,7 @@ export function agentRoutes() {
     const { deps } = c.var;
     const { items, pagination } = await listAgents(deps.database.db, deps.cursors, {
       query: c.req.valid('query'),
-      admin: await isAdmin(c),
+      admin: await viewerIsAdmin(c),
     });
     return c.json(okPage(items, pagination), 200);
   });
@@ -124,13 +125,13 @@ export function agentRoutes() {
   router.openapi(getAgentRoute, async (c) => {
     // Public: published agents are readable by anyone (404 for unpublished ones unless admin).
     const { agentId } = c.req.valid('param');
-    return c.json(ok(await getAgent(c.var.deps.database.db, { id: agentId }, await isAdmin(c))), 200);
+    return c.json(ok(await getAgent(c.var.deps.database.db, { id: agentId }, await viewerIsAdmin(c))), 200);
   });
 
   router.openapi(getAgentBySlugRoute, async (c) => {
     // Public, as getAgent.
     const { slug } = c.req.valid('param');
-    return c.json(ok(await getAgent(c.var.deps.database.db, { slug }, await isAdmin(c))), 200);
+    return c.json(ok(await getAgent(c.var.deps.database.db, { slug }, await viewerIsAdmin(c))), 200);
   });
 
   router.openapi(updateAgentRoute, async (c) => {

@@ -1,5 +1,6 @@
 import { createRoute, z } from '@hono/zod-openapi';
-import { isAdmin, requireAdmin, requireUser } from '../../http/access.ts';
+import { requireAdmin, requireUser } from '../../http/access.ts';
+import { viewerIsAdmin } from './viewer.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../../http/envelope.ts';
 import { pageQuerySchema } from '../../http/pagination.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
@@ -105,7 +106,7 @@ export function communityRoutes() {
     // Public: reviews of published agents are readable by anyone.
     const { deps } = c.var;
     const { agentId } = c.req.valid('param');
-    await requireAgent(deps.database.db, agentId, await isAdmin(c));
+    await requireAgent(deps.database.db, agentId, await viewerIsAdmin(c));
     const { items, pagination } = await listReviews(deps.database.db, deps.cursors, agentId, c.req.valid('query'));
     return c.json(okPage(items, pagination), 200);
   });

@@ -1,5 +1,6 @@
 import { createRoute, z } from '@hono/zod-openapi';
-import { isAdmin, requireAdmin } from '../../http/access.ts';
+import { requireAdmin } from '../../http/access.ts';
+import { viewerIsAdmin } from './viewer.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
 import { addContent, deleteContent, listContent, updateContent, type ContentKind } from '../agent-content.ts';
@@ -166,7 +167,7 @@ export function contentRoutes() {
       // Public: content of published agents is readable by anyone.
       const db = c.var.deps.database.db;
       const { agentId } = c.req.valid('param');
-      await requireAgent(db, agentId, await isAdmin(c));
+      await requireAgent(db, agentId, await viewerIsAdmin(c));
       return c.json(ok(await listContent(db, kind, agentId)), 200);
     });
     router.openapi(r.add, async (c) => {
@@ -193,7 +194,7 @@ export function contentRoutes() {
     // Public, as the other content lists.
     const db = c.var.deps.database.db;
     const { agentId } = c.req.valid('param');
-    await requireAgent(db, agentId, await isAdmin(c));
+    await requireAgent(db, agentId, await viewerIsAdmin(c));
     return c.json(ok(await listChangelog(db, agentId)), 200);
   });
   router.openapi(addChangelogRoute, async (c) => {
@@ -212,7 +213,7 @@ export function contentRoutes() {
     // Public, as the other content lists.
     const db = c.var.deps.database.db;
     const { agentId } = c.req.valid('param');
-    await requireAgent(db, agentId, await isAdmin(c));
+    await requireAgent(db, agentId, await viewerIsAdmin(c));
     return c.json(ok(await listVideos(db, agentId)), 200);
   });
   router.openapi(registerVideoRoute, async (c) => {

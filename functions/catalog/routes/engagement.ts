@@ -1,5 +1,6 @@
 import { createRoute, z } from '@hono/zod-openapi';
-import { currentPrincipal, requireUser } from '../../http/access.ts';
+import { requireUser } from '../../http/access.ts';
+import { viewer } from './viewer.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
 import { ApiError } from '../../http/errors.ts';
 import { enforceRateLimit } from '../../http/rate-limit.ts';
@@ -110,7 +111,7 @@ export function engagementRoutes() {
     // Public: anonymous callers get `notified: false`; a signed-in caller learns about their own email only.
     const { deps } = c.var;
     const { agentId } = c.req.valid('param');
-    const principal = await currentPrincipal(c);
+    const principal = await viewer(c);
     await requireAgent(deps.database.db, agentId, principal?.role === 'platform_admin');
     return c.json(ok(await waitlistStatus(deps.database.db, agentId, principal?.email ?? null)), 200);
   });
@@ -120,7 +121,7 @@ export function engagementRoutes() {
     const { deps } = c.var;
     enforceRateLimit(c, 'waitlist', deps.config.authRateLimitPerMinute);
     const { agentId } = c.req.valid('param');
-    const principal = await currentPrincipal(c);
+    const principal = await viewer(c);
     const agent = await requireAgent(deps.database.db, agentId, principal?.role === 'platform_admin');
     const { entry, created } = await joinWaitlist(
       deps.database.db,

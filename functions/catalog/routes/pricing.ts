@@ -1,5 +1,6 @@
 import { createRoute, z } from '@hono/zod-openapi';
-import { isAdmin, requireAdmin } from '../../http/access.ts';
+import { requireAdmin } from '../../http/access.ts';
+import { viewerIsAdmin } from './viewer.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
 import { requireAgent } from '../agents.ts';
@@ -42,7 +43,7 @@ export function pricingRoutes() {
     // Public: anyone may see an agent's public prices; admins also see hidden (custom) tiers.
     const db = c.var.deps.database.db;
     const { agentId } = c.req.valid('param');
-    const admin = await isAdmin(c);
+    const admin = await viewerIsAdmin(c);
     await requireAgent(db, agentId, admin);
     const tiers = await listStoredTiers(db, agentId, admin);
     return c.json(ok([...tiers, enterpriseTier(agentId)]), 200);

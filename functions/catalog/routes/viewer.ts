@@ -1,0 +1,22 @@
+import type { Context } from 'hono';
+import { currentPrincipal } from '../../http/access.ts';
+import type { AppEnv, Principal } from '../../http/context.ts';
+import { ApiError } from '../../http/errors.ts';
+
+/**
+ * Who is looking, on the catalog's public routes. Unlike requireUser, bad credentials are not an error here:
+ * a browser holding an expired session cookie still sees the public catalog, as anyone would; valid
+ * credentials of an admin add what only admins see.
+ */
+export async function viewer(c: Context<AppEnv>): Promise<Principal | null> {
+  try {
+    return await currentPrincipal(c);
+  } catch (err) {
+    if (err instanceof ApiError && err.code === 'UNAUTHORIZED') return null;
+    throw err;
+  }
+}
+
+export async function viewerIsAdmin(c: Context<AppEnv>): Promise<boolean> {
+  return (await viewer(c))?.role === 'platform_admin';
+}
