@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { accessTokenFor, postForm } from '../support/oauth.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { ledgerAgreesWithCounters, meteredAgent, reqId, setQuota, subscribe, usagePath } from './support.ts';
 
@@ -189,6 +190,37 @@ describe('incrementUsage', () => {
     const bobs = await increment(bob, a.agentId, 'calls', { clientReqId: 'shared-key' });
     expect(bobs.body.data).toMatchObject({ used: 1, replayed: false });
     expect((await t.http.get(usagePath(a.agentId, 'calls'), { cookie: alice.cookie })).body.data.used).toBe(4);
+  });
+});
+
+describe('bearer access tokens (agent backends)', () => {
+  it("counts with the user's OAuth access token and reads usage with it", async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
+    const u = await signUp(t);
+    await subscribe(t, u.userId, a.tierId);
+    const { accessToken } = await accessTokenFor(t, u);
+    const res = await t.http.post(usagePath(a.agentId, 'calls', 'increment'), { bearer: accessToken, json: { clientReqId: reqId(), amount: 2 } });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toMatchObject({ used: 2, remaining: 3, replayed: false });
+    const dec = await t.http.post(usagePath(a.agentId, 'calls', 'decrement'), { bearer: accessToken, json: {} });
+    expect(dec.status).toBe(422);
+    expect((await t.http.get(usagePath(a.agentId), { bearer: accessToken })).body.data[0]).toMatchObject({ metric: 'calls', used: 2 });
+    expect((await t.http.get(usagePath(a.agentId, 'calls'), { bearer: accessToken })).body.data.used).toBe(2);
+  });
+
+  it('refuses a malformed or revoked access token with 401 and counts nothing', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
+    const u = await signUp(t);
+    await subscribe(t, u.userId, a.tierId);
+    const tokens = await accessTokenFor(t, u);
+    const bad = await t.http.post(usagePath(a.agentId, 'calls', 'increment'), { bearer: `${tokens.accessToken}x`, json: { clientReqId: reqId() } });
+    expect(bad.status).toBe(401);
+    const revoked = await postForm(t, '/api/auth/oauth2/revoke', tokens, { token: tokens.accessToken, token_type_hint: 'access_token' });
+    expect(revoked.status).toBe(200);
+    const after = await t.http.post(usagePath(a.agentId, 'calls', 'increment'), { bearer: tokens.accessToken, json: { clientReqId: reqId() } });
+    expect(after.status).toBe(401);
+    expect(after.body.error.code).toBe('UNAUTHORIZED');
+    expect((await t.http.get(usagePath(a.agentId, 'calls'), { cookie: u.cookie })).body.data.used).toBe(0);
   });
 });
 

@@ -1,0 +1,393 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import postgres from 'postgres';
+// @ts-expect-error autocannon ships no types
+import autocannon from 'autocannon';
+import { findPostgresBin, freePort, startPostgres } from '../postgres-server.ts';
+import { startFreeSubscription } from '../../functions/billing/subscriptions.ts';
+import { systemClock } from '../../functions/platform/clock.ts';
+import { openPostgres, sql } from '../../functions/platform/db.ts';
+import { HttpClient } from '../../tests/support/http.ts';
+import { accessTokenFor } from '../../tests/support/oauth.ts';
+import type { TestApp } from '../../tests/support/app.ts';
+import { sessionCookie } from '../../tests/support/users.ts';
+
+/**
+ * `npx tsx scripts/bench/usage.ts [seconds] [connections]`: the metering hot path measured against the database's
+ * own limit, in one run, on a durable PostgreSQL 15 server (fsync on, synchronous commit) and the real Node entry
+ * (scripts/serve.ts as a child process, NODE_ENV=production, request log on):
+ *
+ *   1. raw SQL: pgbench (custom script, prepared statements) calling public.metering_increment at 32 clients over
+ *      1,000 subscriptions (20 users x 50 agents), each call a new clientReqId; then the same on one hot
+ *      subscription;
+ *   2. HTTP POST /me/usage/{agentId}/calls/increment with each user's OAuth bearer token (from the real
+ *      authorization-code flow) at 32 concurrent over the same 1,000 subscriptions;
+ *   3. the same against one hot subscription;
+ *   4. replays: HTTP increments repeating clientReqIds already counted in run 2.
+ *   Also: the same SQL function from Node (postgres.js, 32 connections), the driver the service itself uses.
+ *
+ * Then a quota edge under load (32 concurrent increments on a subscription with 1,000 units must admit exactly
+ * 1,000) and the end-of-run audit: every counter within its effective quota, the ledger summing to every counter,
+ * and every 2xx answered over HTTP recorded exactly once. Any violation exits non-zero.
+ * Figures depend on the machine (2 cores shared by load generator, service and database here); printed, not asserted.
+ */
+
+const seconds = Number(process.argv[2] ?? 8);
+const connections = Number(process.argv[3] ?? 32);
+const USERS = 20;
+const AGENTS = 50;
+const SUBSCRIPTIONS = USERS * AGENTS;
+const QUOTA = 100_000_000;
+const EDGE_QUOTA = 1_000;
+const ADMIN = { email: 'bench-admin@example.com', password: 'bench admin password' };
+
+interface Figures {
+  what: string;
+  requestsPerSec: number;
+  p50: number;
+  p99: number;
+  ok: number;
+  other: number;
+}
+
+interface Pair {
+  userId: string;
+  agentId: string;
+  token: string;
+}
+
+async function startService(env: Record<string, string>): Promise<{ url: string; child: ChildProcess }> {
+  const port = await freePort();
+  const child = spawn(join('node_modules', '.bin', 'tsx'), ['scripts/serve.ts'], {
+    env: {
+      ...process.env,
+      NODE_ENV: 'production',
+      AUTH_SECRET: 'bench-secret-bench-secret-bench-secret!',
+      AUTH_RATE_LIMIT_PER_MINUTE: '0',
+      PORT: String(port),
+      ADMIN_EMAIL: ADMIN.email,
+      ADMIN_PASSWORD: ADMIN.password,
+      ...env,
+    },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`service exited with ${child.exitCode}`);
+    if (await fetch(`${url}/ready`).then((r) => r.ok, () => false)) return { url, child };
+    if (Date.now() > deadline) throw new Error('service did not become ready');
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function stop(child: ChildProcess) {
+  if (child.exitCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  await exited;
+}
+
+function percentile(sorted: number[], p: number): number {
+  if (!sorted.length) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+/** The pgbench binary: PostgreSQL 15's, else whatever is on PATH. */
+function pgbenchBin(): string | undefined {
+  for (const candidate of ['/usr/lib/postgresql/15/bin/pgbench', join(findPostgresBin() ?? '/nonexistent', 'pgbench')]) {
+    if (existsSync(candidate)) return candidate;
+  }
+  const onPath = spawnSync('sh', ['-c', 'command -v pgbench'], { encoding: 'utf8' }).stdout.trim();
+  return onPath || undefined;
+}
+
+/** pgbench with a custom script; latencies from its per-transaction log. */
+function pgbench(what: string, url: string, script: string, secs: number): Figures {
+  const bin = pgbenchBin()!;
+  const dir = mkdtempSync(join(tmpdir(), 'mkt-pgbench-'));
+  try {
+    const file = join(dir, 'script.sql');
+    writeFileSync(file, script);
+    const u = new URL(url);
+    const args = ['-n', '-M', 'prepared', '-c', String(connections), '-j', '2', '-T', String(secs), '-f', file,
+      '-h', u.hostname, '-p', u.port, '-U', u.username, '-l', '--log-prefix', join(dir, 'log'), u.pathname.slice(1)];
+    const run = spawnSync(bin, args, { encoding: 'utf8', env: { ...process.env, PGPASSWORD: decodeURIComponent(u.password) } });
+    if (run.status !== 0) throw new Error(`pgbench failed: ${run.stderr}`);
+    const failed = Number(/number of failed transactions: (\d+)/.exec(run.stdout)?.[1] ?? 0);
+    const latencies: number[] = [];
+    for (const f of readdirSync(dir).filter((n) => n.startsWith('log'))) {
+      for (const line of readFileSync(join(dir, f), 'utf8').split('\n')) {
+        const parts = line.trim().split(/\s+/);
+        if (parts.length >= 3) latencies.push(Number(parts[2]) / 1000);
+      }
+    }
+    latencies.sort((a, b) => a - b);
+    const tps = Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(run.stdout)?.[1] ?? latencies.length / secs);
+    const figures = { what, requestsPerSec: Math.round(tps), p50: round(percentile(latencies, 50)), p99: round(percentile(latencies, 99)), ok: latencies.length, other: failed };
+    progress(figures);
+    return figures;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const round = (n: number) => Math.round(n * 100) / 100;
+
+/** autocannon; `next` builds each request (path, body, token). */
+async function http(what: string, url: string, next: () => { path: string; token: string; body: string }, secs: number): Promise<Figures> {
+  const r = await autocannon({
+    url,
+    connections,
+    duration: secs,
+    timeout: 30,
+    requests: [
+      {
+        method: 'POST',
+        setupRequest: (req: Record<string, unknown>) => {
+          const n = next();
+          return {
+            ...req,
+            path: n.path,
+            body: n.body,
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${n.token}` },
+          };
+        },
+      },
+    ],
+  });
+  const figures = { what, requestsPerSec: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, ok: r['2xx'], other: r.non2xx + r.errors + r.timeouts };
+  progress(figures);
+  return figures;
+}
+
+function progress(f: Figures) {
+  console.log(`${new Date().toISOString().slice(11, 19)}  ${f.what}: ${f.requestsPerSec}/s, p50 ${f.p50} ms, p99 ${f.p99} ms, ${f.ok} ok, ${f.other} other`);
+}
+
+/** The same SQL function called from Node through postgres.js, 32 connections, one call in flight per connection. */
+async function nodeDriver(what: string, url: string, pick: (i: number) => Pair, secs: number): Promise<Figures> {
+  const client = postgres(url, { max: connections, onnotice: () => {} });
+  const latencies: number[] = [];
+  let n = 0;
+  let failed = 0;
+  const until = performance.now() + secs * 1000;
+  await Promise.all(
+    Array.from({ length: connections }, async (_, worker) => {
+      while (performance.now() < until) {
+        const i = n++;
+        const p = pick(i);
+        const started = performance.now();
+        try {
+          await client`select * from public.metering_increment(${p.userId}, ${p.agentId}, 'calls', ${`n-${worker}-${i}`}, 1, ${new Date()})`;
+          latencies.push(performance.now() - started);
+        } catch {
+          failed++;
+        }
+      }
+    }),
+  );
+  await client.end();
+  latencies.sort((a, b) => a - b);
+  const figures = { what, requestsPerSec: Math.round(latencies.length / secs), p50: round(percentile(latencies, 50)), p99: round(percentile(latencies, 99)), ok: latencies.length, other: failed };
+  progress(figures);
+  return figures;
+}
+
+async function main() {
+  if (!pgbenchBin()) throw new Error('pgbench not found (install postgresql 15)');
+  const server = await startPostgres({ durable: true });
+  const dataDir = mkdtempSync(join(tmpdir(), 'mkt-bench-usage-'));
+  const results: Figures[] = [];
+  let failures = 0;
+  const fail = (message: string) => {
+    failures++;
+    console.error(`FAILED: ${message}`);
+  };
+  try {
+    const root = postgres(server.url, { max: 1, onnotice: () => {} });
+    await root.unsafe('create database bench_usage');
+    await root.end();
+    const dbUrl = server.url.replace(/\/postgres$/, '/bench_usage');
+    const service = await startService({ DATABASE_URL: dbUrl, DATA_DIR: dataDir });
+    const database = openPostgres(dbUrl, { max: 4 });
+    const db = database.db;
+    try {
+      // ---- setup: users and tokens through the real flows, catalog rows in SQL, subscriptions through the service
+      const client = new HttpClient(service.url);
+      const origin = { origin: service.url };
+      const signedIn = await client.post('/api/auth/sign-in/email', { json: ADMIN, headers: origin });
+      if (signedIn.status !== 200) throw new Error(`admin sign-in failed: ${signedIn.status} ${signedIn.text}`);
+      const adminCookie = sessionCookie(signedIn.headers);
+      const oauthAgent = await client.post('/agents', {
+        cookie: adminCookie,
+        headers: origin,
+        json: { slug: 'bench-oauth-agent', name: 'Bench OAuth Agent', description: 'benchmark', redirectUris: ['http://127.0.0.1:9/callback'] },
+      });
+      if (oauthAgent.status !== 201) throw new Error(`createAgent failed: ${oauthAgent.status} ${oauthAgent.text}`);
+      const oauthClient = {
+        agentId: oauthAgent.body.data.id,
+        clientId: oauthAgent.body.data.oauthClient.clientId,
+        clientSecret: oauthAgent.body.data.oauthClient.clientSecret,
+        redirectUri: 'http://127.0.0.1:9/callback',
+        postLogoutRedirectUri: '',
+      };
+      const t = { http: client, baseUrl: service.url } as unknown as TestApp;
+
+      const agents: string[] = [];
+      for (let a = 0; a < AGENTS; a++) {
+        const { rows } = await sql<{ agent_id: string }>`
+          with agent as (insert into agents (slug, name, status) values (${`bench-${a}`}, ${`Bench ${a}`}, 'active') returning id),
+               tier as (insert into tiers (agent_id, name, price_cents) select id, 'Free', 0 from agent returning id, agent_id),
+               metric as (insert into metric_definitions (agent_id, slug, name, kind) select id, 'calls', 'Calls', 'rolling' from agent returning id)
+          insert into tier_quotas (tier_id, metric_id, quota_limit) select tier.id, metric.id, ${QUOTA} from tier, metric
+          returning (select agent_id from tier)`.execute(db);
+        agents.push(rows[0]!.agent_id);
+      }
+      const pairs: Pair[] = [];
+      for (let u = 0; u < USERS; u++) {
+        const user = { email: `bench-user-${u}@example.com`, password: `bench user password ${u}`, name: `Bench User ${u}` };
+        const up = await client.post('/api/auth/sign-up/email', { json: user });
+        if (up.status !== 200) throw new Error(`sign-up failed: ${up.status} ${up.text}`);
+        const userId = up.body.user.id as string;
+        const tokens = await accessTokenFor(t, { userId, ...user, cookie: sessionCookie(up.headers) }, { client: oauthClient });
+        for (const agentId of agents) {
+          const { rows } = await sql<{ id: string }>`select id from tiers where agent_id = ${agentId}`.execute(db);
+          await startFreeSubscription(db, systemClock, { userId, tierId: rows[0]!.id });
+          pairs.push({ userId, agentId, token: tokens.accessToken });
+        }
+      }
+      // pgbench picks a subscription by number; this table maps it to (user, agent) inside the same statement.
+      await sql`create table bench_pairs (i int primary key, user_id text not null, agent_id uuid not null)`.execute(db);
+      for (const [i, p] of pairs.entries()) await sql`insert into bench_pairs values (${i}, ${p.userId}, ${p.agentId})`.execute(db);
+      await sql`vacuum analyze`.execute(db);
+      const hot = pairs[0]!;
+      const check = await client.post(`/me/usage/${hot.agentId}/calls/increment`, { bearer: hot.token, json: { clientReqId: 'bench-check' } });
+      if (check.status !== 200) throw new Error(`bearer increment failed: ${check.status} ${check.text}`);
+      console.log(`setup: ${SUBSCRIPTIONS} subscriptions (${USERS} users x ${AGENTS} agents), ${USERS} bearer tokens from the OAuth flow`);
+
+      // ---- 1. raw SQL (pgbench), spread and hot
+      const spreadScript = `\\set i random(0, ${SUBSCRIPTIONS - 1})
+\\set r random(1, 4000000000000000000)
+select m.* from bench_pairs p, public.metering_increment(p.user_id, p.agent_id, 'calls', 'pgb-' || :client_id || '-' || :r, 1, now()) m where p.i = :i;
+`;
+      const hotScript = `\\set r random(1, 4000000000000000000)
+select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'calls', 'pgbh-' || :client_id || '-' || :r, 1, now());
+`;
+      pgbench('warm-up', dbUrl, spreadScript, 2);
+      const sqlSpread = pgbench(`raw SQL: pgbench, ${connections} clients, ${SUBSCRIPTIONS} subscriptions`, dbUrl, spreadScript, seconds);
+      results.push(sqlSpread);
+      const sqlHot = pgbench(`raw SQL: pgbench, ${connections} clients, 1 hot subscription`, dbUrl, hotScript, seconds);
+      results.push(sqlHot);
+      results.push(await nodeDriver(`raw SQL from Node (postgres.js), ${connections} conns, ${SUBSCRIPTIONS} subscriptions`, dbUrl, (i) => pairs[(i * 7919) % SUBSCRIPTIONS]!, seconds));
+
+      // ---- 2. HTTP spread (bearer), recording every clientReqId for the replay run
+      const sent: Array<{ pair: number; key: string }> = [];
+      let n = 0;
+      const spreadNext = () => {
+        const i = n++;
+        const pair = (i * 7919) % SUBSCRIPTIONS; // walks all 1,000 subscriptions, neighbours far apart
+        const key = `h-${i}`;
+        sent.push({ pair, key });
+        const p = pairs[pair]!;
+        return { path: `/me/usage/${p.agentId}/calls/increment`, token: p.token, body: `{"clientReqId":"${key}"}` };
+      };
+      await http('warm-up', service.url, spreadNext, 2);
+      const httpSpread = await http(`HTTP bearer, ${connections} concurrent, ${SUBSCRIPTIONS} subscriptions`, service.url, spreadNext, seconds);
+      results.push(httpSpread);
+
+      // ---- 3. HTTP hot
+      let h = 0;
+      const hotNext = () => ({ path: `/me/usage/${hot.agentId}/calls/increment`, token: hot.token, body: `{"clientReqId":"hh-${h++}"}` });
+      const httpHot = await http(`HTTP bearer, ${connections} concurrent, 1 hot subscription`, service.url, hotNext, seconds);
+      results.push(httpHot);
+
+      // ---- 4. HTTP replays of clientReqIds counted in run 2 (the warm-up's are counted too)
+      // the last few generated may not have been sent before the run's deadline: replay the first 90%
+      const replayable = sent.slice(0, Math.floor(sent.length * 0.9));
+      let r = 0;
+      const replayNext = () => {
+        const s = replayable[r++ % replayable.length]!;
+        const p = pairs[s.pair]!;
+        return { path: `/me/usage/${p.agentId}/calls/increment`, token: p.token, body: `{"clientReqId":"${s.key}"}` };
+      };
+      const httpReplay = await http(`HTTP bearer replays, ${connections} concurrent`, service.url, replayNext, seconds);
+      results.push(httpReplay);
+
+      // ---- quota edge under load: exactly EDGE_QUOTA admitted
+      const edge = pairs[1]!;
+      await sql`update tier_quotas set quota_limit = ${EDGE_QUOTA} where tier_id = (select id from tiers where agent_id = ${edge.agentId})`.execute(db);
+      await sql`delete from usage_counters where subscription_id = (select id from subscriptions where user_id = ${edge.userId} and agent_id = ${edge.agentId})`.execute(db);
+      await sql`delete from quota_ledger where subscription_id = (select id from subscriptions where user_id = ${edge.userId} and agent_id = ${edge.agentId})`.execute(db);
+      let e = 0;
+      const edgeRun = await http(
+        `HTTP bearer, ${connections} concurrent, quota ${EDGE_QUOTA} (edge)`,
+        service.url,
+        () => ({ path: `/me/usage/${edge.agentId}/calls/increment`, token: edge.token, body: `{"clientReqId":"e-${e++}"}` }),
+        5,
+      );
+      results.push(edgeRun);
+      const [edgeRow] = (
+        await sql<{ used: number; admitted: number }>`
+          select coalesce((select sum(used)::int from usage_counters where subscription_id = s.id), 0) as used,
+                 (select count(*)::int from quota_ledger where subscription_id = s.id and event = 'increment') as admitted
+          from subscriptions s where s.user_id = ${edge.userId} and s.agent_id = ${edge.agentId}`.execute(db)
+      ).rows;
+      console.log(`quota edge: ${edgeRun.ok + edgeRun.other} requests, ${edgeRun.ok} admitted over HTTP, counter ${edgeRow!.used}, ${edgeRow!.admitted} ledger increments, quota ${EDGE_QUOTA}`);
+      if (edgeRun.ok + edgeRun.other <= EDGE_QUOTA) fail('quota edge: too few requests to reach the quota');
+      if (edgeRun.ok !== EDGE_QUOTA || edgeRow!.used !== EDGE_QUOTA || edgeRow!.admitted !== EDGE_QUOTA) {
+        fail(`quota edge: expected exactly ${EDGE_QUOTA} admitted`);
+      }
+
+      // ---- audit
+      const [audit] = (
+        await sql<{ counters: number; over: number; ledger_mismatch: number; http_rows: number; replays_counted: number }>`
+          select
+            (select count(*)::int from usage_counters) as counters,
+            (select count(*)::int from usage_counters c join subscriptions s on s.id = c.subscription_id
+               where c.used > coalesce(public.metering_effective_limit(s.id, s.tier_id, c.metric_id, c.period_start), c.used)) as over,
+            (select count(*)::int from usage_counters c
+               where c.used <> coalesce((select sum(l.delta) from quota_ledger l where l.subscription_id = c.subscription_id
+                                           and l.metric_id = c.metric_id and l.period_start = c.period_start), 0)) as ledger_mismatch,
+            (select count(*)::int from quota_ledger where client_req_id like 'h-%' and event = 'increment') as http_rows,
+            (select count(*)::int from (select client_req_id from quota_ledger where client_req_id is not null
+               group by metric_id, subscription_id, client_req_id having count(*) > 1) d) as replays_counted`.execute(db)
+      ).rows;
+      const spreadAnswered = sent.length; // every generated request of the warm-up + run 2 was answered 2xx (checked below)
+      console.log(
+        `\naudit: ${audit!.counters} counters, ${audit!.over} above their effective quota, ${audit!.ledger_mismatch} not equal to their ledger sum, ` +
+          `${audit!.replays_counted} clientReqIds counted twice; run 2 sent ${spreadAnswered} increments, ${audit!.http_rows} recorded`,
+      );
+      if (audit!.over !== 0) fail('a counter is above its effective quota');
+      if (audit!.ledger_mismatch !== 0) fail('a counter differs from its ledger sum');
+      if (audit!.replays_counted !== 0) fail('a clientReqId was counted twice');
+      if (httpSpread.other !== 0 || httpHot.other !== 0 || httpReplay.other !== 0) fail('non-2xx answers in the HTTP runs');
+      // autocannon may stop with requests generated but unanswered at the deadline: recorded <= sent, and every
+      // answered 2xx is recorded (warm-up + run 2 answered count vs rows)
+      if (audit!.http_rows > spreadAnswered) fail('more increments recorded than sent');
+    } finally {
+      await database.close();
+      await stop(service.child);
+    }
+  } finally {
+    server.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+
+  console.log(`\nPostgreSQL 15 (durable: fsync, synchronous commit), Node entry (NODE_ENV=production, request log on), ${seconds} s per run:\n`);
+  console.table(results.map((r) => ({ run: r.what, 'requests/s': r.requestsPerSec, 'p50 ms': r.p50, 'p99 ms': r.p99, '2xx/ok': r.ok, 'other': r.other })));
+  const [sqlSpread, sqlHot, , httpSpread, httpHot, httpReplay] = results;
+  const ratio = (a: Figures, b: Figures) => (a.requestsPerSec / Math.max(b.requestsPerSec, 1)).toFixed(2);
+  console.log(`HTTP / raw SQL, spread: ${ratio(httpSpread!, sqlSpread!)} (goal >= 0.5, HTTP p99 ${httpSpread!.p99} ms, goal <= 25 ms)`);
+  console.log(`HTTP / raw SQL, hot:    ${ratio(httpHot!, sqlHot!)} (goal >= 0.7)`);
+  console.log(`replays / new increments over HTTP: ${ratio(httpReplay!, httpSpread!)}x (goal >= 1.5x)`);
+  console.log(failures ? `\n${failures} check(s) FAILED` : '\nzero over-admission: every check passed');
+  if (failures) process.exit(1);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
