@@ -1,6 +1,6 @@
 import type { AppDeps } from '../app.ts';
 import { insertTier, type Tier } from '../catalog/tiers.ts';
-import { ApiError, conflict, notFound } from '../http/errors.ts';
+import { ApiError, conflict, notFound, pgCode } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
 
@@ -154,7 +154,7 @@ export async function deleteTier(deps: AppDeps, agentId: string, tierId: string)
     return { id: tierId, archived: false };
   } catch (err) {
     // A subscription arrived between the check and the delete: archive instead.
-    if ((err as { code?: string }).code !== '23503') throw err;
+    if (pgCode(err) !== '23503') throw err;
     await first(db, sql`update public.tiers set archived_at = ${deps.clock.now()}, is_public = false, updated_at = ${deps.clock.now()} where id = ${tierId}`);
     return { id: tierId, archived: true };
   }
