@@ -89,8 +89,10 @@ describe('demo requests', () => {
       expect(mails[0]!.text).toContain(buyer.email);
       expect(mails[0]!.text).toContain('Tuesday?');
     }
-    // Without a body it is still a request.
+    // Without a message, or without any body, it is still a request.
     expect((await app.http.post(`/agents/${agent.id}/demo-requests`, { cookie: buyer.cookie, json: {} })).status).toBe(202);
+    expect((await app.http.post(`/agents/${agent.id}/demo-requests`, { cookie: buyer.cookie })).status).toBe(202);
+    expect((await app.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie: buyer.cookie })).status).toBe(202);
     await app.close();
   });
 
