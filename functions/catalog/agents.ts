@@ -2,8 +2,8 @@ import type { z } from '@hono/zod-openapi';
 import { conflict, isUniqueViolation, notFound, pgConstraint } from '../http/errors.ts';
 import { afterCursor, finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
-import { listContent, replaceContent } from './agent-content.ts';
-import { listChangelog } from './changelog.ts';
+import { replaceContent, type ContentItem } from './agent-content.ts';
+import type { ChangelogEntry } from './changelog.ts';
 import type { agentSchema, agentSummarySchema, AgentStatus, listAgentsQuery } from './schemas.ts';
 import { iso } from './schemas.ts';
 import { setAgentTags } from './tags.ts';
@@ -108,14 +108,6 @@ export async function listAgents(db: Db, cursors: CursorSigner, { query, admin }
   return { items, pagination };
 }
 
-/** The agent row by id or slug, or 404 when it does not exist or the caller may not see it. */
-export async function findAgent(db: Db, by: { id: string } | { slug: string }, admin: boolean): Promise<AgentSummary & { longDescription: string | null }> {
-  const where = 'id' in by ? sql`id = ${by.id}` : sql`slug = ${by.slug}`;
-  const row = await first(db, withAggregates(sql`select * from public.agents where ${where}`));
-  if (!row || (!admin && !isPublished(row.status))) throw notFound('Agent', 'id' in by ? { agentId: by.id } : { slug: by.slug });
-  return { ...toSummary(row), longDescription: row.longDescription };
-}
-
 /** Cheap existence + visibility check for child routes. */
 export async function requireAgent(db: Db, agentId: string, admin: boolean): Promise<{ id: string; status: AgentStatus; name: string; slug: string }> {
   const row = await first<{ id: string; status: AgentStatus; name: string; slug: string }>(
@@ -126,23 +118,35 @@ export async function requireAgent(db: Db, agentId: string, admin: boolean): Pro
   return row;
 }
 
+/**
+ * The full agent in one round trip: the row with its aggregates, plus capabilities, steps and changelog as JSON
+ * arrays in the order the API shows them. Works on a pool or inside a transaction (one statement).
+ */
 export async function getAgent(db: Db, by: { id: string } | { slug: string }, admin: boolean): Promise<Agent> {
-  const agent = await findAgent(db, by, admin);
-  const [capabilities, steps, changelog] = await Promise.all([
-    listContent(db, 'capabilities', agent.id),
-    listContent(db, 'steps', agent.id),
-    listChangelog(db, agent.id),
-  ]);
-  return { ...agent, capabilities, steps, changelog };
-}
-
-/** Same as getAgent but sequential: inside a transaction there is one connection (PGlite, and trx on postgres.js). */
-export async function getAgentInTransaction(trx: Db, agentId: string): Promise<Agent> {
-  const agent = await findAgent(trx, { id: agentId }, true);
-  const capabilities = await listContent(trx, 'capabilities', agentId);
-  const steps = await listContent(trx, 'steps', agentId);
-  const changelog = await listChangelog(trx, agentId);
-  return { ...agent, capabilities, steps, changelog };
+  const where = 'id' in by ? sql`id = ${by.id}` : sql`slug = ${by.slug}`;
+  const contentOf = (table: 'agent_capabilities' | 'agent_steps') => sql`(
+    select coalesce(json_agg(json_build_object('id', c.id, 'agentId', c.agent_id, 'position', c.position, 'title', c.title,
+             'description', c.description, 'createdAt', c.created_at, 'updatedAt', c.updated_at)
+             order by c.position, c.created_at, c.id), '[]'::json)
+    from ${sql.table(`public.${table}`)} c where c.agent_id = full_agent.id)`;
+  const row = await first<AgentRow & { capabilities: unknown; steps: unknown; changelog: unknown }>(
+    db,
+    sql`select full_agent.*, ${contentOf('agent_capabilities')} as capabilities, ${contentOf('agent_steps')} as steps,
+          (select coalesce(json_agg(json_build_object('id', e.id, 'agentId', e.agent_id, 'version', e.version, 'title', e.title,
+                    'body', e.body, 'createdAt', e.created_at) order by e.created_at desc, e.id desc), '[]'::json)
+           from public.agent_changelog_entries e where e.agent_id = full_agent.id) as changelog
+        from (${withAggregates(sql`select * from public.agents where ${where}`)}) full_agent`,
+  );
+  if (!row || (!admin && !isPublished(row.status))) throw notFound('Agent', 'id' in by ? { agentId: by.id } : { slug: by.slug });
+  const list = <T>(value: unknown): T[] => (typeof value === 'string' ? JSON.parse(value) : (value ?? [])) as T[];
+  const content = (items: ContentItem[]) => items.map((i) => ({ ...i, createdAt: iso(i.createdAt), updatedAt: iso(i.updatedAt) }));
+  return {
+    ...toSummary(row),
+    longDescription: row.longDescription,
+    capabilities: content(list<ContentItem>(row.capabilities)),
+    steps: content(list<ContentItem>(row.steps)),
+    changelog: list<ChangelogEntry>(row.changelog).map((e) => ({ ...e, createdAt: iso(e.createdAt) })),
+  };
 }
 
 export interface AgentFields {
@@ -211,7 +215,7 @@ export async function updateAgent(db: Db, agentId: string, patch: AgentPatch, no
     if (patch.tags) await setAgentTags(trx, agentId, patch.tags, now);
     if (patch.capabilities) await replaceContent(trx, 'capabilities', agentId, patch.capabilities, now);
     if (patch.steps) await replaceContent(trx, 'steps', agentId, patch.steps, now);
-    return getAgentInTransaction(trx, agentId);
+    return getAgent(trx, { id: agentId }, true);
   });
 }
 

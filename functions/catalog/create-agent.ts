@@ -3,7 +3,7 @@ import { provisionAgentClient } from '../auth/agent-clients.ts';
 import type { Clock } from '../platform/clock.ts';
 import type { Db } from '../platform/db.ts';
 import { replaceContent } from './agent-content.ts';
-import { getAgentInTransaction, insertAgentRow, type Agent } from './agents.ts';
+import { getAgent, insertAgentRow, type Agent } from './agents.ts';
 import type { createAgentBody } from './schemas.ts';
 import { setAgentTags } from './tags.ts';
 
@@ -29,7 +29,7 @@ export async function createAgent(
       redirectUris: input.redirectUris,
       postLogoutRedirectUris: input.postLogoutRedirectUris,
     });
-    const agent = await getAgentInTransaction(trx, agentId);
+    const agent = await getAgent(trx, { id: agentId }, true);
     return { ...agent, oauthClient };
   });
 }
