@@ -154,9 +154,10 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
         if (!match) throw invalidToken('The Authorization header must be `Bearer <access token>`');
         return fromBearer(match[1]!);
       }
-      // A session cookie that no longer names a live session (signed out, expired, banned) is a 401, not
-      // an anonymous request: the caller believes it is signed in.
-      if (fromSession === null) throw new ApiError('UNAUTHORIZED', 'The session has expired or was revoked; sign in again');
+      // A session cookie that no longer names a live session (signed out elsewhere, expired, banned) makes the
+      // request anonymous: browsers send cookies on their own, so a public page must still answer, while
+      // every route that needs a user answers 401 as for any anonymous caller. (A bearer token is presented
+      // on purpose, so a bad one is a 401 even on public routes.)
       return null;
     },
   };

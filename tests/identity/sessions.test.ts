@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rows, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { insertAgent, insertTier } from '../support/fixtures.ts';
 import { createAdmin, sessionCookie, signIn, signUp } from '../support/users.ts';
 
 /** Email/password sign-up, sign-in, sign-out, get-session and GET /me over HTTP, with the cookie they set. */
@@ -200,6 +201,16 @@ describe('GET /me', () => {
       sql`select extract(epoch from ("expiresAt" - now())) / 86400 as days from session where "userId" = ${user.userId}`,
     );
     expect(Number(row!.days)).toBeGreaterThan(6.9);
+  });
+
+  it('a stale session cookie makes a public route anonymous instead of failing it', async () => {
+    const user = await signUp(t);
+    await t.http.post('/api/auth/sign-out', { cookie: user.cookie, headers: { origin: t.baseUrl } });
+    const agent = await insertAgent(t.db, { status: 'active' });
+    const tier = await insertTier(t.db, agent.id);
+    const res = await t.http.get(`/agents/${agent.id}/pricing/${tier.id}/quotas`, { cookie: user.cookie });
+    expect(res.status).toBe(200);
+    expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(401);
   });
 });
 
