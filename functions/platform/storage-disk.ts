@@ -46,7 +46,17 @@ export function diskFileStore(root: string): FileStore {
         throw err;
       }
     },
-    async read(key) {
+    async size(key) {
+      let full: string;
+      try {
+        full = pathOf(key);
+      } catch {
+        return undefined;
+      }
+      const info = await stat(full).catch(() => undefined);
+      return info?.isFile() ? info.size : undefined;
+    },
+    async read(key, range) {
       let full: string;
       try {
         full = pathOf(key);
@@ -55,7 +65,8 @@ export function diskFileStore(root: string): FileStore {
       }
       const info = await stat(full).catch(() => undefined);
       if (!info?.isFile()) return undefined;
-      return { body: Readable.toWeb(createReadStream(full)) as ReadableStream<Uint8Array>, size: info.size };
+      const stream = range ? createReadStream(full, { start: range.start, end: range.end }) : createReadStream(full);
+      return { body: Readable.toWeb(stream) as ReadableStream<Uint8Array>, size: info.size };
     },
   };
 }

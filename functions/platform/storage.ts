@@ -41,7 +41,13 @@ export interface ObjectStorage {
 export interface FileStore {
   /** Streams the body into `key`, failing with FileTooLargeError past `maxBytes`; returns the bytes written. */
   write(key: string, body: ReadableStream<Uint8Array>, maxBytes: number): Promise<number>;
-  read(key: string): Promise<{ body: ReadableStream<Uint8Array>; size: number } | undefined>;
+  /** Size in bytes, or undefined when there is no such file. */
+  size(key: string): Promise<number | undefined>;
+  /** The file (or the inclusive byte range `start..end` of it), with the whole file's size. */
+  read(
+    key: string,
+    range?: { start: number; end: number },
+  ): Promise<{ body: ReadableStream<Uint8Array>; size: number } | undefined>;
 }
 
 export class FileTooLargeError extends Error {

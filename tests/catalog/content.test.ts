@@ -166,6 +166,23 @@ describe('uploads (local storage, the default without S3)', () => {
     expect(got.status).toBe(200);
     expect(got.headers.get('content-type')).toBe('video/mp4');
     expect(new Uint8Array(await got.arrayBuffer())).toEqual(bytes);
+    // Byte ranges, as browsers stream <video>.
+    const part = await fetch(upload.publicUrl, { headers: { range: 'bytes=100-199' } });
+    expect(part.status).toBe(206);
+    expect(part.headers.get('content-range')).toBe('bytes 100-199/2048');
+    expect(new Uint8Array(await part.arrayBuffer())).toEqual(bytes.slice(100, 200));
+    const tail = await fetch(upload.publicUrl, { headers: { range: 'bytes=-48' } });
+    expect(new Uint8Array(await tail.arrayBuffer())).toEqual(bytes.slice(2000));
+    expect((await fetch(upload.publicUrl, { headers: { range: 'bytes=5000-' } })).status).toBe(416);
+    // Encoded path traversal reaches the route and is refused by the key pattern.
+    const traversal = await fetch(`${t.baseUrl}/files/agents/${agent.id}/video/%2e%2e%2f%2e%2e%2f%2e%2e%2fauth-secret`);
+    expect(traversal.status).toBe(404);
+    const sneakyPut = await fetch(`${upload.uploadUrl.split('?')[0]}%2f..%2f..%2fx.mp4?${upload.uploadUrl.split('?')[1]}`, {
+      method: 'PUT',
+      headers: { 'content-type': 'video/mp4' },
+      body: bytes,
+    });
+    expect(sneakyPut.status).toBe(404);
 
     const video = await t.http.post(`/agents/${agent.id}/videos`, { cookie: admin.cookie, json: { url: upload.publicUrl } });
     expect(video.status).toBe(201);

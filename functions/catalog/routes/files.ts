@@ -46,19 +46,52 @@ export function localFileRoutes(objectStorage: ObjectStorage | undefined, files:
   });
 
   router.get('/files/*', async (c) => {
-    // Public: uploaded media are published assets of the catalog (like a public bucket).
+    // Public: uploaded media are published assets of the catalog (like a public bucket). Byte ranges are
+    // honoured because browsers (Safari in particular) stream <video> with Range requests.
     const key = decodeURIComponent(c.req.path.slice('/files/'.length));
-    const file = STORAGE_KEY_PATTERN.test(key) ? await files.read(key) : undefined;
+    const size = STORAGE_KEY_PATTERN.test(key) ? await files.size(key) : undefined;
+    if (size === undefined) return c.json(failure('NOT_FOUND', 'No such file'), 404);
+    const headers: Record<string, string> = {
+      'content-type': contentTypeOfKey(key),
+      'accept-ranges': 'bytes',
+      'cache-control': 'public, max-age=31536000, immutable',
+      'x-content-type-options': 'nosniff',
+    };
+    const range = parseRange(c.req.header('range'), size);
+    if (range === 'unsatisfiable') {
+      return new Response(null, { status: 416, headers: { ...headers, 'content-range': `bytes */${size}` } });
+    }
+    const file = await files.read(key, range ?? undefined);
     if (!file) return c.json(failure('NOT_FOUND', 'No such file'), 404);
+    if (!range) return new Response(file.body, { headers: { ...headers, 'content-length': String(file.size) } });
     return new Response(file.body, {
+      status: 206,
       headers: {
-        'content-type': contentTypeOfKey(key),
-        'content-length': String(file.size),
-        'cache-control': 'public, max-age=31536000, immutable',
-        'x-content-type-options': 'nosniff',
+        ...headers,
+        'content-length': String(range.end - range.start + 1),
+        'content-range': `bytes ${range.start}-${range.end}/${file.size}`,
       },
     });
   });
 
   return router;
+}
+
+/** One `bytes=a-b`, `bytes=a-` or `bytes=-n` range; anything else (or several ranges) is served whole. */
+export function parseRange(header: string | undefined, size: number): { start: number; end: number } | null | 'unsatisfiable' {
+  const m = header ? /^bytes=(\d*)-(\d*)$/.exec(header.trim()) : null;
+  if (!m || (m[1] === '' && m[2] === '')) return null;
+  let start: number;
+  let end: number;
+  if (m[1] === '') {
+    const suffix = Number(m[2]);
+    if (suffix === 0) return 'unsatisfiable';
+    start = Math.max(0, size - suffix);
+    end = size - 1;
+  } else {
+    start = Number(m[1]);
+    end = m[2] === '' ? size - 1 : Math.min(Number(m[2]), size - 1);
+  }
+  if (start >= size || start > end) return 'unsatisfiable';
+  return { start, end };
 }
