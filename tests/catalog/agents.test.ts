@@ -226,6 +226,11 @@ describe('GET /agents (listAgents)', () => {
     const generic = await walk(fresh, '/agents?q=generic', { limit: 2 });
     expect(generic).toHaveLength(7);
     expect((await fresh.http.get('/agents?q=nothingmatchesthis')).body.data).toEqual([]);
+    // Any text is a valid search (websearch syntax never fails to parse): operators and quotes are not a 500.
+    for (const q of ["a:* & | ! ( ) <-> '\\", '"unterminated', '-', 'or or']) {
+      expect((await fresh.http.get(`/agents?q=${encodeURIComponent(q)}`)).status).toBe(200);
+    }
+    expect((await fresh.http.get(`/agents?q=${encodeURIComponent('-tickets customer')}`)).body.data).toEqual([]);
   });
 
   it('filters by pricing: free = a public free tier, paid = a public paid tier', async () => {
