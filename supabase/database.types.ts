@@ -706,6 +706,7 @@ export type Database = {
       };
       "oauth_issued_access_tokens": {
         Row: {
+          "authorization_code_id": string | null;
           "client_id": string;
           "created_at": string;
           "expires_at": string;
@@ -715,6 +716,7 @@ export type Database = {
         };
         ComputedFields: never;
         Insert: {
+          "authorization_code_id"?: string | null;
           "client_id": string;
           "created_at"?: string;
           "expires_at": string;
@@ -723,6 +725,7 @@ export type Database = {
           "user_id": string;
         };
         Update: {
+          "authorization_code_id"?: string | null;
           "client_id"?: string;
           "created_at"?: string;
           "expires_at"?: string;
@@ -2084,6 +2087,24 @@ export type Database = {
       };
     };
     Functions: {
+      "admin_analytics_funnel": {
+        Args: { "p_agent_id": string; "p_from": string; "p_to": string };
+        Returns: {
+          "activated": number;
+          "agent_id": string;
+          "purchased": number;
+          "used": number;
+        }[];
+      };
+      "admin_analytics_trends": {
+        Args: { "p_agent_id": string; "p_from": string; "p_to": string };
+        Returns: {
+          "active": number;
+          "cancellations": number;
+          "new_subscriptions": number;
+          "week": string;
+        }[];
+      };
       "billing_apply_stripe_subscription": {
         Args: {
           "p_cancel_at_period_end": boolean;

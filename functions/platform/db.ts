@@ -21,8 +21,7 @@ export interface Database {
    */
   runScript(script: string, followUps?: { text: string; values: unknown[] }[]): Promise<void>;
   /**
-   * Closes the connections, waiting at most `graceSeconds` (default 5) for running queries; 0 closes at once
-   * (tests, which drop their database right after).
+   * Closes the connections, waiting at most `graceSeconds` (default 5) for running queries; 0 closes at once.
    */
   close(options?: { graceSeconds?: number }): Promise<void>;
 }

@@ -66,6 +66,9 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const app = createApp(deps);
   options.routes?.(app);
   await deps.startup?.();
+  // The auth library initialises in the background (schema check, OAuth resource seed); let it finish before
+  // the test starts, so closing the database at the end never cuts one of its queries.
+  await (deps as { auth?: { $context?: Promise<unknown> } }).auth?.$context;
   const server: ServerType = await new Promise((resolve) => {
     const s = serve({ fetch: app.fetch, port, hostname: '127.0.0.1' }, () => resolve(s));
   });

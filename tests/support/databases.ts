@@ -44,7 +44,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
       database,
       url,
       drop: async () => {
-        await database.close({ graceSeconds: 0 });
+        await database.close({ graceSeconds: 1 });
         const a = postgres(serverUrl, { max: 1, onnotice: () => {} });
         try {
           await a.unsafe(`drop database if exists ${name} with (force)`);
