@@ -33,13 +33,20 @@ function toMetricDefinition(row: MetricRow): MetricDefinition {
   };
 }
 
-async function requireAgent(db: Db, agentId: string): Promise<void> {
-  const agent = await first(db, sql`select 1 from public.agents where id = ${agentId}`);
+/**
+ * The agent must exist, and for anyone but an admin be published (`active` or `coming_soon`): draft and inactive
+ * agents do not exist for the public, as in the catalog.
+ */
+async function requireAgent(db: Db, agentId: string, admin: boolean): Promise<void> {
+  const agent = await first(
+    db,
+    sql`select 1 from public.agents where id = ${agentId} and (${admin} or status in ('active', 'coming_soon'))`,
+  );
   if (!agent) throw notFound('Agent', { agentId });
 }
 
-export async function listMetricDefinitions(db: Db, agentId: string): Promise<MetricDefinition[]> {
-  await requireAgent(db, agentId);
+export async function listMetricDefinitions(db: Db, agentId: string, admin: boolean): Promise<MetricDefinition[]> {
+  await requireAgent(db, agentId, admin);
   const found = await rows<MetricRow>(
     db,
     sql`select ${columns} from public.metric_definitions m where m.agent_id = ${agentId} order by m.created_at, m.id`,
@@ -47,10 +54,11 @@ export async function listMetricDefinitions(db: Db, agentId: string): Promise<Me
   return found.map(toMetricDefinition);
 }
 
-export async function getMetricDefinition(db: Db, agentId: string, metricId: string): Promise<MetricDefinition> {
+export async function getMetricDefinition(db: Db, agentId: string, metricId: string, admin: boolean): Promise<MetricDefinition> {
   const row = await first<MetricRow>(
     db,
-    sql`select ${columns} from public.metric_definitions m where m.id = ${metricId} and m.agent_id = ${agentId}`,
+    sql`select ${columns} from public.metric_definitions m join public.agents a on a.id = m.agent_id
+        where m.id = ${metricId} and m.agent_id = ${agentId} and (${admin} or a.status in ('active', 'coming_soon'))`,
   );
   if (!row) throw notFound('Metric definition', { agentId, metricId });
   return toMetricDefinition(row);
@@ -86,7 +94,7 @@ export async function updateMetricDefinition(
   metricId: string,
   input: { name?: string | undefined; unit?: string | null | undefined; slug?: string | undefined; kind?: string | undefined },
 ): Promise<MetricDefinition> {
-  const current = await getMetricDefinition(db, agentId, metricId);
+  const current = await getMetricDefinition(db, agentId, metricId, true);
   // Sending the current value back is not a change (clients often PATCH the whole object).
   for (const field of ['slug', 'kind'] as const) {
     if (input[field] !== undefined && input[field] !== current[field]) {

@@ -27,11 +27,16 @@ function toTierQuota(row: QuotaRow): TierQuota {
   };
 }
 
-/** The tier's quotas; a hidden tier exists only for admins (404 otherwise, as in the tier list). */
-export async function listTierQuotas(db: Db, agentId: string, tierId: string, includeHidden: boolean): Promise<TierQuota[]> {
+/**
+ * The tier's quotas. A hidden tier, or any tier of an unpublished (draft, inactive) agent, exists only for admins
+ * (404 otherwise, as in the catalog).
+ */
+export async function listTierQuotas(db: Db, agentId: string, tierId: string, admin: boolean): Promise<TierQuota[]> {
   const tier = await first(
     db,
-    sql`select 1 from public.tiers where id = ${tierId} and agent_id = ${agentId} and (${includeHidden} or is_public)`,
+    sql`select 1 from public.tiers t join public.agents a on a.id = t.agent_id
+        where t.id = ${tierId} and t.agent_id = ${agentId}
+          and (${admin} or (t.is_public and a.status in ('active', 'coming_soon')))`,
   );
   if (!tier) throw notFound('Tier', { agentId, tierId });
   const found = await rows<QuotaRow>(

@@ -132,6 +132,22 @@ describe('metric definitions', () => {
     expect((await t.http.delete(metricsPath(agent.id, addonOnly.id), { cookie: admin.cookie })).status).toBe(422);
   });
 
+  it('hides the metrics and quotas of draft and inactive agents from everyone but admins (404)', async () => {
+    for (const status of ['draft', 'inactive'] as const) {
+      const agent = await insertAgent(t.db, { status });
+      const tier = await insertTier(t.db, agent.id);
+      const metric = await createMetric(agent.id, { slug: 'calls', name: 'Calls', kind: 'rolling' });
+      for (const path of [metricsPath(agent.id), metricsPath(agent.id, metric.id), quotasPath(agent.id, tier.id)]) {
+        expect((await t.http.get(path)).status, `${status} ${path}`).toBe(404);
+        expect((await t.http.get(path, { cookie: user.cookie })).status, `${status} ${path}`).toBe(404);
+        expect((await t.http.get(path, { cookie: admin.cookie })).status, `${status} ${path}`).toBe(200);
+      }
+    }
+    const comingSoon = await insertAgent(t.db, { status: 'coming_soon' });
+    await createMetric(comingSoon.id, { slug: 'calls', name: 'Calls', kind: 'rolling' });
+    expect((await t.http.get(metricsPath(comingSoon.id))).body.data).toHaveLength(1);
+  });
+
   it('is public to read and admin-only to write (401 anonymous, 403 for a user)', async () => {
     const agent = await insertAgent(t.db);
     const metric = await createMetric(agent.id, { slug: 'calls', name: 'Calls', kind: 'rolling' });

@@ -114,10 +114,10 @@ const routes = {
 export function metricRoutes() {
   const router = newRouter();
 
-  // Public: metric definitions are part of an agent's pricing page.
+  // Public: metric definitions are part of an agent's pricing page (unpublished agents: admins only).
   router.openapi(routes.list, async (c) => {
     const { agentId } = c.req.valid('param');
-    return c.json(ok(await listMetricDefinitions(c.var.deps.database.db, agentId)), 200);
+    return c.json(ok(await listMetricDefinitions(c.var.deps.database.db, agentId, await isAdmin(c))), 200);
   });
 
   router.openapi(routes.create, async (c) => {
@@ -130,7 +130,7 @@ export function metricRoutes() {
   // Public, like the list.
   router.openapi(routes.get, async (c) => {
     const { agentId, metricId } = c.req.valid('param');
-    return c.json(ok(await getMetricDefinition(c.var.deps.database.db, agentId, metricId)), 200);
+    return c.json(ok(await getMetricDefinition(c.var.deps.database.db, agentId, metricId, await isAdmin(c))), 200);
   });
 
   router.openapi(routes.update, async (c) => {
@@ -146,7 +146,7 @@ export function metricRoutes() {
     return c.json(ok(await deleteMetricDefinition(c.var.deps.database.db, agentId, metricId)), 200);
   });
 
-  // Public for public tiers; a hidden tier's quotas only for admins (as the tier itself).
+  // Public for public tiers of published agents; otherwise admins only (as the tier itself).
   router.openapi(routes.listQuotas, async (c) => {
     const { agentId, tierId } = c.req.valid('param');
     return c.json(ok(await listTierQuotas(c.var.deps.database.db, agentId, tierId, await isAdmin(c))), 200);
