@@ -55,6 +55,36 @@ interface Figures {
   other: number;
 }
 
+/** CPU seconds (user + system) a process and its descendants used so far, from /proc (Linux); 0 elsewhere. */
+function processTreeCpu(rootPid: number): number {
+  try {
+    const ticks = 100; // USER_HZ on Linux
+    const stats = readdirSync('/proc')
+      .filter((d) => /^\d+$/.test(d))
+      .map((d) => {
+        try {
+          const text = readFileSync(`/proc/${d}/stat`, 'utf8');
+          const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+          return { pid: Number(d), ppid: Number(fields[1]), cpu: (Number(fields[11]) + Number(fields[12])) / ticks };
+        } catch {
+          return undefined;
+        }
+      })
+      .filter((x): x is { pid: number; ppid: number; cpu: number } => !!x);
+    const tree = new Set([rootPid]);
+    for (let grew = true; grew; ) {
+      grew = false;
+      for (const p of stats) if (!tree.has(p.pid) && tree.has(p.ppid)) (tree.add(p.pid), (grew = true));
+    }
+    return stats.filter((p) => tree.has(p.pid)).reduce((a, p) => a + p.cpu, 0);
+  } catch {
+    return 0;
+  }
+}
+
+/** Set once the service runs: where the CPU of an HTTP run went (service vs this process's load generator). */
+let servicePid: number | undefined;
+
 interface Pair {
   userId: string;
   agentId: string;
@@ -146,6 +176,8 @@ async function http(
   next: () => { path: string; token: string; body: string },
   run: { seconds: number } | { requests: number },
 ): Promise<Figures> {
+  const cpuBefore = process.cpuUsage();
+  const serviceBefore = servicePid ? processTreeCpu(servicePid) : 0;
   const r = await autocannon({
     url,
     connections,
@@ -168,6 +200,10 @@ async function http(
   });
   const figures = { what, requestsPerSec: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, ok: r['2xx'], other: r.non2xx + r.errors + r.timeouts };
   progress(figures);
+  const used = process.cpuUsage(cpuBefore);
+  const generator = (used.user + used.system) / 1e6;
+  const service = servicePid ? processTreeCpu(servicePid) - serviceBefore : 0;
+  console.log(`          CPU seconds: service ${service.toFixed(1)}, load generator (autocannon, this process) ${generator.toFixed(1)}`);
   return figures;
 }
 
@@ -227,6 +263,7 @@ async function main() {
     await root.end();
     const dbUrl = server.url.replace(/\/postgres$/, '/bench_usage');
     const service = await startService({ DATABASE_URL: dbUrl, DATA_DIR: dataDir });
+    servicePid = service.child.pid;
     const database = openPostgres(dbUrl, { max: 4 });
     const db = database.db;
     try {
