@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import { configDefaults, defineConfig } from 'vitest/config';
 
 /**
@@ -14,6 +15,9 @@ const common = {
 
 export default defineConfig({
   test: {
+    // Vitest's default is one worker per core minus one: a single worker on a 2-core CI machine, idle while a
+    // test waits on the PostgreSQL server, Chromium or a child process. Two or more keep the cores busy.
+    maxWorkers: Number(process.env.TEST_WORKERS) || Math.max(2, availableParallelism()),
     projects: [
       { test: { ...common, name: 'postgres', env: { TEST_DB: 'postgres' } } },
       { test: { ...common, name: 'pglite', env: { TEST_DB: 'pglite' }, exclude: [...configDefaults.exclude, 'tests/**/*.pg-only.test.ts'] } },
