@@ -107,10 +107,10 @@ export async function provisionAgentClient(
       "dpopBoundAccessTokens", "metadata")
     values (
       ${crypto.randomUUID()}, ${clientId}, ${await hashClientSecret(clientSecret)}, false, false, true,
-      ${JSON.stringify(OAUTH_SCOPES)}::jsonb, '[]'::jsonb, ${now}, ${now}, ${input.name.slice(0, 200)},
-      ${JSON.stringify(redirectUris)}::jsonb, ${JSON.stringify(postLogoutRedirectUris)}::jsonb,
+      ${JSON.stringify(OAUTH_SCOPES)}::text::jsonb, '[]'::jsonb, ${now}, ${now}, ${input.name.slice(0, 200)},
+      ${JSON.stringify(redirectUris)}::text::jsonb, ${JSON.stringify(postLogoutRedirectUris)}::text::jsonb,
       'client_secret_basic', 'web', '["authorization_code","refresh_token"]'::jsonb, '["code"]'::jsonb, true,
-      false, ${JSON.stringify({ agentId: input.agentId })}::jsonb)`.execute(db);
+      false, ${JSON.stringify({ agentId: input.agentId })}::text::jsonb)`.execute(db);
   await sql`
     insert into public.agent_oauth_clients (agent_id, client_id, created_at, updated_at)
     values (${input.agentId}, ${clientId}, ${now}, ${now})`.execute(db);
@@ -149,8 +149,8 @@ export async function updateAgentClient(
   const updated = await first(
     db,
     sql`update "oauthClient" c
-           set "redirectUris" = coalesce(${redirectUris === null ? null : JSON.stringify(redirectUris)}::jsonb, c."redirectUris"),
-               "postLogoutRedirectUris" = coalesce(${postLogout === null ? null : JSON.stringify(postLogout)}::jsonb, c."postLogoutRedirectUris"),
+           set "redirectUris" = coalesce(${redirectUris === null ? null : JSON.stringify(redirectUris)}::text::jsonb, c."redirectUris"),
+               "postLogoutRedirectUris" = coalesce(${postLogout === null ? null : JSON.stringify(postLogout)}::text::jsonb, c."postLogoutRedirectUris"),
                "updatedAt" = ${deps.clock.now()}
           from public.agent_oauth_clients a
          where a.agent_id = ${agentId} and c."clientId" = a.client_id

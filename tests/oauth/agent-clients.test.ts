@@ -47,6 +47,20 @@ describe('provisionAgentClient', () => {
     expect((await adminCall('get', `/admin/agents/${row.id}/oauth-client`)).status).toBe(404);
   });
 
+  test('stores the URI lists and scopes as JSON arrays (the library reads them as arrays on both drivers)', async () => {
+    const row = await insertAgent(t.db);
+    const { clientId } = await t.db
+      .transaction()
+      .execute((trx) => provisionAgentClient(t.deps, trx, { agentId: row.id, name: 'x', redirectUris: ['https://a.example/cb'], postLogoutRedirectUris: ['https://a.example/bye'] }));
+    expect((await adminCall('patch', `/admin/agents/${row.id}/oauth-client`, { redirectUris: ['https://b.example/cb'] })).status).toBe(200);
+    const types = await first<Record<string, string>>(
+      t.db,
+      sql`select jsonb_typeof("redirectUris") as r, jsonb_typeof("postLogoutRedirectUris") as p, jsonb_typeof("scopes") as s
+            from "oauthClient" where "clientId" = ${clientId}`,
+    );
+    expect(types).toEqual({ r: 'array', p: 'array', s: 'array' });
+  });
+
   test('accepts https and loopback http, refuses everything else with the field path', async () => {
     const row = await insertAgent(t.db);
     const attempt = (redirectUris: string[], postLogoutRedirectUris: string[] = []) =>
