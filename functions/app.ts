@@ -7,6 +7,7 @@ import { ApiError, errorStatus, type ErrorCode } from './http/errors.ts';
 import { CursorSigner } from './http/pagination.ts';
 import { newRouter } from './http/router.ts';
 import { requestContext } from './http/request-context.ts';
+import { rejectNulCharacters } from './http/nul-guard.ts';
 import { docsRoutes } from './http/docs.ts';
 import { healthRoutes } from './health/routes.ts';
 import { catalogRoutes, localFileRoutes } from './catalog/routes.ts';
@@ -70,6 +71,7 @@ export function createApp(deps: AppDeps) {
       onError: (c) => c.json(failure('PAYLOAD_TOO_LARGE', 'The request body is larger than 1 MiB', { maxBytes: MAX_BODY_BYTES }), 413),
     }),
   );
+  app.use('*', rejectNulCharacters());
 
   app.onError((err, c) => errorResponse(err, c as unknown as Context<AppEnv>, deps));
   app.notFound((c) => c.json(failure('NOT_FOUND', `No route for ${c.req.method} ${c.req.path}`), 404));

@@ -5,6 +5,7 @@ import { ok } from '../../functions/http/envelope.ts';
 import { ApiError, errorStatus, type ErrorCode } from '../../functions/http/errors.ts';
 import { jsonBody, jsonResponse, newRouter, uuidParam } from '../../functions/http/router.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { sql } from '../../functions/platform/db.ts';
 
 /**
  * The HTTP contract layer (contract.md section 1) as a client sees it: envelopes, the status of each error the
@@ -348,5 +349,44 @@ describe('request log', () => {
       expect(line.durationMs as number).toBeGreaterThanOrEqual(0);
       expect(new Date(line.time as string).toISOString()).toBe(line.time);
     }
+  });
+});
+
+describe('NUL characters (PostgreSQL text cannot hold them)', () => {
+  let nulApp: TestApp;
+  beforeAll(async () => {
+    nulApp = await startTestApp();
+  });
+  afterAll(() => nulApp.close());
+
+  it('refuses %00 in a path or query with 400 VALIDATION_ERROR, on our routes and the auth library', async () => {
+    for (const path of ['/agents?q=a%00b', '/agents/by-slug/a%00b', '/agents?tag=x%00', '/api/auth/get-session?x=%00']) {
+      const res = await nulApp.http.get(path);
+      expect(res.status, path).toBe(400);
+      expect(res.body.error.code, path).toBe('VALIDATION_ERROR');
+    }
+  });
+
+  it('refuses a \\u0000 escape in a JSON body and %00 in a form body, and stores nothing', async () => {
+    const signUp = await nulApp.http.post('/api/auth/sign-up/email', {
+      json: { email: 'nul@example.com', password: 'a-long-password-1', name: 'Nul\u0000Name' },
+    });
+    expect(signUp.status).toBe(400);
+    expect(signUp.body.error.code).toBe('VALIDATION_ERROR');
+    const users = await sql<{ n: number }>`select count(*)::int as n from "user" where email = 'nul@example.com'`.execute(nulApp.db);
+    expect(users.rows[0]!.n).toBe(0);
+
+    const token = await nulApp.http.post('/api/auth/oauth2/token', {
+      body: 'grant_type=authorization_code&code=%00',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
+    expect(token.status).toBe(400);
+  });
+
+  it('accepts an escaped backslash followed by u0000, which is not a NUL', async () => {
+    const res = await nulApp.http.post('/api/auth/sign-in/email', {
+      json: { email: 'nobody@example.com', password: 'literal \\u0000 text' },
+    });
+    expect(res.status).toBe(401);
   });
 });
