@@ -1,12 +1,8 @@
 import { cpus, loadavg } from 'node:os';
-import { serve, type ServerType } from '@hono/node-server';
-import { createApp } from '../../functions/app.ts';
-import { buildDeps } from '../../functions/deps.ts';
-import { loadConfig } from '../../functions/platform/config.ts';
 import { openPostgres, rows, sql } from '../../functions/platform/db.ts';
-import { createLogger } from '../../functions/platform/logger.ts';
 import { migrate } from '../../functions/platform/migrations.ts';
-import { freePort, startPostgres } from '../postgres-server.ts';
+import { startPostgres } from '../postgres-server.ts';
+import { BENCH_AUTH_SECRET, cookieHeader, percentile, serveAppInProcess } from './lib.ts';
 
 /**
  * `npx tsx scripts/bench/analytics.ts [subscriptions=100000] [usageRows=1000000] [calls=20]`
@@ -27,23 +23,11 @@ const AGENTS = 20;
 
 const server = await startPostgres();
 const database = openPostgres(server.url);
-let http: ServerType | undefined;
+let app: Awaited<ReturnType<typeof serveAppInProcess>> | undefined;
 try {
   await migrate(database);
-  const port = await freePort();
-  const baseUrl = `http://127.0.0.1:${port}`;
-  const config = loadConfig({
-    NODE_ENV: 'production',
-    PORT: String(port),
-    PUBLIC_BASE_URL: baseUrl,
-    AUTH_SECRET: 'bench-secret-bench-secret-bench-secret!',
-    AUTH_RATE_LIMIT_PER_MINUTE: '0',
-  });
-  const deps = await buildDeps({ config, database, logger: createLogger({ level: 'error' }) });
-  const app = createApp(deps);
-  http = await new Promise<ServerType>((resolve) => {
-    const s = serve({ fetch: app.fetch, port, hostname: '127.0.0.1' }, () => resolve(s));
-  });
+  app = await serveAppInProcess(database, { NODE_ENV: 'production', AUTH_SECRET: BENCH_AUTH_SECRET, AUTH_RATE_LIMIT_PER_MINUTE: '0' }, 'error');
+  const { baseUrl } = app;
 
   const signUp = await fetch(`${baseUrl}/api/auth/sign-up/email`, {
     method: 'POST',
@@ -51,7 +35,7 @@ try {
     body: JSON.stringify({ email: 'bench-admin@example.test', password: 'bench-password-123', name: 'Bench Admin' }),
   });
   if (!signUp.ok) throw new Error(`sign-up failed: ${signUp.status} ${await signUp.text()}`);
-  const cookie = signUp.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
+  const cookie = cookieHeader(signUp);
   await sql`update "user" set role = 'platform_admin' where email = 'bench-admin@example.test'`.execute(database.db);
 
   const db = database.db;
@@ -138,7 +122,7 @@ try {
       times.push(last.ms);
     }
     times.sort((a, b) => a - b);
-    const pct = (p: number) => times[Math.min(times.length - 1, Math.ceil((p / 100) * times.length) - 1)]!.toFixed(1);
+    const pct = (p: number) => percentile(times, p).toFixed(1);
     const f = last!.body.data.funnel;
     console.log(
       `  ${label.padEnd(36)} p50 ${pct(50).padStart(7)} ms   p99 ${pct(99).padStart(7)} ms   ` +
@@ -176,7 +160,7 @@ try {
     for (const line of plan) console.log(`  ${line['QUERY PLAN']}`);
   }
 } finally {
-  if (http) await new Promise<void>((resolve) => http!.close(() => resolve()));
+  if (app) await app.close();
   await database.close();
   server.stop();
 }

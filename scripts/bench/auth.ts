@@ -1,15 +1,23 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import postgres from 'postgres';
-// @ts-expect-error autocannon ships no types
-import autocannon from 'autocannon';
-import { freePort, startPostgres } from '../postgres-server.ts';
+import { startPostgres } from '../postgres-server.ts';
 import { HttpClient } from '../../tests/support/http.ts';
 import { accessTokenFor } from '../../tests/support/oauth.ts';
 import type { TestApp } from '../../tests/support/app.ts';
 import { sessionCookie } from '../../tests/support/users.ts';
+import {
+  closedLoop,
+  createDatabase,
+  createOAuthAgent,
+  loadColumns,
+  percentileFloor,
+  signInAdmin,
+  startService,
+  stopService,
+  warmedLoad,
+  type LoadFigures,
+} from './lib.ts';
 
 /**
  * `npx tsx scripts/bench/auth.ts [seconds] [connections]`: against the real Node entry (scripts/serve.ts as a
@@ -28,58 +36,8 @@ const SIGN_IN_CONCURRENCY = 20;
 const ROUNDS = 3;
 const ADMIN = { email: 'bench-admin@example.com', password: 'bench admin password' };
 
-async function startService(env: Record<string, string>): Promise<{ url: string; child: ChildProcess }> {
-  const port = await freePort();
-  const child = spawn(join('node_modules', '.bin', 'tsx'), ['scripts/serve.ts'], {
-    env: {
-      ...process.env,
-      NODE_ENV: 'production',
-      AUTH_SECRET: 'bench-secret-bench-secret-bench-secret!',
-      AUTH_RATE_LIMIT_PER_MINUTE: '0',
-      PORT: String(port),
-      ADMIN_EMAIL: ADMIN.email,
-      ADMIN_PASSWORD: ADMIN.password,
-      ...env,
-    },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 90_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`service exited with ${child.exitCode}`);
-    if (await fetch(`${url}/ready`).then((r) => r.ok, () => false)) return { url, child };
-    if (Date.now() > deadline) throw new Error('service did not become ready');
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-async function stop(child: ChildProcess) {
-  if (child.exitCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await exited;
-}
-
-interface Figures {
+interface Figures extends LoadFigures {
   what: string;
-  requestsPerSec: number;
-  p50: number;
-  p99: number;
-  errors: number;
-  non2xx: number;
-}
-
-async function load(what: string, options: Record<string, unknown>, conns: number): Promise<Figures> {
-  await autocannon({ ...options, connections: conns, duration: 1 }); // warm-up
-  const r = await autocannon({ ...options, connections: conns, duration: seconds });
-  return {
-    what,
-    requestsPerSec: Math.round(r.requests.average),
-    p50: r.latency.p50,
-    p99: r.latency.p99,
-    errors: r.errors + r.timeouts,
-    non2xx: r.non2xx,
-  };
 }
 
 /**
@@ -105,16 +63,9 @@ async function signInLoad(url: string, user: { email: string; password: string }
   };
   await Promise.all(Array.from({ length: SIGN_IN_CONCURRENCY }, one)); // warm-up round
   latencies.length = 0;
-  const started = performance.now();
-  const deadline = started + seconds * 1000;
-  await Promise.all(
-    Array.from({ length: SIGN_IN_CONCURRENCY }, async () => {
-      while (performance.now() < deadline) await one();
-    }),
-  );
-  const elapsed = (performance.now() - started) / 1000;
+  const elapsed = await closedLoop(SIGN_IN_CONCURRENCY, seconds, one);
   latencies.sort((a, b) => a - b);
-  const pct = (p: number) => Math.round(latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? 0);
+  const pct = (p: number) => Math.round(percentileFloor(latencies, p) || 0);
   return {
     what: `POST /api/auth/sign-in/email (${SIGN_IN_CONCURRENCY} concurrent, ${latencies.length} sign-ins)`,
     requestsPerSec: Math.round((latencies.length / elapsed) * 10) / 10,
@@ -123,6 +74,11 @@ async function signInLoad(url: string, user: { email: string; password: string }
     errors,
     non2xx,
   };
+}
+
+/** A warmed-up autocannon run of `options` at `connections`, named `what`. */
+async function load(what: string, options: Record<string, unknown>): Promise<Figures> {
+  return { what, ...(await warmedLoad(options, connections, seconds)) };
 }
 
 /** The run with the median requests/s. */
@@ -135,37 +91,26 @@ async function main() {
   const dataDir = mkdtempSync(join(tmpdir(), 'mkt-bench-auth-'));
   const results: Figures[] = [];
   try {
-    const admin = postgres(server.url, { max: 1, onnotice: () => {} });
-    await admin.unsafe('create database bench_auth');
-    await admin.end();
-    const service = await startService({ DATABASE_URL: server.url.replace(/\/postgres$/, '/bench_auth'), DATA_DIR: dataDir });
+    const service = await startService(
+      {
+        AUTH_RATE_LIMIT_PER_MINUTE: '0',
+        ADMIN_EMAIL: ADMIN.email,
+        ADMIN_PASSWORD: ADMIN.password,
+        DATABASE_URL: await createDatabase(server.url, 'bench_auth'),
+        DATA_DIR: dataDir,
+      },
+      90_000,
+    );
     try {
       const http = new HttpClient(service.url);
-      // The same headers a browser front end sends (trusted origin), so production's checks apply as they would.
-      const origin = { origin: service.url };
-      const signedIn = await http.post('/api/auth/sign-in/email', { json: ADMIN, headers: origin });
-      if (signedIn.status !== 200) throw new Error(`admin sign-in failed: ${signedIn.status} ${signedIn.text}`);
-      const adminCookie = sessionCookie(signedIn.headers);
+      const adminCookie = await signInAdmin(http, service.url, ADMIN);
 
       const user = { email: 'bench-user@example.com', password: 'bench user password', name: 'Bench User' };
       const up = await http.post('/api/auth/sign-up/email', { json: user });
       if (up.status !== 200) throw new Error(`sign-up failed: ${up.status} ${up.text}`);
       const userCookie = sessionCookie(up.headers);
 
-      // An agent (and its OAuth client) created the way an admin would, then a token through the real flow.
-      const agent = await http.post('/agents', {
-        cookie: adminCookie,
-        headers: origin,
-        json: { slug: 'bench-agent', name: 'Bench Agent', description: 'benchmark', redirectUris: ['http://127.0.0.1:9/callback'] },
-      });
-      if (agent.status !== 201) throw new Error(`createAgent failed: ${agent.status} ${agent.text}`);
-      const client = {
-        agentId: agent.body.data.id,
-        clientId: agent.body.data.oauthClient.clientId,
-        clientSecret: agent.body.data.oauthClient.clientSecret,
-        redirectUri: 'http://127.0.0.1:9/callback',
-        postLogoutRedirectUri: '',
-      };
+      const client = await createOAuthAgent(http, service.url, adminCookie, { slug: 'bench-agent', name: 'Bench Agent' });
       const t = { http, baseUrl: service.url } as unknown as TestApp;
       const tokens = await accessTokenFor(t, { userId: up.body.user.id, ...user, cookie: userCookie }, { client });
       const check = await http.get('/me', { bearer: tokens.accessToken });
@@ -178,13 +123,13 @@ async function main() {
       const bearer: Figures[] = [];
       const cookie: Figures[] = [];
       for (let round = 0; round < ROUNDS; round++) {
-        health.push(await load('GET /health', { url: `${service.url}/health` }, connections));
-        bearer.push(await load('GET /me (bearer JWT)', { url: `${service.url}/me`, headers: { authorization: `Bearer ${tokens.accessToken}` } }, connections));
-        cookie.push(await load('GET /me (session cookie)', { url: `${service.url}/me`, headers: { cookie: userCookie } }, connections));
+        health.push(await load('GET /health', { url: `${service.url}/health` }));
+        bearer.push(await load('GET /me (bearer JWT)', { url: `${service.url}/me`, headers: { authorization: `Bearer ${tokens.accessToken}` } }));
+        cookie.push(await load('GET /me (session cookie)', { url: `${service.url}/me`, headers: { cookie: userCookie } }));
       }
       results.push(median(health), median(bearer), median(cookie));
     } finally {
-      await stop(service.child);
+      await stopService(service);
     }
   } finally {
     server.stop();
@@ -198,11 +143,7 @@ async function main() {
   console.table(
     results.map((r) => ({
       run: r.what,
-      'requests/s': r.requestsPerSec,
-      'p50 ms': r.p50,
-      'p99 ms': r.p99,
-      errors: r.errors,
-      'non-2xx': r.non2xx,
+      ...loadColumns(r),
     })),
   );
   const health = results[1]!.requestsPerSec;

@@ -1,13 +1,7 @@
-import { serve, type ServerType } from '@hono/node-server';
-// @ts-expect-error autocannon ships no types
-import autocannon from 'autocannon';
-import { createApp } from '../../functions/app.ts';
-import { buildDeps } from '../../functions/deps.ts';
-import { loadConfig } from '../../functions/platform/config.ts';
 import { first, openPostgres, sql } from '../../functions/platform/db.ts';
-import { createLogger } from '../../functions/platform/logger.ts';
 import { migrate } from '../../functions/platform/migrations.ts';
-import { freePort, startPostgres } from '../postgres-server.ts';
+import { startPostgres } from '../postgres-server.ts';
+import { autocannon, serveAppInProcess } from './lib.ts';
 
 /**
  * Catalog read benchmark: 10,000 agents (with tags, tiers and reviews, so the list's aggregates do real work)
@@ -30,7 +24,7 @@ async function main() {
   const server = process.env.DATABASE_URL ? undefined : await startPostgres();
   const url = process.env.DATABASE_URL ?? server!.url;
   const database = openPostgres(url, { max: 10 });
-  let http: ServerType | undefined;
+  let app: Awaited<ReturnType<typeof serveAppInProcess>> | undefined;
   try {
     await migrate(database);
     const db = database.db;
@@ -70,21 +64,12 @@ async function main() {
     await sql`analyze`.execute(db);
     console.log(`seeded in ${((performance.now() - seedStart) / 1000).toFixed(1)} s`);
 
-    const port = await freePort();
-    const baseUrl = `http://127.0.0.1:${port}`;
-    const config = loadConfig({
-      NODE_ENV: 'test',
-      PORT: String(port),
-      PUBLIC_BASE_URL: baseUrl,
-      AUTH_SECRET: 'bench-secret-bench-secret-bench-secret-0123',
-      AUTH_RATE_LIMIT_PER_MINUTE: '0',
-    });
-    const logger = createLogger({ level: 'warn' });
-    const deps = await buildDeps({ config, database, logger });
-    const app = createApp(deps);
-    http = await new Promise<ServerType>((resolve) => {
-      const s = serve({ fetch: app.fetch, port, hostname: '127.0.0.1' }, () => resolve(s));
-    });
+    app = await serveAppInProcess(
+      database,
+      { NODE_ENV: 'test', AUTH_SECRET: 'bench-secret-bench-secret-bench-secret-0123', AUTH_RATE_LIMIT_PER_MINUTE: '0' },
+      'warn',
+    );
+    const { baseUrl } = app;
 
     // Walk to page 500 the way a client would.
     let cursor = '';
@@ -108,10 +93,9 @@ async function main() {
       ['GET /agents?q=quantum', '/agents?limit=20&q=quantum'],
       ['GET /agents/{id}', `/agents/${agent.data[0]!.id}`],
     ];
-    type Result = { requests: { average: number }; latency: { p50: number; p99: number }; errors: number; non2xx: number };
     const results: Array<{ name: string; rps: number; p50: number; p99: number; errors: number }> = [];
     for (const [name, path] of targets) {
-      const result: Result = await autocannon({ url: `${baseUrl}${path}`, connections: CONNECTIONS, duration: SECONDS });
+      const result = await autocannon({ url: `${baseUrl}${path}`, connections: CONNECTIONS, duration: SECONDS });
       const errors = result.errors + result.non2xx;
       results.push({ name, rps: Math.round(result.requests.average), p50: result.latency.p50, p99: result.latency.p99, errors });
     }
@@ -122,7 +106,7 @@ async function main() {
     const [p1, p500] = [results[0]!, results[1]!];
     console.log(`\npage 500 / page 1: throughput ${(p500.rps / p1.rps).toFixed(2)}x, p99 ${(p500.p99 / p1.p99).toFixed(2)}x (goal: within 1.2x)`);
   } finally {
-    if (http) await new Promise<void>((resolve) => http!.close(() => resolve()));
+    if (app) await app.close();
     await database.close();
     server?.stop();
   }

@@ -1,11 +1,9 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import postgres from 'postgres';
-// @ts-expect-error autocannon ships no types
-import autocannon from 'autocannon';
-import { findPostgresBin, freePort, startPostgres } from '../postgres-server.ts';
+import { findPostgresBin, startPostgres } from '../postgres-server.ts';
 import { startFreeSubscription } from '../../functions/billing/subscriptions.ts';
 import { systemClock } from '../../functions/platform/clock.ts';
 import { openPostgres, sql } from '../../functions/platform/db.ts';
@@ -13,6 +11,17 @@ import { HttpClient } from '../../tests/support/http.ts';
 import { accessTokenFor } from '../../tests/support/oauth.ts';
 import type { TestApp } from '../../tests/support/app.ts';
 import { sessionCookie } from '../../tests/support/users.ts';
+import {
+  autocannon,
+  closedLoop,
+  createDatabase,
+  createOAuthAgent,
+  percentileFloor as percentile,
+  signInAdmin,
+  startCpuSample,
+  startService,
+  stopService,
+} from './lib.ts';
 
 /**
  * `npx tsx scripts/bench/usage.ts [seconds] [connections]`: the metering hot path measured against the database's
@@ -55,33 +64,6 @@ interface Figures {
   other: number;
 }
 
-/** CPU seconds (user + system) a process and its descendants used so far, from /proc (Linux); 0 elsewhere. */
-function processTreeCpu(rootPid: number): number {
-  try {
-    const ticks = 100; // USER_HZ on Linux
-    const stats = readdirSync('/proc')
-      .filter((d) => /^\d+$/.test(d))
-      .map((d) => {
-        try {
-          const text = readFileSync(`/proc/${d}/stat`, 'utf8');
-          const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-          return { pid: Number(d), ppid: Number(fields[1]), cpu: (Number(fields[11]) + Number(fields[12])) / ticks };
-        } catch {
-          return undefined;
-        }
-      })
-      .filter((x): x is { pid: number; ppid: number; cpu: number } => !!x);
-    const tree = new Set([rootPid]);
-    for (let grew = true; grew; ) {
-      grew = false;
-      for (const p of stats) if (!tree.has(p.pid) && tree.has(p.ppid)) (tree.add(p.pid), (grew = true));
-    }
-    return stats.filter((p) => tree.has(p.pid)).reduce((a, p) => a + p.cpu, 0);
-  } catch {
-    return 0;
-  }
-}
-
 /** Set once the service runs: where the CPU of an HTTP run went (service vs this process's load generator). */
 let servicePid: number | undefined;
 
@@ -89,43 +71,6 @@ interface Pair {
   userId: string;
   agentId: string;
   token: string;
-}
-
-async function startService(env: Record<string, string>): Promise<{ url: string; child: ChildProcess }> {
-  const port = await freePort();
-  const child = spawn(join('node_modules', '.bin', 'tsx'), ['scripts/serve.ts'], {
-    env: {
-      ...process.env,
-      NODE_ENV: 'production',
-      AUTH_SECRET: 'bench-secret-bench-secret-bench-secret!',
-      AUTH_RATE_LIMIT_PER_MINUTE: '0',
-      PORT: String(port),
-      ADMIN_EMAIL: ADMIN.email,
-      ADMIN_PASSWORD: ADMIN.password,
-      ...env,
-    },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 120_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`service exited with ${child.exitCode}`);
-    if (await fetch(`${url}/ready`).then((r) => r.ok, () => false)) return { url, child };
-    if (Date.now() > deadline) throw new Error('service did not become ready');
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-async function stop(child: ChildProcess) {
-  if (child.exitCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await exited;
-}
-
-function percentile(sorted: number[], p: number): number {
-  if (!sorted.length) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
 
 /** The pgbench binary: PostgreSQL 15's, else whatever is on PATH. */
@@ -176,8 +121,7 @@ async function http(
   next: () => { path: string; token: string; body: string },
   run: { seconds: number } | { requests: number },
 ): Promise<Figures> {
-  const cpuBefore = process.cpuUsage();
-  const serviceBefore = servicePid ? processTreeCpu(servicePid) : 0;
+  const cpu = startCpuSample(servicePid);
   const r = await autocannon({
     url,
     connections,
@@ -200,9 +144,7 @@ async function http(
   });
   const figures = { what, requestsPerSec: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, ok: r['2xx'], other: r.non2xx + r.errors + r.timeouts };
   progress(figures);
-  const used = process.cpuUsage(cpuBefore);
-  const generator = (used.user + used.system) / 1e6;
-  const service = servicePid ? processTreeCpu(servicePid) - serviceBefore : 0;
+  const { service, generator } = cpu();
   console.log(`          CPU seconds: service ${service.toFixed(1)}, load generator (autocannon, this process) ${generator.toFixed(1)}`);
   return figures;
 }
@@ -217,22 +159,17 @@ async function nodeDriver(what: string, url: string, pick: (i: number) => Pair, 
   const latencies: number[] = [];
   let n = 0;
   let failed = 0;
-  const until = performance.now() + secs * 1000;
-  await Promise.all(
-    Array.from({ length: conns }, async (_, worker) => {
-      while (performance.now() < until) {
-        const i = n++;
-        const p = pick(i);
-        const started = performance.now();
-        try {
-          await client`select * from public.metering_increment(${p.userId}, ${p.agentId}, 'calls', ${`n-${worker}-${i}`}, 1, ${new Date()})`;
-          latencies.push(performance.now() - started);
-        } catch {
-          failed++;
-        }
-      }
-    }),
-  );
+  await closedLoop(conns, secs, async (worker) => {
+    const i = n++;
+    const p = pick(i);
+    const started = performance.now();
+    try {
+      await client`select * from public.metering_increment(${p.userId}, ${p.agentId}, 'calls', ${`n-${worker}-${i}`}, 1, ${new Date()})`;
+      latencies.push(performance.now() - started);
+    } catch {
+      failed++;
+    }
+  });
   await client.end();
   latencies.sort((a, b) => a - b);
   const figures = { what, requestsPerSec: Math.round(latencies.length / secs), p50: round(percentile(latencies, 50)), p99: round(percentile(latencies, 99)), ok: latencies.length, other: failed };
@@ -258,34 +195,19 @@ async function main() {
     console.error(`FAILED: ${message}`);
   };
   try {
-    const root = postgres(server.url, { max: 1, onnotice: () => {} });
-    await root.unsafe('create database bench_usage');
-    await root.end();
-    const dbUrl = server.url.replace(/\/postgres$/, '/bench_usage');
-    const service = await startService({ DATABASE_URL: dbUrl, DATA_DIR: dataDir });
+    const dbUrl = await createDatabase(server.url, 'bench_usage');
+    const service = await startService(
+      { AUTH_RATE_LIMIT_PER_MINUTE: '0', ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, DATABASE_URL: dbUrl, DATA_DIR: dataDir },
+      120_000,
+    );
     servicePid = service.child.pid;
     const database = openPostgres(dbUrl, { max: 4 });
     const db = database.db;
     try {
       // ---- setup: users and tokens through the real flows, catalog rows in SQL, subscriptions through the service
       const client = new HttpClient(service.url);
-      const origin = { origin: service.url };
-      const signedIn = await client.post('/api/auth/sign-in/email', { json: ADMIN, headers: origin });
-      if (signedIn.status !== 200) throw new Error(`admin sign-in failed: ${signedIn.status} ${signedIn.text}`);
-      const adminCookie = sessionCookie(signedIn.headers);
-      const oauthAgent = await client.post('/agents', {
-        cookie: adminCookie,
-        headers: origin,
-        json: { slug: 'bench-oauth-agent', name: 'Bench OAuth Agent', description: 'benchmark', redirectUris: ['http://127.0.0.1:9/callback'] },
-      });
-      if (oauthAgent.status !== 201) throw new Error(`createAgent failed: ${oauthAgent.status} ${oauthAgent.text}`);
-      const oauthClient = {
-        agentId: oauthAgent.body.data.id,
-        clientId: oauthAgent.body.data.oauthClient.clientId,
-        clientSecret: oauthAgent.body.data.oauthClient.clientSecret,
-        redirectUri: 'http://127.0.0.1:9/callback',
-        postLogoutRedirectUri: '',
-      };
+      const adminCookie = await signInAdmin(client, service.url, ADMIN);
+      const oauthClient = await createOAuthAgent(client, service.url, adminCookie, { slug: 'bench-oauth-agent', name: 'Bench OAuth Agent' });
       const t = { http: client, baseUrl: service.url } as unknown as TestApp;
 
       const agents: string[] = [];
@@ -422,7 +344,7 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
       if (audit!.http_rows > spreadAnswered) fail('more increments recorded than sent');
     } finally {
       await database.close();
-      await stop(service.child);
+      await stopService(service);
     }
   } finally {
     server.stop();

@@ -1,11 +1,11 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import postgres from 'postgres';
 import Stripe from 'stripe';
-import { freePort, startPostgres } from '../postgres-server.ts';
+import { startPostgres } from '../postgres-server.ts';
 import { startStripeFake, type FakeEvent } from '../../tests/stripe-fake/server.ts';
+import { cookieHeader, createDatabase, percentile, startService, stopService, type Service } from './lib.ts';
 
 /**
  * `npx tsx scripts/bench/webhook.ts [events] [concurrency] [subscriptions]`: how fast the service processes
@@ -26,52 +26,24 @@ const subscriptionCount = Number(process.argv[4] ?? 50);
 
 const ADMIN = { email: 'bench-admin@example.test', password: 'bench-admin-password' };
 
-async function startService(env: Record<string, string>): Promise<{ url: string; child: ChildProcess }> {
-  const port = await freePort();
-  const child = spawn(join('node_modules', '.bin', 'tsx'), ['scripts/serve.ts'], {
-    env: {
-      ...process.env,
-      NODE_ENV: 'production',
-      AUTH_SECRET: 'bench-secret-bench-secret-bench-secret!',
-      PORT: String(port),
-      PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
-      ADMIN_EMAIL: ADMIN.email,
-      ADMIN_PASSWORD: ADMIN.password,
-      ...env,
-    },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 90_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`service exited with ${child.exitCode}`);
-    if (await fetch(`${url}/ready`).then((r) => r.ok, () => false)) return { url, child };
-    if (Date.now() > deadline) throw new Error('service did not become ready');
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-async function stop(child: ChildProcess) {
-  if (child.exitCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await exited;
-}
-
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
-}
-
 async function main() {
   const fake = await startStripeFake();
   const server = await startPostgres({ durable: true });
   const dataDir = mkdtempSync(join(tmpdir(), 'mkt-bench-'));
-  let service: { url: string; child: ChildProcess } | undefined;
-  const sqlAdmin = postgres(server.url, { max: 1, onnotice: () => {} });
+  let service: Service | undefined;
   try {
-    await sqlAdmin.unsafe('create database bench');
-    const dbUrl = server.url.replace(/\/postgres$/, '/bench');
-    service = await startService({ DATABASE_URL: dbUrl, DATA_DIR: dataDir, ...fake.env() });
+    const dbUrl = await createDatabase(server.url, 'bench');
+    service = await startService(
+      (url) => ({
+        PUBLIC_BASE_URL: url,
+        ADMIN_EMAIL: ADMIN.email,
+        ADMIN_PASSWORD: ADMIN.password,
+        DATABASE_URL: dbUrl,
+        DATA_DIR: dataDir,
+        ...fake.env(),
+      }),
+      90_000,
+    );
     const db = postgres(dbUrl, { max: 2, onnotice: () => {} });
     const webhookUrl = `${service.url}/webhooks/stripe`;
 
@@ -81,7 +53,7 @@ async function main() {
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(ADMIN),
     });
-    const cookie = signIn.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
+    const cookie = cookieHeader(signIn);
     const [agent] = await db`insert into agents (slug, name, status) values ('bench-agent', 'Bench agent', 'active') returning id`;
     const tierRes = await fetch(`${service.url}/agents/${agent!.id}/pricing`, {
       method: 'POST',
@@ -174,8 +146,7 @@ async function main() {
       },
     ]);
   } finally {
-    if (service) await stop(service.child);
-    await sqlAdmin.end().catch(() => undefined);
+    if (service) await stopService(service);
     server.stop();
     await fake.close();
     rmSync(dataDir, { recursive: true, force: true });
