@@ -2,6 +2,7 @@ import type { Context } from 'hono';
 import { currentPrincipal } from '../http/access.ts';
 import type { AppEnv } from '../http/context.ts';
 import { ApiError } from '../http/errors.ts';
+import { escapeHtml, htmlPage, randomNonce } from '../http/html.ts';
 import { signInUrls } from '../platform/config.ts';
 
 /**
@@ -168,15 +169,18 @@ function dashboard(nonce: string): string {
 }
 
 function page(c: Context<AppEnv>, status: 200 | 401 | 403, title: string, body: string, nonce?: string): Response {
-  const html = `<!doctype html>
-<html lang="en">
-<head>
-  <meta charset="utf-8">
-  <meta name="viewport" content="width=device-width, initial-scale=1">
-  <title>${escapeHtml(title)} · Agent Marketplace admin</title>
-  <link rel="icon" href="data:,">
-  <style>
-    body { font-family: system-ui, sans-serif; max-width: 760px; margin: 2rem auto; padding: 0 1rem; color: #1b1b1f; }
+  return htmlPage(c, status, {
+    title,
+    titleSuffix: ' · Agent Marketplace admin',
+    head: '  <link rel="icon" href="data:,">\n',
+    style: STYLE,
+    body,
+    nonce,
+    directives: ["img-src 'self' data:", "form-action 'self'"],
+  });
+}
+
+const STYLE = `    body { font-family: system-ui, sans-serif; max-width: 760px; margin: 2rem auto; padding: 0 1rem; color: #1b1b1f; }
     h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 1.6rem; } h2 small { font-weight: normal; color: #666; }
     form label { margin-right: .6rem; font-size: .9rem; }
     #status { color: #b3261e; margin-left: .6rem; }
@@ -188,36 +192,4 @@ function page(c: Context<AppEnv>, status: 200 | 401 | 403, title: string, body: 
     .legend { font-size: .85rem; } .key { display: inline-block; width: .8rem; height: .8rem; margin: 0 .3rem 0 .9rem; vertical-align: middle; }
     .key.new { background: #2e9d6a; } .key.cancel { background: #c8452f; } .key.active { background: #3b4cca; }
     table { border-collapse: collapse; width: 100%; font-size: .9rem; }
-    th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid #e4e4ea; }
-  </style>
-</head>
-<body>
-  <h1>${escapeHtml(title)}</h1>
-  ${body}
-</body>
-</html>`;
-  const csp = [
-    "default-src 'none'",
-    "style-src 'unsafe-inline'",
-    nonce ? `script-src 'nonce-${nonce}'` : "script-src 'none'",
-    "connect-src 'self'",
-    "img-src 'self' data:",
-    "form-action 'self'",
-    "frame-ancestors 'none'",
-    "base-uri 'none'",
-  ].join('; ');
-  return c.html(html, status, {
-    'content-security-policy': csp,
-    'x-frame-options': 'DENY',
-    'referrer-policy': 'no-referrer',
-    'cache-control': 'no-store',
-  });
-}
-
-function randomNonce(): string {
-  return btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(16))));
-}
-
-function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (ch) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[ch]!);
-}
+    th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid #e4e4ea; }`;

@@ -1,5 +1,5 @@
 import { z } from '@hono/zod-openapi';
-import { bannedUserSchema, getUser } from '../auth/users.ts';
+import { bannedUserSchema, getUser, toUserDto, type UserRow } from '../auth/users.ts';
 import {
   subscriptionColumns,
   subscriptionSchema,
@@ -83,27 +83,14 @@ const summaryOf = (user: RawBuilder<unknown>) => sql`
   join public.tiers t on t.id = s.tier_id
   where s.user_id = ${user}`;
 
-interface UserRow {
-  id: string;
-  email: string;
-  name: string;
-  role: string | null;
-  banned: boolean | null;
-  banReason: string | null;
-  createdAt: Date | string;
+interface AdminUserRow extends UserRow {
   subscription_count: number;
   monthly_spend_cents: number;
 }
 
-function toAdminUser(row: UserRow): AdminUser {
+function toAdminUser(row: AdminUserRow): AdminUser {
   return {
-    id: row.id,
-    email: row.email,
-    name: row.name,
-    role: row.role === 'platform_admin' ? 'platform_admin' : 'user',
-    banned: row.banned === true,
-    banReason: row.banReason,
-    createdAt: new Date(row.createdAt).toISOString(),
+    ...toUserDto(row),
     subscriptionCount: Number(row.subscription_count),
     monthlySpendCents: Number(row.monthly_spend_cents),
   };
@@ -124,7 +111,7 @@ export async function listUsers(
   // The user table is the auth library's: its columns are camelCase, so the shared afterCursor (created_at)
   // does not apply; same keyset, spelled for this table.
   const after = page.after ? sql`(u."createdAt", u.id) < (${page.after.createdAt}, ${page.after.id})` : sql`true`;
-  const found = await rows<UserRow>(
+  const found = await rows<AdminUserRow>(
     db,
     sql`select u.id, u.email, u.name, u.role, u.banned, u."banReason", u."createdAt", x.subscription_count, x.monthly_spend_cents
         from "user" u

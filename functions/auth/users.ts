@@ -20,14 +20,15 @@ export const bannedUserSchema = userSchema
   .extend({ banReason: z.string().nullable() })
   .openapi('UserWithBan');
 
-interface UserRow {
+/** A row of the auth library's "user" table, as selected for toUserDto. */
+export interface UserRow {
   id: string;
   email: string;
   name: string;
   role: string | null;
   banned: boolean | null;
   banReason: string | null;
-  createdAt: Date;
+  createdAt: Date | string;
 }
 
 export function toUserDto(row: UserRow): UserDto & { banReason: string | null } {

@@ -1,9 +1,7 @@
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { launchChromiumProfile, screenshot } from '../support/browser.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { FROM, NOW, TO, WEEKS, seedScenario, type Scenario } from '../admin/scenario.ts';
 
@@ -14,12 +12,9 @@ import { FROM, NOW, TO, WEEKS, seedScenario, type Scenario } from '../admin/scen
  * counted and must be zero). Screenshots go to .test-artifacts/.
  */
 
-const CHROMIUM = '/usr/bin/chromium';
-const ARTIFACTS = '.test-artifacts';
-
 let t: TestApp;
 let browser: BrowserContext;
-let profile: string;
+let closeBrowser: (() => Promise<void>) | undefined;
 let admin: TestUser;
 let s: Scenario;
 
@@ -27,26 +22,11 @@ beforeAll(async () => {
   t = await startTestApp({ now: NOW });
   admin = await createAdmin(t);
   s = await seedScenario(t);
-  profile = mkdtempSync(join(tmpdir(), 'chromium-profile-'));
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-    ],
-  });
-  mkdirSync(ARTIFACTS, { recursive: true });
+  ({ context: browser, close: closeBrowser } = await launchChromiumProfile());
 });
 
 afterAll(async () => {
-  await browser?.close();
-  if (profile) rmSync(profile, { recursive: true, force: true });
+  await closeBrowser?.();
   await t?.close();
 });
 
@@ -110,7 +90,7 @@ test('an admin sees the funnel and weekly trends drawn from the analytics endpoi
     [`Alpha (${s.alpha.slug})`, '4', '3', '1'],
     [`Beta (${s.beta.slug})`, '2', '2', '1'],
   ]);
-  await page.screenshot({ path: `${ARTIFACTS}/admin-page.png`, fullPage: true });
+  await screenshot(page, 'admin-page.png', { fullPage: true });
 
   // The form asks again for one agent and the charts are redrawn.
   await page.fill('#agentId', s.alpha.id);
@@ -122,7 +102,7 @@ test('an admin sees the funnel and weekly trends drawn from the analytics endpoi
   );
   expect(await attr(page, '#trends-chart g.week', 'data-active')).toEqual(['2', '3', '3', '3', '4', '5', '4', '5']);
   expect(new URL(page.url()).searchParams.get('agentId')).toBe(s.alpha.id);
-  await page.screenshot({ path: `${ARTIFACTS}/admin-page-one-agent.png`, fullPage: true });
+  await screenshot(page, 'admin-page-one-agent.png', { fullPage: true });
 
   expect(problems).toEqual([]);
   await page.close();
@@ -143,7 +123,7 @@ test('signed out: a 401 page pointing to sign-in; a signed-in non-admin: a 403 p
   expect(res?.status()).toBe(401);
   expect(await anonymous.page.getAttribute('#sign-in', 'href')).toBe(`${t.baseUrl}/sign-in`);
   expect(await anonymous.page.$('#funnel-chart')).toBeNull();
-  await anonymous.page.screenshot({ path: `${ARTIFACTS}/admin-page-401.png` });
+  await screenshot(anonymous.page, 'admin-page-401.png');
   await anonymous.page.close();
 
   const user = await signUp(t);

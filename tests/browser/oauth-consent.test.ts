@@ -1,11 +1,9 @@
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { freePort } from '../../scripts/postgres-server.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { launchChromiumProfile, screenshot } from '../support/browser.ts';
 import { authorizeUrl, createOAuthClient, pkcePair, postForm, type TestOAuthClient } from '../support/oauth.ts';
 import { signUp, type TestUser } from '../support/users.ts';
 
@@ -16,12 +14,9 @@ import { signUp, type TestUser } from '../support/users.ts';
  * A screenshot of each page is saved under .test-artifacts/.
  */
 
-const CHROMIUM = '/usr/bin/chromium';
-const ARTIFACTS = '.test-artifacts';
-
 let t: TestApp;
 let browser: BrowserContext;
-let profile: string;
+let closeBrowser: (() => Promise<void>) | undefined;
 let agentServer: Server;
 let callback: string;
 let agent: TestOAuthClient;
@@ -39,22 +34,8 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => agentServer.listen(port, '127.0.0.1', resolve));
   agent = await createOAuthClient(t, { name: 'Browser Agent', redirectUris: [callback] });
   user = await signUp(t);
-  profile = mkdtempSync(join(tmpdir(), 'chromium-profile-'));
-  // A fresh profile directory per run (playwright wants it as the persistent context's userDataDir).
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-    ],
-  });
-  mkdirSync(ARTIFACTS, { recursive: true });
+  // A fresh profile directory per run.
+  ({ context: browser, close: closeBrowser } = await launchChromiumProfile());
 });
 
 /** A new tab with no session: each test signs in as someone. */
@@ -64,9 +45,8 @@ async function freshPage(): Promise<Page> {
 }
 
 afterAll(async () => {
-  await browser?.close();
+  await closeBrowser?.();
   await new Promise<void>((resolve) => (agentServer ? agentServer.close(() => resolve()) : resolve()));
-  if (profile) rmSync(profile, { recursive: true, force: true });
   await t?.close();
 });
 
@@ -77,7 +57,7 @@ test('sign in and consent through the built-in pages, landing on the redirect_ur
   await page.goto(`${t.baseUrl}${authorizeUrl(agent, { challenge, state })}`);
 
   await page.waitForURL((url) => url.pathname === '/sign-in');
-  await page.screenshot({ path: `${ARTIFACTS}/oauth-1-sign-in.png` });
+  await screenshot(page, 'oauth-1-sign-in.png');
   await page.fill('#email', user.email);
   await page.fill('#password', user.password);
   await page.click('#submit');
@@ -85,11 +65,11 @@ test('sign in and consent through the built-in pages, landing on the redirect_ur
   await page.waitForURL((url) => url.pathname === '/consent');
   expect(await page.textContent('#client-name')).toBe('Browser Agent');
   expect(await page.textContent('#scopes')).toContain('See your email address');
-  await page.screenshot({ path: `${ARTIFACTS}/oauth-2-consent.png` });
+  await screenshot(page, 'oauth-2-consent.png');
   await page.click('#allow');
 
   await page.waitForURL((url) => url.href.startsWith(callback));
-  await page.screenshot({ path: `${ARTIFACTS}/oauth-3-back-at-agent.png` });
+  await screenshot(page, 'oauth-3-back-at-agent.png');
   const landed = new URL(page.url());
   expect(landed.searchParams.get('state')).toBe(state);
   const code = landed.searchParams.get('code');

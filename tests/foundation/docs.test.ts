@@ -1,7 +1,8 @@
 import { compileErrors, validate } from '@readme/openapi-parser';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { blockOtherHosts, launchChromium } from '../support/browser.ts';
 
 /**
  * GET /openapi.json is a valid OpenAPI 3.1 document covering every route of every domain (validated with a
@@ -73,31 +74,14 @@ describe('GET /docs', () => {
   describe('in headless Chromium with every other host unreachable', () => {
     let browser: Browser;
     beforeAll(async () => {
-      browser = await chromium.launch({
-        executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-        args: [
-          '--headless',
-          '--no-sandbox',
-          '--disable-gpu',
-          '--disable-background-networking',
-          '--disable-component-update',
-          '--disable-sync',
-          '--no-first-run',
-        ],
-      });
+      browser = await launchChromium();
     }, 60_000);
     afterAll(() => browser?.close());
 
     it('renders the operations from /openapi.json', async () => {
       const context = await browser.newContext();
-      const blocked: string[] = [];
       const origin = new URL(t.baseUrl).origin;
-      await context.route('**/*', (route) => {
-        const url = route.request().url();
-        if (url.startsWith(origin) || url.startsWith('data:') || url.startsWith('blob:')) return route.continue();
-        blocked.push(url);
-        return route.abort('internetdisconnected');
-      });
+      const blocked = await blockOtherHosts(context, origin);
       const page = await context.newPage();
       const errors: string[] = [];
       page.on('pageerror', (err) => errors.push(err.message));

@@ -1,5 +1,6 @@
 import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../../http/context.ts';
+import { escapeHtml, htmlPage, randomNonce } from '../../http/html.ts';
 import type { Config } from '../../platform/config.ts';
 import { first, sql } from '../../platform/db.ts';
 import { authorizeParamsOf, decodeConsentCode } from './consent-code.ts';
@@ -117,48 +118,20 @@ function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
 }
 
 function page(c: Context<AppEnv>, status: 200 | 400, title: string, body: string, nonce?: string) {
-  const html = `<!doctype html>
-<html lang="en">
-<head>
-  <meta charset="utf-8">
-  <meta name="viewport" content="width=device-width, initial-scale=1">
-  <title>${escapeHtml(title)} · Agent Marketplace</title>
-  <style>
-    body { font-family: system-ui, sans-serif; max-width: 26rem; margin: 4rem auto; padding: 0 1rem; color: #1b1b1f; }
+  return htmlPage(c, status, {
+    title,
+    titleSuffix: ' · Agent Marketplace',
+    style: STYLE,
+    body,
+    nonce,
+    directives: ["form-action 'self' http: https:"],
+  });
+}
+
+const STYLE = `    body { font-family: system-ui, sans-serif; max-width: 26rem; margin: 4rem auto; padding: 0 1rem; color: #1b1b1f; }
     h1 { font-size: 1.4rem; }
     label { display: block; margin-top: .8rem; font-size: .9rem; }
     input { width: 100%; box-sizing: border-box; padding: .5rem; margin-top: .2rem; }
     button { margin-top: 1rem; padding: .55rem 1.2rem; border: 0; border-radius: .3rem; background: #3b4cca; color: #fff; cursor: pointer; }
     button.secondary { background: #e4e4ea; color: #1b1b1f; }
-    #status { color: #b3261e; min-height: 1.2rem; }
-  </style>
-</head>
-<body>
-  <h1>${escapeHtml(title)}</h1>
-  ${body}
-</body>
-</html>`;
-  const csp = [
-    "default-src 'none'",
-    "style-src 'unsafe-inline'",
-    nonce ? `script-src 'nonce-${nonce}'` : "script-src 'none'",
-    "connect-src 'self'",
-    "form-action 'self' http: https:",
-    "frame-ancestors 'none'",
-    "base-uri 'none'",
-  ].join('; ');
-  return c.html(html, status, {
-    'content-security-policy': csp,
-    'x-frame-options': 'DENY',
-    'referrer-policy': 'no-referrer',
-    'cache-control': 'no-store',
-  });
-}
-
-function randomNonce(): string {
-  return btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(16))));
-}
-
-function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (ch) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[ch]!);
-}
+    #status { color: #b3261e; min-height: 1.2rem; }`;
