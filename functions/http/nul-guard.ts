@@ -18,7 +18,9 @@ export function rejectNulCharacters(): MiddlewareHandler<AppEnv> {
     const isJson = /^application\/([\w.+-]+\+)?json\b/i.test(type);
     const isForm = /^application\/x-www-form-urlencoded\b/i.test(type);
     if ((isJson || isForm) && c.req.raw.body) {
-      const text = await c.req.raw.clone().text();
+      // Read through Hono's body cache, so the validator's c.req.json() parses this same text and the body is read
+      // once. The auth library reads the raw request itself, so under /api/auth a copy is read instead.
+      const text = c.req.path.startsWith('/api/auth/') ? await c.req.raw.clone().text() : await c.req.text();
       if ((isJson && jsonNul.test(text)) || (isForm && encodedNul.test(text))) throw nulError('body');
     }
     await next();
