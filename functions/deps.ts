@@ -32,6 +32,11 @@ export interface BuildOptions {
 export interface BuiltDeps extends AppDeps {
   /** Work to do once before serving (ensure the admin account, seed demo data). */
   startup?: () => Promise<void>;
+  /**
+   * Stops what startup started (the mail loop, revocation-list pruning) and waits for work in flight. Call it
+   * before closing the database: a loop still polling a closed or dropped database fails noisily.
+   */
+  shutdown: () => Promise<void>;
 }
 
 export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
@@ -40,6 +45,7 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
   const mailer = createMailer({ config, db: database.db, logger, clock, ...(options.mailTransport ? { transport: options.mailTransport } : {}) });
   const auth = createAuth({ config, database, logger, clock, mailer });
   const authenticator = createAuthenticator({ auth, db: database.db, config, clock, logger });
+  let stopPruning: (() => void) | undefined;
   return {
     config,
     database,
@@ -54,8 +60,13 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
       // Tests deliver mail explicitly (tests/support/mail.ts); everywhere else a loop drains the outbox.
       if (config.env !== 'test') {
         mailer.start();
-        startRevocationListPruning(database.db, () => clock.now(), logger);
+        stopPruning = startRevocationListPruning(database.db, () => clock.now(), logger);
       }
+    },
+    shutdown: async () => {
+      stopPruning?.();
+      stopPruning = undefined;
+      await mailer.stop();
     },
     cursors: new CursorSigner(config.authSecret),
     storage: createStorage(config, options.fileStore),

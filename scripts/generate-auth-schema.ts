@@ -17,7 +17,7 @@ const config = loadConfig({ AUTH_SECRET: 'x'.repeat(32), PUBLIC_BASE_URL: 'http:
 const unused = async () => {
   throw new Error('not used while compiling the schema');
 };
-const mailer: Mailer = { enqueue: unused, deliverPending: unused, start() {}, stop() {} };
+const mailer: Mailer = { enqueue: unused, deliverPending: unused, start() {}, stop: async () => {} };
 const options = authOptions({ config, database, logger: createLogger({ level: 'error' }), clock: systemClock, mailer });
 const { compileMigrations } = await getMigrations(options);
 console.log(await compileMigrations());

@@ -34,6 +34,7 @@ async function main() {
 
   let handle: Handler = startingHandler({ config, logger, startedAt });
   let database: Database | undefined;
+  let stopBackgroundWork: (() => Promise<void>) | undefined;
   const server = serve({ fetch: (request, env) => handle(request, env), port: config.port, hostname: '0.0.0.0' }, (info) => {
     logger.info('listening', { url: config.publicBaseUrl, port: info.port });
     console.log(`\n  Agent Marketplace API listening on ${config.publicBaseUrl}  (docs: ${config.publicBaseUrl}/docs)`);
@@ -47,6 +48,7 @@ async function main() {
   const shutdown = async (signal: string) => {
     logger.info('shutting down', { signal });
     server.close();
+    await stopBackgroundWork?.();
     await database?.close();
     process.exit(0);
   };
@@ -68,6 +70,7 @@ async function main() {
   const deps = await buildDeps({ config, database, logger, docsScript: localDocsScript(), fileStore: diskFileStore(defaultUploadsDir(config.dataDir)) });
   deps.startedAt = startedAt;
   const app = createApp(deps);
+  stopBackgroundWork = deps.shutdown;
   await deps.startup?.();
   // Development on an empty database: the demo catalog (scripts/seed.ts); never in production.
   if (config.env === 'development') await (await import('./seed.ts')).seedDemoCatalog(deps);

@@ -31,7 +31,8 @@ export interface Mailer {
   deliverPending(): Promise<number>;
   /** Starts the background delivery loop (Node entry and tests; idempotent). */
   start(): void;
-  stop(): void;
+  /** Stops the loop and waits for a delivery pass already running, so the database can be closed after it. */
+  stop(): Promise<void>;
 }
 
 /** Something that can send one mail. Injected by tests; defaults to SMTP or the log. */
@@ -124,11 +125,12 @@ export function createMailer(options: MailerOptions): Mailer {
       timer = setInterval(loop, pollMs);
       (timer as { unref?: () => void }).unref?.();
     },
-    stop() {
+    async stop() {
       if (timer) clearInterval(timer);
       if (kickTimer) clearTimeout(kickTimer);
       timer = undefined;
       kickTimer = undefined;
+      await running?.catch(() => {});
     },
   };
 }

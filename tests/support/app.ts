@@ -87,6 +87,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       (server as import('node:http').Server).closeAllConnections?.();
       await closed;
+      await deps.shutdown();
       rmSync(uploadsDir, { recursive: true, force: true });
       if (!options.testDatabase) await testDatabase.drop();
     },

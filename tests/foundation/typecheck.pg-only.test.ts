@@ -1,0 +1,17 @@
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { root } from '../../scripts/supabase-cli.ts';
+
+/**
+ * The whole project (application, scripts, tests) compiles under `strict` TypeScript. Vitest and tsx strip
+ * types without checking them, so without this a type error would only show in an editor. Run once (pg-only
+ * names the tier it runs in; it needs no database).
+ */
+describe('npm run typecheck', () => {
+  it('finds no type errors', () => {
+    const tsc = spawnSync(join(root, 'node_modules', '.bin', 'tsc'), ['--noEmit', '-p', root], { cwd: root, encoding: 'utf8' });
+    expect(tsc.stdout + tsc.stderr).toBe('');
+    expect(tsc.status).toBe(0);
+  }, 120_000);
+});
