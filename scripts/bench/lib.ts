@@ -36,7 +36,12 @@ export async function startService(
 ): Promise<Service> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const child = spawn(join('node_modules', '.bin', 'tsx'), ['scripts/serve.ts'], {
+  // BENCH_CPU_PROF=<dir>: the service writes a V8 CPU profile there when it stops (open it in Chrome DevTools).
+  const profileDir = process.env.BENCH_CPU_PROF;
+  const [command, args] = profileDir
+    ? [process.execPath, ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, '--import', 'tsx', 'scripts/serve.ts']]
+    : [join('node_modules', '.bin', 'tsx'), ['scripts/serve.ts']];
+  const child = spawn(command, args, {
     env: {
       ...process.env,
       NODE_ENV: 'production',
@@ -216,7 +221,10 @@ export function percentileFloor(sorted: number[], p: number): number {
 
 // ---------------------------------------------------------------- CPU seconds
 
-/** CPU seconds (user + system) a process and its descendants used so far, from /proc (Linux); 0 elsewhere. */
+/**
+ * CPU seconds (user + system) a process and its descendants used so far, from /proc (Linux); 0 elsewhere.
+ * Children that already exited count too (the root's cutime/cstime), e.g. PostgreSQL backends of a finished run.
+ */
 export function processTreeCpu(rootPid: number): number {
   try {
     const ticks = 100; // USER_HZ on Linux
@@ -226,7 +234,9 @@ export function processTreeCpu(rootPid: number): number {
         try {
           const text = readFileSync(`/proc/${d}/stat`, 'utf8');
           const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-          return { pid: Number(d), ppid: Number(fields[1]), cpu: (Number(fields[11]) + Number(fields[12])) / ticks };
+          const own = Number(fields[11]) + Number(fields[12]);
+          const reaped = Number(d) === rootPid ? Number(fields[13]) + Number(fields[14]) : 0;
+          return { pid: Number(d), ppid: Number(fields[1]), cpu: (own + reaped) / ticks };
         } catch {
           return undefined;
         }
@@ -247,14 +257,28 @@ export function processTreeCpu(rootPid: number): number {
  * Starts counting CPU seconds: the returned function gives those used since by the service's process tree
  * (0 without a pid) and by this process (the load generator), so a run shows where its CPU went.
  */
-export function startCpuSample(servicePid: number | undefined): () => { service: number; generator: number } {
+export function startCpuSample(
+  servicePid: number | undefined,
+  databasePid?: number,
+): () => { service: number; generator: number; database: number } {
   const cpuBefore = process.cpuUsage();
   const serviceBefore = servicePid ? processTreeCpu(servicePid) : 0;
+  const databaseBefore = databasePid ? processTreeCpu(databasePid) : 0;
   return () => {
     const used = process.cpuUsage(cpuBefore);
     return {
       service: servicePid ? processTreeCpu(servicePid) - serviceBefore : 0,
       generator: (used.user + used.system) / 1e6,
+      database: databasePid ? processTreeCpu(databasePid) - databaseBefore : 0,
     };
   };
+}
+
+/** The postmaster's pid of a server started by scripts/postgres-server.ts (first line of postmaster.pid). */
+export function postmasterPid(serverDir: string): number | undefined {
+  try {
+    return Number(readFileSync(join(serverDir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]) || undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -17,6 +17,7 @@ import {
   createDatabase,
   createOAuthAgent,
   percentileFloor as percentile,
+  postmasterPid,
   signInAdmin,
   startCpuSample,
   startService,
@@ -66,6 +67,16 @@ interface Figures {
 
 /** Set once the service runs: where the CPU of an HTTP run went (service vs this process's load generator). */
 let servicePid: number | undefined;
+/** The PostgreSQL server's postmaster: the database's CPU per request, next to the service's. */
+let databasePid: number | undefined;
+
+function printCpu(sample: { service: number; generator: number; database: number }, requests: number, generatorName: string) {
+  const perRequest = (s: number) => (requests ? ((s * 1000) / requests).toFixed(2) : '-');
+  console.log(
+    `          CPU seconds: service ${sample.service.toFixed(1)}, database ${sample.database.toFixed(1)}, ${generatorName} ${sample.generator.toFixed(1)}` +
+      `; per request: service ${perRequest(sample.service)} ms, database ${perRequest(sample.database)} ms`,
+  );
+}
 
 interface Pair {
   userId: string;
@@ -85,6 +96,7 @@ function pgbenchBin(): string | undefined {
 /** pgbench with a custom script; latencies from its per-transaction log. */
 function pgbench(what: string, url: string, script: string, secs: number): Figures {
   const bin = pgbenchBin()!;
+  const cpu = startCpuSample(undefined, databasePid);
   const dir = mkdtempSync(join(tmpdir(), 'mkt-pgbench-'));
   try {
     const file = join(dir, 'script.sql');
@@ -106,6 +118,7 @@ function pgbench(what: string, url: string, script: string, secs: number): Figur
     const tps = Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(run.stdout)?.[1] ?? latencies.length / secs);
     const figures = { what, requestsPerSec: Math.round(tps), p50: round(percentile(latencies, 50)), p99: round(percentile(latencies, 99)), ok: latencies.length, other: failed };
     progress(figures);
+    printCpu(cpu(), latencies.length, 'pgbench (not measured)');
     return figures;
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -121,7 +134,7 @@ async function http(
   next: () => { path: string; token: string; body: string },
   run: { seconds: number } | { requests: number },
 ): Promise<Figures> {
-  const cpu = startCpuSample(servicePid);
+  const cpu = startCpuSample(servicePid, databasePid);
   const r = await autocannon({
     url,
     connections,
@@ -144,8 +157,7 @@ async function http(
   });
   const figures = { what, requestsPerSec: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, ok: r['2xx'], other: r.non2xx + r.errors + r.timeouts };
   progress(figures);
-  const { service, generator } = cpu();
-  console.log(`          CPU seconds: service ${service.toFixed(1)}, load generator (autocannon, this process) ${generator.toFixed(1)}`);
+  printCpu(cpu(), r['2xx'] + r.non2xx, 'load generator (autocannon, this process)');
   return figures;
 }
 
@@ -201,6 +213,7 @@ async function main() {
       120_000,
     );
     servicePid = service.child.pid;
+    databasePid = postmasterPid(server.dir);
     const database = openPostgres(dbUrl, { max: 4 });
     const db = database.db;
     try {
