@@ -1,5 +1,4 @@
 import { HTTPException } from 'hono/http-exception';
-import { bodyLimit } from 'hono/body-limit';
 import type { Context } from 'hono';
 import type { Authenticator, AppEnv } from './http/context.ts';
 import { failure } from './http/envelope.ts';
@@ -8,6 +7,7 @@ import { CursorSigner } from './http/pagination.ts';
 import { newRouter } from './http/router.ts';
 import { requestContext } from './http/request-context.ts';
 import { rejectNulCharacters } from './http/nul-guard.ts';
+import { limitBodySize } from './http/body-limit.ts';
 import { docsRoutes } from './http/docs.ts';
 import { healthRoutes } from './health/routes.ts';
 import { catalogRoutes, localFileRoutes } from './catalog/routes.ts';
@@ -66,10 +66,9 @@ export function createApp(deps: AppDeps) {
 
   app.use(
     '*',
-    bodyLimit({
-      maxSize: MAX_BODY_BYTES,
-      onError: (c) => c.json(failure('PAYLOAD_TOO_LARGE', 'The request body is larger than 1 MiB', { maxBytes: MAX_BODY_BYTES }), 413),
-    }),
+    limitBodySize(MAX_BODY_BYTES, (c) =>
+      c.json(failure('PAYLOAD_TOO_LARGE', 'The request body is larger than 1 MiB', { maxBytes: MAX_BODY_BYTES }), 413),
+    ),
   );
   app.use('*', rejectNulCharacters());
 

@@ -2105,6 +2105,22 @@ export type Database = {
           "week": string;
         }[];
       };
+      "bearer_caller": {
+        Args: {
+          "p_issued_at": string;
+          "p_now": string;
+          "p_token_keys": (string)[];
+          "p_user_id": string;
+        };
+        Returns: {
+          "created_at": string;
+          "email": string;
+          "id": string;
+          "name": string;
+          "role": string;
+          "status": string;
+        }[];
+      };
       "billing_apply_stripe_subscription": {
         Args: {
           "p_cancel_at_period_end": boolean;
@@ -2137,6 +2153,34 @@ export type Database = {
           "p_stored_end": string;
         };
         Returns: Record<string, unknown>;
+      };
+      "metering_call_as_bearer": {
+        Args: {
+          "p_agent_id": string;
+          "p_amount": number;
+          "p_client_req_id": string;
+          "p_issued_at": string;
+          "p_metric_slug": string;
+          "p_now": string;
+          "p_operation": string;
+          "p_token_keys": (string)[];
+          "p_user_id": string;
+        };
+        Returns: {
+          "caller_created_at": string;
+          "caller_email": string;
+          "caller_name": string;
+          "caller_role": string;
+          "caller_status": string;
+          "kind": string;
+          "outcome": string;
+          "period_end": string;
+          "period_start": string;
+          "quota_limit": number;
+          "replayed": boolean;
+          "requested": number;
+          "used": number;
+        }[];
       };
       "metering_counter_key": {
         Args: { "p_kind": string; "p_period_start": string };

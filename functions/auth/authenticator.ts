@@ -1,5 +1,5 @@
 import { decodeProtectedHeader, importJWK, jwtVerify, errors as joseErrors, type CryptoKey, type JWK, type JWTPayload } from 'jose';
-import type { Authenticator, Principal } from '../http/context.ts';
+import type { Authenticator, BearerCaller, BearerCheck, Principal } from '../http/context.ts';
 import { ApiError } from '../http/errors.ts';
 import type { Clock } from '../platform/clock.ts';
 import type { Config } from '../platform/config.ts';
@@ -32,17 +32,6 @@ export interface AuthenticatorDeps {
   config: Config;
   clock: Clock;
   logger: Logger;
-}
-
-interface UserRow {
-  id: string;
-  email: string;
-  name: string;
-  role: string | null;
-  banned: boolean | null;
-  banExpires: Date | null;
-  createdAt: Date;
-  revoked: boolean;
 }
 
 interface SessionRow {
@@ -113,38 +102,60 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
       'verify',
     ]) as Promise<CryptoKey>);
 
-  async function fromBearer(token: string): Promise<Principal> {
+  /** Verifies the JWT in process; what only the database can say is left in the returned check. */
+  async function verifyBearer(token: string): Promise<BearerCheck> {
     const claims = await verified.get(token, clock.now(), () => verifyAccessToken(token, keys, { issuer, audience, now: clock.now() }));
     const sub = claims.sub!;
-    const iat = new Date((claims.iat ?? 0) * 1000);
-    const keysToCheck = [`user:${sub}`];
-    if (typeof claims.jti === 'string') keysToCheck.push(`jti:${claims.jti}`);
-    if (typeof claims.sid === 'string') keysToCheck.push(`grant:${claims.sid}`);
-    const user = await first<UserRow>(
-      db,
-      sql`select u.id, u.email, u.name, u.role, u.banned, u."banExpires", u."createdAt",
-                 exists (select 1 from revoked_tokens r
-                          where r.key in (${sql.join(keysToCheck)})
-                            and (r.issued_before is null or r.issued_before > ${iat})) as revoked
-            from "user" u
-           where u.id = ${sub}`,
-    );
-    if (!user) throw invalidToken('The access token belongs to no user');
-    if (user.revoked) throw invalidToken('The access token has been revoked');
-    if (isBanned(user.banned, user.banExpires, clock.now())) throw invalidToken('The account is banned');
+    const tokenKeys = [`user:${sub}`];
+    if (typeof claims.jti === 'string') tokenKeys.push(`jti:${claims.jti}`);
+    if (typeof claims.sid === 'string') tokenKeys.push(`grant:${claims.sid}`);
+    const sessionId = typeof claims.sid === 'string' ? claims.sid : undefined;
+    const clientId = typeof claims.client_id === 'string' ? claims.client_id : typeof claims.azp === 'string' ? claims.azp : undefined;
     return {
-      userId: user.id,
-      email: user.email,
-      name: user.name,
-      role: user.role === 'platform_admin' ? 'platform_admin' : 'user',
-      via: 'bearer',
-      sessionId: typeof claims.sid === 'string' ? claims.sid : undefined,
-      clientId: typeof claims.client_id === 'string' ? claims.client_id : typeof claims.azp === 'string' ? claims.azp : undefined,
-      createdAt: new Date(user.createdAt),
+      userId: sub,
+      tokenKeys,
+      issuedAt: new Date((claims.iat ?? 0) * 1000),
+      principal(caller) {
+        if (caller.status !== 'ok') throw invalidToken(bearerRefusals[caller.status as keyof typeof bearerRefusals] ?? 'The access token is invalid');
+        return {
+          userId: sub,
+          email: caller.email!,
+          name: caller.name!,
+          role: caller.role === 'platform_admin' ? 'platform_admin' : 'user',
+          via: 'bearer',
+          sessionId,
+          clientId,
+          createdAt: new Date(caller.createdAt!),
+        };
+      },
     };
   }
 
+  async function fromBearer(token: string): Promise<Principal> {
+    const check = await verifyBearer(token);
+    const caller = await first<BearerCaller>(
+      db,
+      sql`select status, email, name, role, created_at as "createdAt"
+            from public.bearer_caller(${check.userId}, ${check.tokenKeys}::text[], ${check.issuedAt}, ${clock.now()})`,
+    );
+    return check.principal(caller!);
+  }
+
+  /** The bearer token of a request without a session cookie (the cookie wins in authenticate()). */
+  async function bearerOnly(request: Request): Promise<string | undefined> {
+    const authorization = request.headers.get('authorization');
+    if (!authorization) return undefined;
+    const header = request.headers.get('cookie');
+    if (header && header.includes(`${(await auth.$context).authCookies.sessionToken.name}=`)) return undefined;
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+    return match?.[1];
+  }
+
   return {
+    async bearerCheck(request) {
+      const token = await bearerOnly(request);
+      return token ? verifyBearer(token) : undefined;
+    },
     async authenticate(request) {
       const fromSession = await fromCookie(request);
       if (fromSession && fromSession !== 'no-session') return fromSession;
@@ -193,6 +204,13 @@ function requireTrustedOrigin(request: Request, origins: Set<string>) {
 }
 
 const invalidToken = (message: string) => new ApiError('UNAUTHORIZED', message);
+
+/** public.bearer_caller's verdicts other than 'ok'. */
+const bearerRefusals = {
+  no_user: 'The access token belongs to no user',
+  revoked: 'The access token has been revoked',
+  banned: 'The account is banned',
+};
 
 function parseCookieHeader(header: string): Map<string, string> {
   const out = new Map<string, string>();

@@ -1,6 +1,7 @@
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from './context.ts';
 import { ApiError } from './errors.ts';
+import { hasBody } from './body-limit.ts';
 
 /**
  * PostgreSQL text cannot hold a NUL character: a value carrying one makes the statement fail, which would
@@ -17,7 +18,7 @@ export function rejectNulCharacters(): MiddlewareHandler<AppEnv> {
     const type = c.req.header('content-type') ?? '';
     const isJson = /^application\/([\w.+-]+\+)?json\b/i.test(type);
     const isForm = /^application\/x-www-form-urlencoded\b/i.test(type);
-    if ((isJson || isForm) && c.req.raw.body) {
+    if ((isJson || isForm) && hasBody(c)) {
       // Read through Hono's body cache, so the validator's c.req.json() parses this same text and the body is read
       // once. The auth library reads the raw request itself, so under /api/auth a copy is read instead.
       const text = c.req.path.startsWith('/api/auth/') ? await c.req.raw.clone().text() : await c.req.text();

@@ -1,4 +1,5 @@
 import { findActiveSubscription } from '../billing/subscriptions.ts';
+import type { BearerCheck, Principal } from '../http/context.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
@@ -8,7 +9,8 @@ import type { MetricKind, UsageRecord, UsageResult } from './schemas.ts';
  * Usage of a subscription's metrics: the check-and-increment hot path, decrement, and reads.
  * Increment and decrement are each ONE call of a SQL function (migration 20261122000500), one round trip and
  * one transaction: subscription, metric, idempotency record, counter and ledger row commit together or not at
- * all. This module only maps the function's outcome to the API.
+ * all; with a bearer token the caller check rides in the same statement (migration 20261122000800).
+ * This module only maps the function's outcome to the API.
  */
 
 interface UsageCallRow {
@@ -31,25 +33,62 @@ export interface UsageCall {
   amount: number;
 }
 
-export async function incrementUsage(db: Db, clock: Clock, call: UsageCall & { clientReqId: string }): Promise<UsageResult> {
+export type UsageOperation = 'increment' | 'decrement';
+
+/**
+ * Increment (check-and-increment) or decrement, for a caller already authenticated (`userId`), in one call of
+ * public.metering_increment / public.metering_decrement.
+ */
+export async function meterUsage(db: Db, clock: Clock, operation: UsageOperation, call: UsageCall): Promise<UsageResult> {
   const row = await first<UsageCallRow>(
     db,
-    sql`select * from public.metering_increment(${call.userId}, ${call.agentId}, ${call.metricSlug}, ${call.clientReqId},
-                                                ${call.amount}, ${clock.now()})`,
+    operation === 'increment'
+      ? sql`select * from public.metering_increment(${call.userId}, ${call.agentId}, ${call.metricSlug}, ${call.clientReqId ?? null},
+                                                    ${call.amount}, ${clock.now()})`
+      : sql`select * from public.metering_decrement(${call.userId}, ${call.agentId}, ${call.metricSlug}, ${call.clientReqId ?? null},
+                                                    ${call.amount}, ${clock.now()})`,
   );
-  return usageOutcome(row!, call, 'increment');
+  return usageOutcome(row!, call, operation);
 }
 
-export async function decrementUsage(db: Db, clock: Clock, call: UsageCall): Promise<UsageResult> {
-  const row = await first<UsageCallRow>(
+/**
+ * The same, for a bearer token verified in process but not yet checked against the database: the caller check
+ * (public.bearer_caller) and the usage call run in ONE statement (public.metering_call_as_bearer), so the agent
+ * backends' hot path costs one round trip. Returns the principal (for the request log) with the result; a
+ * refused caller is the same 401 as on every other route, and nothing was counted.
+ */
+export async function meterUsageAsBearer(
+  db: Db,
+  clock: Clock,
+  operation: UsageOperation,
+  check: BearerCheck,
+  call: Omit<UsageCall, 'userId'>,
+): Promise<{ principal: Principal; result: UsageResult }> {
+  const row = await first<UsageCallRow & BearerCallerColumns>(
     db,
-    sql`select * from public.metering_decrement(${call.userId}, ${call.agentId}, ${call.metricSlug}, ${call.clientReqId ?? null},
-                                                ${call.amount}, ${clock.now()})`,
+    sql`select * from public.metering_call_as_bearer(${operation}, ${check.userId}, ${check.tokenKeys}::text[], ${check.issuedAt},
+                                                     ${call.agentId}, ${call.metricSlug}, ${call.clientReqId ?? null}, ${call.amount},
+                                                     ${clock.now()})`,
   );
-  return usageOutcome(row!, call, 'decrement');
+  const principal = check.principal({
+    status: row!.caller_status,
+    email: row!.caller_email,
+    name: row!.caller_name,
+    role: row!.caller_role,
+    createdAt: row!.caller_created_at,
+  });
+  return { principal, result: usageOutcome(row!, { ...call, userId: check.userId }, operation) };
 }
 
-function usageOutcome(row: UsageCallRow, call: UsageCall, operation: 'increment' | 'decrement'): UsageResult {
+interface BearerCallerColumns {
+  caller_status: string;
+  caller_email: string | null;
+  caller_name: string | null;
+  caller_role: string | null;
+  caller_created_at: Date | string | null;
+}
+
+function usageOutcome(row: UsageCallRow, call: UsageCall, operation: UsageOperation): UsageResult {
   switch (row.outcome) {
     case 'ok':
       return { ...usageRecord({ metric: call.metricSlug, ...row }), replayed: row.replayed };

@@ -4,7 +4,7 @@ import { findActiveSubscription } from '../../functions/billing/subscriptions.ts
 import { ApiError } from '../../functions/http/errors.ts';
 import { sql } from '../../functions/platform/db.ts';
 import { grantAddon, revokeAddon } from '../../functions/metering/addons.ts';
-import { decrementUsage, incrementUsage } from '../../functions/metering/usage.ts';
+import { meterUsage } from '../../functions/metering/usage.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { insertUser, ledgerAgreesWithCounters, meteredAgent, subscribe } from './support.ts';
 
@@ -105,13 +105,13 @@ async function world(base: Record<Metric, number>) {
           const key = previous?.key ?? `k${++seq}`;
           if (!previous) incKeys.push({ metric, key });
           const r = await outcome(() =>
-            incrementUsage(t.db, t.clock, { userId, agentId: a.agentId, metricSlug: metric, clientReqId: key, amount: op.amount }),
+            meterUsage(t.db, t.clock, 'increment', { userId, agentId: a.agentId, metricSlug: metric, clientReqId: key, amount: op.amount }),
           );
           return { ...r, key };
         }
         case 'dec': {
           const clientReqId = op.keyed ? `d${++seq}` : undefined;
-          return outcome(() => decrementUsage(t.db, t.clock, { userId, agentId: a.agentId, metricSlug: op.metric, clientReqId, amount: op.amount }));
+          return outcome(() => meterUsage(t.db, t.clock, 'decrement', { userId, agentId: a.agentId, metricSlug: op.metric, clientReqId, amount: op.amount }));
         }
         case 'grant': {
           try {

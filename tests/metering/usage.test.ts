@@ -222,6 +222,54 @@ describe('bearer access tokens (agent backends)', () => {
     expect(after.body.error.code).toBe('UNAUTHORIZED');
     expect((await t.http.get(usagePath(a.agentId, 'calls'), { cookie: u.cookie })).body.data.used).toBe(0);
   });
+
+  // The bearer increment/decrement checks its caller inside the usage statement (one round trip): the same
+  // rules as every other route, seen from outside.
+  it("refuses a banned or deleted user's token with 401 on increment and decrement, and counts nothing", async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 5 }]);
+    const u = await signUp(t);
+    await subscribe(t, u.userId, a.tierId);
+    const { accessToken } = await accessTokenFor(t, u);
+    const call = (op: 'increment' | 'decrement') =>
+      t.http.post(usagePath(a.agentId, 'sites', op), { bearer: accessToken, json: { clientReqId: reqId() } });
+    expect((await call('increment')).status).toBe(200);
+
+    const requestId = `bearer-log-${reqId()}`;
+    await t.http.post(usagePath(a.agentId, 'sites', 'increment'), {
+      bearer: accessToken,
+      headers: { 'x-request-id': requestId },
+      json: { clientReqId: reqId() },
+    });
+    expect(t.logs.find((l) => l.msg === 'request' && l.requestId === requestId)).toMatchObject({ status: 200, userId: u.userId, via: 'bearer' });
+
+    const until = new Date(t.clock.now().getTime() + 24 * 3600_000);
+    await sql`update "user" set banned = true, "banExpires" = ${until} where id = ${u.userId}`.execute(t.db);
+    for (const op of ['increment', 'decrement'] as const) {
+      const refused = await call(op);
+      expect(refused.status).toBe(401);
+      expect(refused.body.error.code).toBe('UNAUTHORIZED');
+    }
+    const counted = await sql<{ used: number }>`select c.used from usage_counters c join subscriptions s on s.id = c.subscription_id
+                                                 where s.user_id = ${u.userId}`.execute(t.db);
+    expect(counted.rows.map((r) => Number(r.used))).toEqual([2]);
+
+    await sql`delete from "user" where id = ${u.userId}`.execute(t.db);
+    const gone = await call('increment');
+    expect(gone.status).toBe(401);
+    expect(gone.body.error.message).toBe('The access token belongs to no user');
+  });
+
+  it('takes the session cookie over a bearer token sent with it, as every route does', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
+    const owner = await signUp(t);
+    const other = await signUp(t);
+    await subscribe(t, owner.userId, a.tierId);
+    const { accessToken } = await accessTokenFor(t, other);
+    // other's (valid) token, owner's cookie: counted on owner's subscription
+    const res = await t.http.post(usagePath(a.agentId, 'calls', 'increment'), { cookie: owner.cookie, bearer: accessToken, json: { clientReqId: reqId() } });
+    expect(res.status).toBe(200);
+    expect((await t.http.get(usagePath(a.agentId, 'calls'), { cookie: owner.cookie })).body.data.used).toBe(1);
+  });
 });
 
 describe('rolling and fixed periods', () => {

@@ -3,11 +3,13 @@ import { requireUser } from '../../http/access.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
 import { decrementUsageBody, incrementUsageBody, usageRecordSchema, usageResultSchema } from '../schemas.ts';
-import { decrementUsage, getMyUsage, incrementUsage, listMyUsage, quotaHeaders } from '../usage.ts';
+import type { Context } from 'hono';
+import type { AppEnv } from '../../http/context.ts';
+import { getMyUsage, listMyUsage, meterUsage, meterUsageAsBearer, quotaHeaders, type UsageCall, type UsageOperation } from '../usage.ts';
 
 /**
  * /me/usage: agent backends (with the user's bearer token) and the user (cookie) read and move their counters.
- * The increment handler is the hot path: authenticate, validate, one SQL call, answer.
+ * The increment handler is the hot path: validate, verify the bearer JWT in process, one SQL call, answer.
  */
 
 const agentParams = z.object({ agentId: uuidParam('agentId') });
@@ -86,32 +88,16 @@ export function usageRoutes() {
   const router = newRouter();
 
   router.openapi(incrementRoute, async (c) => {
-    const principal = await requireUser(c);
     const { agentId, metricSlug } = c.req.valid('param');
     const { clientReqId, amount } = c.req.valid('json');
-    const { database, clock } = c.var.deps;
-    const result = await incrementUsage(database.db, clock, {
-      userId: principal.userId,
-      agentId,
-      metricSlug,
-      clientReqId,
-      amount: amount ?? 1,
-    });
+    const result = await meter(c, 'increment', { agentId, metricSlug, clientReqId, amount: amount ?? 1 });
     return c.json(ok(result), 200, quotaHeaders(result));
   });
 
   router.openapi(decrementRoute, async (c) => {
-    const principal = await requireUser(c);
     const { agentId, metricSlug } = c.req.valid('param');
     const { clientReqId, amount } = c.req.valid('json');
-    const { database, clock } = c.var.deps;
-    const result = await decrementUsage(database.db, clock, {
-      userId: principal.userId,
-      agentId,
-      metricSlug,
-      clientReqId,
-      amount: amount ?? 1,
-    });
+    const result = await meter(c, 'decrement', { agentId, metricSlug, clientReqId, amount: amount ?? 1 });
     return c.json(ok(result), 200, quotaHeaders(result));
   });
 
@@ -130,4 +116,20 @@ export function usageRoutes() {
   });
 
   return router;
+}
+
+/**
+ * An agent backend's bearer call takes the one-round-trip path (caller check and usage call in one statement);
+ * a cookie session (the user's own browser) is authenticated first as on every route.
+ */
+async function meter(c: Context<AppEnv>, operation: UsageOperation, call: Omit<UsageCall, 'userId'>) {
+  const { database, clock, authenticator } = c.var.deps;
+  const check = c.get('principal') ? undefined : await authenticator.bearerCheck(c.req.raw);
+  if (check) {
+    const { principal, result } = await meterUsageAsBearer(database.db, clock, operation, check, call);
+    c.set('principal', Promise.resolve(principal));
+    return result;
+  }
+  const principal = await requireUser(c);
+  return meterUsage(database.db, clock, operation, { ...call, userId: principal.userId });
 }
