@@ -2,6 +2,7 @@ import type { Context, MiddlewareHandler } from 'hono';
 import { matchedRoutes } from 'hono/route';
 import type { AppDeps } from '../app.ts';
 import type { AppEnv } from './context.ts';
+import { setResponseHeader } from './response-headers.ts';
 
 /**
  * First middleware of the app: gives the request its id (the client's when it is a sane token, else a new
@@ -20,7 +21,7 @@ export function requestContext(deps: AppDeps): MiddlewareHandler<AppEnv> {
     try {
       await next();
     } finally {
-      setHeader(c, 'X-Request-Id', requestId);
+      setResponseHeader(c, 'X-Request-Id', requestId);
       const principal = await c.get('principal')?.catch(() => null);
       deps.logger.info('request', {
         requestId,
@@ -46,15 +47,4 @@ function handlerRoute(c: Context<AppEnv>): string | null {
     if (routes[i]!.method !== 'ALL') return routes[i]!.path;
   }
   return null;
-}
-
-/** Responses built by libraries (fetch results, Better Auth) can have immutable headers: copy them first. */
-function setHeader(c: Context<AppEnv>, name: string, value: string): void {
-  try {
-    c.res.headers.set(name, value);
-  } catch {
-    const copy = new Response(c.res.body, c.res);
-    copy.headers.set(name, value);
-    c.res = copy;
-  }
 }

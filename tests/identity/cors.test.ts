@@ -27,6 +27,16 @@ describe('CORS and trusted origins', () => {
     const ok = await t.http.get('/health', { headers: { origin: FRONTEND } });
     expect(ok.headers.get('access-control-allow-origin')).toBe(FRONTEND);
     expect(ok.headers.get('access-control-expose-headers')?.toLowerCase()).toContain('x-request-id');
+    expect(ok.headers.get('access-control-allow-credentials')).toBe('true');
+    expect(ok.headers.get('vary')).toContain('Origin');
+    expect(ok.headers.get('x-request-id')).toBeTruthy();
+  });
+
+  it('puts the CORS headers on errors too, so the front end can read them', async () => {
+    const res = await t.http.get('/me', { headers: { origin: FRONTEND } });
+    expect(res.status).toBe(401);
+    expect(res.headers.get('access-control-allow-origin')).toBe(FRONTEND);
+    expect(res.headers.get('access-control-expose-headers')).toContain('X-Request-Id');
   });
 
   it('the front end signs in and writes with its cookie; the same write from another origin is refused', async () => {
