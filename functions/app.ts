@@ -25,7 +25,7 @@ import { adminRoutes } from './admin/routes.ts';
 import type { Config } from './platform/config.ts';
 import { signInUrls } from './platform/config.ts';
 import type { Clock } from './platform/clock.ts';
-import type { Database } from './platform/db.ts';
+import { isConnectionLost, type Database } from './platform/db.ts';
 import type { Logger } from './platform/logger.ts';
 
 /**
@@ -136,6 +136,11 @@ function errorResponse(err: unknown, c: Context<AppEnv>, deps: AppDeps): Respons
     }
   }
   const requestId = c.get('requestId');
+  if (isConnectionLost(err)) {
+    // The database restarted, failed over or dropped the connection: the client can retry (contract: 503).
+    deps.logger.warn('database connection lost during the request', { requestId, method: c.req.method, path: c.req.path, err });
+    return c.json(failure('UNAVAILABLE', 'The database is not reachable right now; retry shortly', { requestId }), 503, { 'Retry-After': '1' });
+  }
   deps.logger.error('unhandled error', { requestId, method: c.req.method, path: c.req.path, err });
   return c.json(failure('INTERNAL', 'Internal error', { requestId }), 500);
 }

@@ -3,7 +3,7 @@ import { startingHandler } from '../functions/health/starting.ts';
 import { ConfigError, loadConfig, type Config } from '../functions/platform/config.ts';
 import type { Database } from '../functions/platform/db.ts';
 import { createLogger } from '../functions/platform/logger.ts';
-import { localDocsScript, openConfiguredDatabase, withPersistedSecret } from '../functions/platform/node-runtime.ts';
+import { localDocsScript, openConfiguredDatabase, surviveLostDatabaseConnections, withPersistedSecret } from '../functions/platform/node-runtime.ts';
 import { withDemoAdmin } from './demo-admin.ts';
 
 /**
@@ -17,6 +17,7 @@ type Handler = (request: Request, env?: unknown) => Response | Promise<Response>
 async function main() {
   const startedAt = new Date();
   const logger = createLogger();
+  surviveLostDatabaseConnections(logger);
   let config: Config;
   let demoAdmin: ReturnType<typeof withDemoAdmin>['generated'];
   try {
@@ -48,6 +49,8 @@ async function main() {
   const shutdown = async (signal: string) => {
     logger.info('shutting down', { signal });
     server.close();
+    // Whatever hangs (a query on a dead connection), the process is gone within 15 s.
+    setTimeout(() => process.exit(0), 15_000).unref();
     await stopBackgroundWork?.();
     await database?.close();
     process.exit(0);

@@ -52,6 +52,14 @@ export function healthRoutes() {
       c.var.deps.logger.warn('readiness check failed', { requestId: c.var.requestId, err });
       throw new ApiError('UNAVAILABLE', 'The database is not reachable', { ready: false });
     }
+    // The auth library initialises in the background at start (schema check, keys); every signed-in route
+    // waits on it, so the service is not ready before it is, nor ever if it failed (a restart is then due).
+    try {
+      await withTimeout(c.var.deps.auth.$context, 2000);
+    } catch (err) {
+      c.var.deps.logger.error('readiness check failed: the auth library did not initialise', { requestId: c.var.requestId, err });
+      throw new ApiError('UNAVAILABLE', 'The auth library is not initialised', { ready: false });
+    }
     return c.json(ok({ ready: true }), 200);
   });
 

@@ -68,3 +68,15 @@ export function openPostgres(url: string, options: { max?: number } = {}): Datab
     },
   };
 }
+
+/** Socket errors, postgres.js connection errors, and PostgreSQL's "terminating connection" (class 57P). */
+const lostConnectionCodes = new Set([
+  'ECONNRESET', 'EPIPE', 'ECONNREFUSED', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH',
+  'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED', 'CONNECT_TIMEOUT',
+  '57P01', '57P02', '57P03',
+]);
+
+/** Whether an error means the database connection was lost (a restart, failover or network cut), not a bad query. */
+export function isConnectionLost(err: unknown): boolean {
+  return err instanceof Error && lostConnectionCodes.has(String((err as { code?: unknown }).code));
+}

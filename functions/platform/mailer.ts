@@ -130,7 +130,8 @@ export function createMailer(options: MailerOptions): Mailer {
       if (kickTimer) clearTimeout(kickTimer);
       timer = undefined;
       kickTimer = undefined;
-      await running?.catch(() => {});
+      // Bounded: a query stuck on a dead connection must not hold shutdown.
+      await Promise.race([running?.catch(() => {}), new Promise((r) => setTimeout(r, 5_000).unref?.())]);
     },
   };
 }

@@ -3,8 +3,9 @@ import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { openPostgres, type Database } from './db.ts';
+import { isConnectionLost, openPostgres, type Database } from './db.ts';
 import type { Config } from './config.ts';
+import type { Logger } from './logger.ts';
 
 /**
  * Node-only start-up pieces (never imported by the Deno edge entry): the data directory, the generated
@@ -45,4 +46,25 @@ export function localDocsScript(): (() => Promise<Uint8Array>) | undefined {
   if (!existsSync(file)) return undefined;
   let bytes: Promise<Uint8Array> | undefined;
   return () => (bytes ??= readFile(file));
+}
+
+/**
+ * Keeps the process alive when the database connection drops. postgres.js (3.4.9) leaves some of its own
+ * promises without a handler: the array-types query it runs on every new connection (porsager/postgres#1192,
+ * #1223, open upstream), and a connection reset under a pooled, reserved connection. When the database
+ * restarts, fails over or has a backend terminated, such a promise rejects with nobody listening and Node
+ * exits, taking every request in flight with it, although the driver itself recovers (the requests of that
+ * moment fail on their own, 503 on /ready, and the next ones reconnect). Those rejections, recognised by a
+ * lost-connection error code, are logged as a warning; any other unhandled rejection is logged and ends the
+ * process with code 1, as Node's default does.
+ */
+export function surviveLostDatabaseConnections(logger: Logger): void {
+  process.on('unhandledRejection', (reason) => {
+    if (isConnectionLost(reason)) {
+      logger.warn('database connection lost; the pool reconnects', { err: reason });
+      return;
+    }
+    logger.error('unhandled promise rejection: exiting', { err: reason });
+    process.exit(1);
+  });
 }
