@@ -32,6 +32,11 @@ const envSchema = z.object({
   DATABASE_URL: optionalString.refine((v) => v === undefined || /^postgres(ql)?:\/\//.test(v), {
     message: 'must be a postgres:// or postgresql:// connection string',
   }),
+  DATABASE_POOL_SIZE: z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v === '' ? 10 : Number(v)))
+    .refine((n) => Number.isInteger(n) && n >= 1 && n <= 200, { message: 'must be an integer from 1 to 200' }),
   PUBLIC_BASE_URL: optionalUrl('the service origin'),
   FRONTEND_URL: optionalUrl('the front-end origin'),
   AUTH_SECRET: optionalString.refine((v) => v === undefined || v.length >= 32, {
@@ -74,6 +79,8 @@ const envSchema = z.object({
 export interface Config {
   port: number;
   databaseUrl: string | undefined;
+  /** Connections the service opens to DATABASE_URL at most (postgres.js pool). */
+  databasePoolSize: number;
   publicBaseUrl: string;
   frontendUrl: string | undefined;
   authSecret: string;
@@ -123,6 +130,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   return {
     port: e.PORT,
     databaseUrl: e.DATABASE_URL,
+    databasePoolSize: e.DATABASE_POOL_SIZE,
     publicBaseUrl,
     frontendUrl: e.FRONTEND_URL ? stripSlash(e.FRONTEND_URL) : undefined,
     authSecret: e.AUTH_SECRET!,

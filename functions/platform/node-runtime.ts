@@ -24,7 +24,7 @@ export function withPersistedSecret(env: Record<string, string | undefined>): Re
 
 /** DATABASE_URL when set, else the embedded database kept in `<dataDir>/pglite`. */
 export async function openConfiguredDatabase(config: Config): Promise<Database> {
-  if (config.databaseUrl) return openPostgres(config.databaseUrl);
+  if (config.databaseUrl) return openPostgres(config.databaseUrl, { max: config.databasePoolSize });
   const { openPGlite } = await import('./pglite.ts');
   const dir = join(config.dataDir, 'pglite');
   mkdirSync(dir, { recursive: true });

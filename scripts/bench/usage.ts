@@ -27,7 +27,8 @@ import {
 /**
  * `npx tsx scripts/bench/usage.ts [seconds] [connections]`: the metering hot path measured against the database's
  * own limit, in one run, on a durable PostgreSQL 15 server (fsync on, synchronous commit) and the real Node entry
- * (scripts/serve.ts as a child process, NODE_ENV=production, request log on):
+ * (scripts/serve.ts as a child process, NODE_ENV=production, request log on, DATABASE_POOL_SIZE = the HTTP
+ * concurrency, as for pgbench's clients; BENCH_POOL_SIZE overrides it, e.g. 10 for the service's default):
  *
  *   1. raw SQL: pgbench (custom script, prepared statements) calling public.metering_increment at 32 clients over
  *      1,000 subscriptions (20 users x 50 agents), each call a new clientReqId; then the same on one hot
@@ -54,6 +55,7 @@ const SUBSCRIPTIONS = USERS * AGENTS;
 const QUOTA = 100_000_000;
 const EDGE_QUOTA = 1_000;
 const ROUNDS = 3;
+const poolSize = Number(process.env.BENCH_POOL_SIZE ?? connections);
 const ADMIN = { email: 'bench-admin@example.com', password: 'bench admin password' };
 
 interface Figures {
@@ -209,7 +211,14 @@ async function main() {
   try {
     const dbUrl = await createDatabase(server.url, 'bench_usage');
     const service = await startService(
-      { AUTH_RATE_LIMIT_PER_MINUTE: '0', ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, DATABASE_URL: dbUrl, DATA_DIR: dataDir },
+      {
+        AUTH_RATE_LIMIT_PER_MINUTE: '0',
+        ADMIN_EMAIL: ADMIN.email,
+        ADMIN_PASSWORD: ADMIN.password,
+        DATABASE_URL: dbUrl,
+        DATA_DIR: dataDir,
+        DATABASE_POOL_SIZE: String(poolSize),
+      },
       120_000,
     );
     servicePid = service.child.pid;
@@ -277,8 +286,11 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
       let h = 0;
       const hotNext = () => ({ path: `/me/usage/${hot.agentId}/calls/increment`, token: hot.token, body: `{"clientReqId":"hh-${h++}"}` });
 
+      // Warm-up: the measured rounds should see a warmed service (V8 has optimised the request path; a service in
+      // production runs warm), so both HTTP paths run first for a while, and pgbench once.
       pgbench('warm-up', dbUrl, spreadScript, 2);
-      await http('warm-up', service.url, spreadNext, { seconds: 2 });
+      await http('warm-up', service.url, spreadNext, { seconds: 6 });
+      await http('warm-up (hot)', service.url, hotNext, { seconds: 2 });
       results.push(await nodeDriver(`raw SQL from Node (postgres.js), ${connections} conns, ${SUBSCRIPTIONS} subscriptions`, dbUrl, (i) => pairs[(i * 7919) % SUBSCRIPTIONS]!, seconds));
       // the service's own pool is 10 connections: the same driver at that size shows what the pool alone allows
       results.push(await nodeDriver(`raw SQL from Node (postgres.js), 10 conns (the service's pool), ${SUBSCRIPTIONS} subscriptions`, dbUrl, (i) => pairs[(i * 104729) % SUBSCRIPTIONS]!, seconds, 10));
@@ -374,7 +386,7 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
   const httpHot = median(rounds.httpHot, `HTTP POST increment (bearer), ${connections} concurrent, 1 hot subscription`);
   const httpReplay = median(rounds.httpReplay, `HTTP replays of counted clientReqIds, ${connections} concurrent`);
   const table = [sqlSpread, httpSpread, sqlHot, httpHot, httpReplay, ...results];
-  console.log(`\nPostgreSQL 15 (durable: fsync on, synchronous commit), Node entry (NODE_ENV=production, request log on), ${seconds} s per run;`);
+  console.log(`\nPostgreSQL 15 (durable: fsync on, synchronous commit), Node entry (NODE_ENV=production, request log on, pool of ${poolSize}), ${seconds} s per run;`);
   console.log(`first five rows: medians of ${ROUNDS} alternating rounds (2xx/ok and other: totals over the rounds)\n`);
   console.table(table.map((r) => ({ run: r.what, 'requests/s': r.requestsPerSec, 'p50 ms': r.p50, 'p99 ms': r.p99, '2xx/ok': r.ok, other: r.other })));
   const ratio = (a: Figures, b: Figures) => (a.requestsPerSec / Math.max(b.requestsPerSec, 1)).toFixed(2);

@@ -65,12 +65,14 @@ describe('loadConfig', () => {
       S3_PUBLIC_URL: 'https://cdn.example.com',
       NODE_ENV: 'production',
       AUTH_RATE_LIMIT_PER_MINUTE: '0',
+      DATABASE_POOL_SIZE: '32',
       GIT_SHA: 'abc',
       RELEASE_VERSION: '1.0.0',
     });
     expect(config).toMatchObject({
       port: 9001,
       databaseUrl: 'postgresql://u:p@db:5432/app',
+      databasePoolSize: 32,
       publicBaseUrl: 'https://api.example.com',
       frontendUrl: 'https://www.example.com',
       admin: { email: 'admin@example.com', password: 'long-enough' },
@@ -112,6 +114,8 @@ describe('loadConfig', () => {
     ['NODE_ENV', { NODE_ENV: 'staging' }],
     ['AUTH_RATE_LIMIT_PER_MINUTE', { AUTH_RATE_LIMIT_PER_MINUTE: '-1' }],
     ['AUTH_RATE_LIMIT_PER_MINUTE', { AUTH_RATE_LIMIT_PER_MINUTE: 'lots' }],
+    ['DATABASE_POOL_SIZE', { DATABASE_POOL_SIZE: '0' }],
+    ['DATABASE_POOL_SIZE', { DATABASE_POOL_SIZE: '2.5' }],
   ])('refuses a bad %s with a message naming it', (variable, env) => {
     const problems = problemsOf(env);
     expect(problems.length).toBeGreaterThan(0);
