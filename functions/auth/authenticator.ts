@@ -14,9 +14,10 @@ import { trustedOrigins, type Auth } from './better-auth.ts';
  * Bearer tokens are verified in process with jose against our own signing keys, read from the `jwks` table
  * and cached (no HTTP hop to /api/auth/jwks): issuer, audience, expiry (against the injected clock), `typ`
  * `at+jwt`, and the algorithm of the key that `kid` names (so `alg: none` and keys we never issued fail).
- * Then ONE query reads the user (exists, not banned, role) together with the revocation list
- * (`jti:<jti>`, `grant:<sid>`, `user:<sub>`): a revoked token, a revoked grant and a banned or deleted user's
- * token stop working on the next request rather than at expiry.
+ * Then ONE query, public.bearer_caller, reads the user (exists, not banned, role) together with the revocation
+ * list (`jti:<jti>`, `grant:<sid>`, `user:<sub>`): a revoked token, a revoked grant and a banned or deleted user's
+ * token stop working on the next request rather than at expiry. A hot route can instead take `bearerCheck` and
+ * run that same function inside its own statement (the usage increment does: one round trip).
  *
  * Cookie-authenticated requests that change state (anything but GET/HEAD/OPTIONS) must come from a trusted
  * origin: a browser on another site gets 403, which is what makes SameSite=None cookies safe in production.
