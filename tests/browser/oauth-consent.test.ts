@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { freePort } from '../../scripts/postgres-server.ts';
+import type { AddressInfo } from 'node:net';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { launchChromiumProfile, screenshot } from '../support/browser.ts';
 import { authorizeUrl, createOAuthClient, pkcePair, postForm, type TestOAuthClient } from '../support/oauth.ts';
@@ -25,13 +25,12 @@ let user: TestUser;
 beforeAll(async () => {
   t = await startTestApp();
   // The agent backend's callback: a page that just says where the browser arrived.
-  const port = await freePort();
-  callback = `http://127.0.0.1:${port}/oauth/callback`;
   agentServer = createServer((req, res) => {
     res.writeHead(200, { 'content-type': 'text/html' });
     res.end(`<!doctype html><title>Agent</title><h1>Back at the agent</h1><p>${req.url?.replace(/[<>&"]/g, '')}</p>`);
   });
-  await new Promise<void>((resolve) => agentServer.listen(port, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => agentServer.listen(0, '127.0.0.1', resolve));
+  callback = `http://127.0.0.1:${(agentServer.address() as AddressInfo).port}/oauth/callback`;
   agent = await createOAuthClient(t, { name: 'Browser Agent', redirectUris: [callback] });
   user = await signUp(t);
   // A fresh profile directory per run.

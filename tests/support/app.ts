@@ -1,4 +1,5 @@
-import { serve, type ServerType } from '@hono/node-server';
+import { createAdaptorServer } from '@hono/node-server';
+import type { AddressInfo } from 'node:net';
 import { createApp, type App } from '../../functions/app.ts';
 import { buildDeps, type BuiltDeps } from '../../functions/deps.ts';
 import { TestClock } from '../../functions/platform/clock.ts';
@@ -6,7 +7,6 @@ import { loadConfig } from '../../functions/platform/config.ts';
 import type { Database, Db } from '../../functions/platform/db.ts';
 import { memoryLogger } from '../../functions/platform/logger.ts';
 import { localDocsScript } from '../../functions/platform/node-runtime.ts';
-import { freePort } from '../../scripts/postgres-server.ts';
 import { createTestDatabase, type TestDatabase } from './databases.ts';
 import { HttpClient } from './http.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -47,7 +47,15 @@ export const TEST_SECRET = 'test-secret-test-secret-test-secret-0123456789';
 
 export async function startTestApp(options: TestAppOptions = {}): Promise<TestApp> {
   const testDatabase = options.testDatabase ?? (await createTestDatabase());
-  const port = await freePort();
+  // The port is bound first (port 0: the kernel picks a free one) and the app attached once built, since the
+  // config needs the URL. Asking for a free port and binding it later raced with other test files (EADDRINUSE).
+  let handle: (request: Request, env: unknown) => Response | Promise<Response> = () => new Response('starting', { status: 503 });
+  const server = createAdaptorServer({ fetch: (request, env) => handle(request, env) }) as import('node:http').Server;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
   const baseUrl = `http://127.0.0.1:${port}`;
   const config = loadConfig({
     NODE_ENV: 'test',
@@ -69,9 +77,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   // The auth library initialises in the background (schema check, OAuth resource seed); let it finish before
   // the test starts, so closing the database at the end never cuts one of its queries.
   await (deps as { auth?: { $context?: Promise<unknown> } }).auth?.$context;
-  const server: ServerType = await new Promise((resolve) => {
-    const s = serve({ fetch: app.fetch, port, hostname: '127.0.0.1' }, () => resolve(s));
-  });
+  handle = (request, env) => app.fetch(request, env as never);
   return {
     baseUrl,
     http: new HttpClient(baseUrl),
@@ -85,7 +91,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     close: async () => {
       // Keep-alive sockets of the test's own HTTP client would otherwise hold close() open until they time out.
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      (server as import('node:http').Server).closeAllConnections?.();
+      server.closeAllConnections?.();
       await closed;
       await deps.shutdown();
       rmSync(uploadsDir, { recursive: true, force: true });

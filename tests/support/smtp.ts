@@ -1,5 +1,5 @@
 import { SMTPServer } from 'smtp-server';
-import { freePort } from '../../scripts/postgres-server.ts';
+import type { AddressInfo } from 'node:net';
 
 /**
  * A real SMTP server on a loopback port (the `smtp-server` package), for tests that check mail leaves the
@@ -26,7 +26,6 @@ export interface TestSmtpServer {
 }
 
 export async function startSmtpServer(): Promise<TestSmtpServer> {
-  const port = await freePort();
   const received: ReceivedMail[] = [];
   let failing = false;
   const server = new SMTPServer({
@@ -53,7 +52,9 @@ export async function startSmtpServer(): Promise<TestSmtpServer> {
       });
     },
   });
-  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', () => resolve()));
+  // Port 0: the kernel picks a free port as it binds (asking first and binding later races with other test files).
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  const port = (server.server.address() as AddressInfo).port;
   return {
     url: `smtp://127.0.0.1:${port}`,
     received,
