@@ -25,11 +25,13 @@ export async function ensureCustomer(deps: AppDeps, user: { userId: string; emai
       { idempotencyKey: `marketplace-customer:${user.userId}` },
     ),
   );
+  // No conflict target: two first checkouts insert the same (user, customer) row at once, and with a target of
+  // user_id only, the loser can trip over the other unique index (stripe_customer_id) and fail with 23505.
   await first(
     deps.database.db,
     sql`insert into public.billing_customers (user_id, stripe_customer_id, created_at)
         values (${user.userId}, ${customer.id}, ${deps.clock.now()})
-        on conflict (user_id) do nothing`,
+        on conflict do nothing`,
   );
   return (await customerIdOf(deps, user.userId)) ?? customer.id;
 }

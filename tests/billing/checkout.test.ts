@@ -63,6 +63,21 @@ describe('startCheckout (POST /me/checkout)', () => {
     });
   });
 
+  it("makes one Stripe customer for a user's concurrent first checkouts, and every one of them succeeds", async () => {
+    const agent = await activeAgent(w);
+    const tier = await insertTier(w.t.db, agent.id, { priceCents: 900, interval: 'month' });
+    for (let round = 0; round < 5; round++) {
+      const user = await signUp(w.t);
+      const answers = await Promise.all(
+        Array.from({ length: 6 }, () => w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } })),
+      );
+      expect(answers.map((a) => a.status)).toEqual(Array(6).fill(200));
+      const linked = await first<{ n: number }>(w.t.db, sql`select count(*)::int as n from billing_customers where user_id = ${user.userId}`);
+      expect(linked!.n).toBe(1);
+      expect([...w.fake.customers.values()].filter((c) => c.metadata.userId === user.userId)).toHaveLength(1);
+    }
+  });
+
   it('gives a paid tier made before Stripe was configured its product and price on the first checkout', async () => {
     const agent = await activeAgent(w);
     const seeded = await insertTier(w.t.db, agent.id, { priceCents: 1500, interval: 'year' });
