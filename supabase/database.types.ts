@@ -2105,6 +2105,10 @@ export type Database = {
           "week": string;
         }[];
       };
+      "banned_at": {
+        Args: { "p_at": string; "p_ban_expires": string; "p_banned": boolean };
+        Returns: boolean;
+      };
       "bearer_caller": {
         Args: {
           "p_issued_at": string;

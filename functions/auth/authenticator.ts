@@ -6,6 +6,7 @@ import type { Config } from '../platform/config.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import { trustedOrigins, type Auth } from './better-auth.ts';
+import { revocationKeys } from './oauth/token-records.ts';
 
 /**
  * Who is calling, for every route outside /api/auth: the session cookie first, else an
@@ -42,8 +43,8 @@ interface SessionRow {
   email: string;
   name: string;
   role: string | null;
-  banned: boolean | null;
-  banExpires: Date | null;
+  /** Banned now (public.banned_at), by the injected clock. */
+  banned: boolean;
   createdAt: Date;
 }
 
@@ -70,13 +71,14 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
     if (!token) return null;
     const row = await first<SessionRow>(
       db,
-      sql`select s.id as "sessionId", s."expiresAt", u.id, u.email, u.name, u.role, u.banned, u."banExpires", u."createdAt"
+      sql`select s.id as "sessionId", s."expiresAt", u.id, u.email, u.name, u.role, u."createdAt",
+                 public.banned_at(u.banned, u."banExpires", ${clock.now()}) as banned
             from session s join "user" u on u.id = s."userId"
            where s.token = ${token}`,
     );
     // Session times are the library's, stamped with the wall clock (as its own getSession compares them).
     if (!row || new Date(row.expiresAt).getTime() <= Date.now()) return null;
-    if (isBanned(row.banned, row.banExpires, clock.now())) return null;
+    if (row.banned) return null;
     const { expiresIn, updateAge } = ctx.sessionConfig;
     const dueForRefresh = new Date(row.expiresAt).getTime() - expiresIn * 1000 + updateAge * 1000 <= Date.now();
     if (dueForRefresh && !cookies.has(ctx.authCookies.dontRememberToken.name)) {
@@ -107,10 +109,8 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   async function verifyBearer(token: string): Promise<BearerCheck> {
     const claims = await verified.get(token, clock.now(), () => verifyAccessToken(token, keys, { issuer, audience, now: clock.now() }));
     const sub = claims.sub!;
-    const tokenKeys = [`user:${sub}`];
-    if (typeof claims.jti === 'string') tokenKeys.push(`jti:${claims.jti}`);
-    if (typeof claims.sid === 'string') tokenKeys.push(`grant:${claims.sid}`);
     const sessionId = typeof claims.sid === 'string' ? claims.sid : undefined;
+    const tokenKeys = revocationKeys(sub, typeof claims.jti === 'string' ? claims.jti : undefined, sessionId);
     const clientId = typeof claims.client_id === 'string' ? claims.client_id : typeof claims.azp === 'string' ? claims.azp : undefined;
     return {
       userId: sub,
@@ -173,12 +173,6 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
       return null;
     },
   };
-}
-
-export function isBanned(banned: boolean | null | undefined, banExpires: Date | string | null | undefined, now: Date): boolean {
-  if (!banned) return false;
-  if (!banExpires) return true;
-  return new Date(banExpires).getTime() > now.getTime();
 }
 
 function requireTrustedOrigin(request: Request, origins: Set<string>) {

@@ -40,13 +40,10 @@ export type UsageOperation = 'increment' | 'decrement';
  * public.metering_increment / public.metering_decrement.
  */
 export async function meterUsage(db: Db, clock: Clock, operation: UsageOperation, call: UsageCall): Promise<UsageResult> {
+  const fn = operation === 'increment' ? sql`public.metering_increment` : sql`public.metering_decrement`;
   const row = await first<UsageCallRow>(
     db,
-    operation === 'increment'
-      ? sql`select * from public.metering_increment(${call.userId}, ${call.agentId}, ${call.metricSlug}, ${call.clientReqId ?? null},
-                                                    ${call.amount}, ${clock.now()})`
-      : sql`select * from public.metering_decrement(${call.userId}, ${call.agentId}, ${call.metricSlug}, ${call.clientReqId ?? null},
-                                                    ${call.amount}, ${clock.now()})`,
+    sql`select * from ${fn}(${call.userId}, ${call.agentId}, ${call.metricSlug}, ${call.clientReqId ?? null}, ${call.amount}, ${clock.now()})`,
   );
   return usageOutcome(row!, call, operation);
 }

@@ -18,6 +18,17 @@ export function diskFileStore(root: string): FileStore {
     return full;
   };
 
+  /** The stored file of a key with its size, or undefined (no such file, or a key outside the root). */
+  const storedFile = async (key: string): Promise<{ full: string; size: number } | undefined> => {
+    let full: string;
+    try {
+      full = pathOf(key);
+    } catch {
+      return undefined;
+    }
+    const info = await stat(full).catch(() => undefined);
+    return info?.isFile() ? { full, size: info.size } : undefined;
+  };
   return {
     async write(key, body, maxBytes) {
       const target = pathOf(key);
@@ -47,26 +58,14 @@ export function diskFileStore(root: string): FileStore {
       }
     },
     async size(key) {
-      let full: string;
-      try {
-        full = pathOf(key);
-      } catch {
-        return undefined;
-      }
-      const info = await stat(full).catch(() => undefined);
-      return info?.isFile() ? info.size : undefined;
+      return (await storedFile(key))?.size;
     },
     async read(key, range) {
-      let full: string;
-      try {
-        full = pathOf(key);
-      } catch {
-        return undefined;
-      }
-      const info = await stat(full).catch(() => undefined);
-      if (!info?.isFile()) return undefined;
+      const file = await storedFile(key);
+      if (!file) return undefined;
+      const { full, size } = file;
       const stream = range ? createReadStream(full, { start: range.start, end: range.end }) : createReadStream(full);
-      return { body: Readable.toWeb(stream) as ReadableStream<Uint8Array>, size: info.size };
+      return { body: Readable.toWeb(stream) as ReadableStream<Uint8Array>, size };
     },
   };
 }

@@ -7,6 +7,12 @@
 -- calls public.metering_call_as_bearer, which runs the same check and the usage call in ONE statement, so an
 -- agent backend's increment costs one round trip to the database instead of two.
 
+-- The ban rule, once: banned, and either for good (no end) or until a time still ahead. Inlined by the planner.
+create function public.banned_at(p_banned boolean, p_ban_expires timestamptz, p_at timestamptz) returns boolean
+language sql immutable as $$
+  select coalesce(p_banned, false) and (p_ban_expires is null or p_ban_expires > p_at)
+$$;
+
 create function public.bearer_caller(
   p_user_id text, p_token_keys text[], p_issued_at timestamptz, p_now timestamptz
 ) returns table (status text, id text, email text, name text, role text, created_at timestamptz)
@@ -16,7 +22,7 @@ language sql stable as $$
            when exists (select 1 from public.revoked_tokens r
                          where r.key = any (p_token_keys)
                            and (r.issued_before is null or r.issued_before > p_issued_at)) then 'revoked'
-           when coalesce(u.banned, false) and (u."banExpires" is null or u."banExpires" > p_now) then 'banned'
+           when public.banned_at(u.banned, u."banExpires", p_now) then 'banned'
            else 'ok'
          end,
          u.id, u.email, u.name, u.role, u."createdAt"

@@ -110,25 +110,20 @@ export async function revokeAccessTokensOfFamily(db: Db, clientId: string, userI
  * revoked (`grant:<sid>`), every token of its user issued before a ban (`user:<sub>`), or the user is banned or
  * gone. One indexed query, the same rules as the Authenticator applies to bearer requests.
  */
+/** The revocation-list keys that would cancel a token: its user, its id, its grant (session). */
+export function revocationKeys(sub: string, jti: string | undefined, sid: string | undefined): string[] {
+  return [`user:${sub}`, ...(jti ? [`jti:${jti}`] : []), ...(sid ? [`grant:${sid}`] : [])];
+}
+
 export async function isRevoked(db: Db, claims: AccessTokenClaims, now: Date): Promise<boolean> {
   const sub = str(claims.sub);
   if (!sub) return false;
-  const keys = [`user:${sub}`];
-  const jti = str(claims.jti);
-  const sid = str(claims.sid);
-  if (jti) keys.push(`jti:${jti}`);
-  if (sid) keys.push(`grant:${sid}`);
+  const keys = revocationKeys(sub, str(claims.jti), str(claims.sid));
   const iat = new Date((seconds(claims.iat) ?? 0) * 1000);
+  // The same rule as every bearer route (public.bearer_caller): the user exists, is not banned, the token is not revoked.
   const row = await first<{ refused: boolean }>(
     db,
-    sql`select not exists (
-                 select 1 from "user" u
-                  where u.id = ${sub}
-                    and (u.banned is not true or (u."banExpires" is not null and u."banExpires" <= ${now})))
-            or exists (
-                 select 1 from public.revoked_tokens r
-                  where r.key in (${sql.join(keys)})
-                    and (r.issued_before is null or r.issued_before > ${iat})) as refused`,
+    sql`select status <> 'ok' as refused from public.bearer_caller(${sub}, ${keys}::text[], ${iat}, ${now})`,
   );
   return row?.refused === true;
 }
