@@ -5,6 +5,7 @@ import { failure } from './http/envelope.ts';
 import { ApiError, errorStatus, type ErrorCode } from './http/errors.ts';
 import { CursorSigner } from './http/pagination.ts';
 import { newRouter } from './http/router.ts';
+import { agentBoundary } from './http/access.ts';
 import { requestContext } from './http/request-context.ts';
 import { rejectNulCharacters } from './http/nul-guard.ts';
 import { limitBodySize } from './http/body-limit.ts';
@@ -71,6 +72,18 @@ export function createApp(deps: AppDeps) {
     ),
   );
   app.use('*', rejectNulCharacters());
+  // Every path that names an agent: a bearer token acts only within its own agent (403 otherwise).
+  for (const path of [
+    '/agents/:agentId',
+    '/agents/:agentId/*',
+    '/me/usage/:agentId',
+    '/me/usage/:agentId/*',
+    '/me/subscriptions/:agentId',
+    '/me/subscriptions/:agentId/*',
+    '/admin/agents/:agentId/*',
+  ]) {
+    app.use(path, agentBoundary());
+  }
 
   app.onError((err, c) => errorResponse(err, c as unknown as Context<AppEnv>, deps));
   app.notFound((c) => c.json(failure('NOT_FOUND', `No route for ${c.req.method} ${c.req.path}`), 404));

@@ -2,7 +2,8 @@ import { z } from '@hono/zod-openapi';
 import { ApiError, notFound } from '../http/errors.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db } from '../platform/db.ts';
-import { OAUTH_SCOPES } from './oauth/provider-options.ts';
+import { ACCESS_TOKEN_TTL_SECONDS, ADMIN_SCOPE, apiAudience, OAUTH_SCOPES } from './oauth/provider-options.ts';
+import type { Config } from '../platform/config.ts';
 import { sha256Base64Url } from './oauth/token-records.ts';
 
 /**
@@ -114,6 +115,46 @@ export async function provisionAgentClient(
   await sql`
     insert into public.agent_oauth_clients (agent_id, client_id, created_at, updated_at)
     values (${input.agentId}, ${clientId}, ${now}, ${now})`.execute(db);
+  return { clientId, clientSecret };
+}
+
+/**
+ * The marketplace's own first-party client, for admin automation (scripts, back offices): the one client that belongs
+ * to no agent and the only one registered with the `admin` scope, which only a platform_admin can grant
+ * (contract.md, Trust boundaries). Its tokens' audience is the API itself. Each call makes a new client and returns
+ * its secret once (`npm run admin-client`); there may be several (one per automation), each revocable by deleting it.
+ */
+export async function provisionFirstPartyClient(
+  deps: { clock: Clock; config: Config },
+  db: Db,
+  input: { name: string; redirectUris: string[] },
+): Promise<AgentClientCredentials> {
+  const redirectUris = checkUris('redirectUris', input.redirectUris, true);
+  const now = deps.clock.now();
+  const clientId = randomToken(24);
+  const clientSecret = randomToken(32);
+  await sql`
+    insert into "oauthClient" (
+      "id", "clientId", "clientSecret", "disabled", "skipConsent", "enableEndSession", "scopes",
+      "clientCredentialsScopes", "createdAt", "updatedAt", "name", "redirectUris", "postLogoutRedirectUris",
+      "tokenEndpointAuthMethod", "applicationType", "grantTypes", "responseTypes", "requirePKCE",
+      "dpopBoundAccessTokens", "metadata")
+    values (
+      ${crypto.randomUUID()}, ${clientId}, ${await hashClientSecret(clientSecret)}, false, false, true,
+      ${JSON.stringify([...OAUTH_SCOPES, ADMIN_SCOPE])}::text::jsonb, '[]'::jsonb, ${now}, ${now}, ${input.name.slice(0, 200)},
+      ${JSON.stringify(redirectUris)}::text::jsonb, '[]'::jsonb,
+      'client_secret_basic', 'web', '["authorization_code","refresh_token"]'::jsonb, '["code"]'::jsonb, true,
+      false, ${JSON.stringify({ firstParty: true })}::text::jsonb)`.execute(db);
+  await sql`insert into public.first_party_clients (client_id, created_at) values (${clientId}, ${now})`.execute(db);
+  // Linked to the API's own resource (the library seeds the same row from provider-options.ts at start), so its
+  // tokens carry `aud` = the API.
+  await sql`
+    insert into "oauthResource" (id, identifier, name, "accessTokenTtl", disabled, "createdAt", "updatedAt")
+    values (${crypto.randomUUID()}, ${apiAudience(deps.config)}, 'Agent Marketplace API', ${ACCESS_TOKEN_TTL_SECONDS}, false, ${now}, ${now})
+    on conflict (identifier) do nothing`.execute(db);
+  await sql`
+    insert into "oauthClientResource" (id, "clientId", "resourceId", "createdAt")
+    values (${crypto.randomUUID()}, ${clientId}, ${apiAudience(deps.config)}, ${now})`.execute(db);
   return { clientId, clientSecret };
 }
 

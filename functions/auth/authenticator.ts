@@ -7,6 +7,7 @@ import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import { trustedOrigins, type Auth } from './better-auth.ts';
 import { revocationKeys } from './oauth/token-records.ts';
+import { ADMIN_SCOPE } from './oauth/provider-options.ts';
 
 /**
  * Who is calling, for every route outside /api/auth: the session cookie first, else an
@@ -51,7 +52,6 @@ interface SessionRow {
 export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   const { auth, db, config, clock } = deps;
   const issuer = `${config.publicBaseUrl}/api/auth`;
-  const audience = config.publicBaseUrl;
   const origins = new Set(trustedOrigins(config));
   const keys = new SigningKeys(db);
   const verified = new VerifiedTokens();
@@ -95,6 +95,7 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
       via: 'cookie',
       sessionId: row.sessionId,
       clientId: undefined,
+      agentId: undefined,
       createdAt: new Date(row.createdAt),
     };
   }
@@ -107,25 +108,35 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
 
   /** Verifies the JWT in process; what only the database can say is left in the returned check. */
   async function verifyBearer(token: string): Promise<BearerCheck> {
-    const claims = await verified.get(token, clock.now(), () => verifyAccessToken(token, keys, { issuer, audience, now: clock.now() }));
+    const claims = await verified.get(token, clock.now(), () => verifyAccessToken(token, keys, { issuer, now: clock.now() }));
     const sub = claims.sub!;
     const sessionId = typeof claims.sid === 'string' ? claims.sid : undefined;
     const tokenKeys = revocationKeys(sub, typeof claims.jti === 'string' ? claims.jti : undefined, sessionId);
     const clientId = typeof claims.client_id === 'string' ? claims.client_id : typeof claims.azp === 'string' ? claims.azp : undefined;
+    if (!clientId) throw invalidToken('The access token names no client');
+    const agentId = tokenAgent(claims.aud, config.publicBaseUrl);
+    const scopes = typeof claims.scope === 'string' ? claims.scope.split(' ') : [];
     return {
       userId: sub,
       tokenKeys,
       issuedAt: new Date((claims.iat ?? 0) * 1000),
+      clientId,
+      agentId,
       principal(caller) {
         if (caller.status !== 'ok') throw invalidToken(bearerRefusals[caller.status as keyof typeof bearerRefusals] ?? 'The access token is invalid');
+        // A token is an admin credential only when it is the first-party client's (no agent; bearer_caller checked
+        // the client), carries the admin scope, and its user is a platform admin now. An agent's token never is,
+        // whoever signed in to the agent (contract.md, Trust boundaries).
+        const admin = agentId === null && scopes.includes(ADMIN_SCOPE) && caller.role === 'platform_admin';
         return {
           userId: sub,
           email: caller.email!,
           name: caller.name!,
-          role: caller.role === 'platform_admin' ? 'platform_admin' : 'user',
+          role: admin ? 'platform_admin' : 'user',
           via: 'bearer',
           sessionId,
           clientId,
+          agentId: agentId ?? undefined,
           createdAt: new Date(caller.createdAt!),
         };
       },
@@ -137,7 +148,8 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
     const caller = await first<BearerCaller>(
       db,
       sql`select status, email, name, role, created_at as "createdAt"
-            from public.bearer_caller(${check.userId}, ${check.tokenKeys}::text[], ${check.issuedAt}, ${clock.now()})`,
+            from public.bearer_caller(${check.userId}, ${check.tokenKeys}::text[], ${check.issuedAt}, ${clock.now()},
+                                      ${check.clientId}, ${check.agentId})`,
     );
     return check.principal(caller!);
   }
@@ -205,7 +217,30 @@ const bearerRefusals = {
   no_user: 'The access token belongs to no user',
   revoked: 'The access token has been revoked',
   banned: 'The account is banned',
+  wrong_client: 'The access token was not issued to a client of the agent it names',
 };
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The agent a token acts within, from its audience: `{base}/agents/{agentId}` for an agent's client, or null for
+ * the first-party client's `{base}`. The userinfo endpoint may ride along in `aud` (the library adds it for
+ * `openid`). Any other audience, or two agents, is not a token for this API.
+ */
+function tokenAgent(aud: unknown, base: string): string | null {
+  const values = Array.isArray(aud) ? aud : [aud];
+  const prefix = `${base}/agents/`;
+  const agents = new Set<string>();
+  let api = false;
+  for (const value of values) {
+    if (typeof value !== 'string') continue;
+    if (value === base) api = true;
+    else if (value.startsWith(prefix) && UUID.test(value.slice(prefix.length))) agents.add(value.slice(prefix.length).toLowerCase());
+  }
+  if (agents.size === 1 && !api) return [...agents][0]!;
+  if (agents.size === 0 && api) return null;
+  throw invalidToken('The access token is not for this API (audience)');
+}
 
 function parseCookieHeader(header: string): Map<string, string> {
   const out = new Map<string, string>();
@@ -247,7 +282,6 @@ async function verifySignedCookie(raw: string | undefined, key: CryptoKey): Prom
 
 interface VerifyOptions {
   issuer: string;
-  audience: string;
   now: Date;
 }
 
@@ -266,10 +300,10 @@ async function verifyAccessToken(token: string, keys: SigningKeys, options: Veri
   try {
     const { payload } = await jwtVerify(token, key.key, {
       issuer: options.issuer,
-      audience: options.audience,
       algorithms: [key.alg],
       currentDate: options.now,
-      requiredClaims: ['sub', 'exp', 'iat'],
+      // The audience names the agent (or the API itself): checked by tokenAgent, since jose compares exact values.
+      requiredClaims: ['sub', 'exp', 'iat', 'aud'],
     });
     return payload;
   } catch (err) {

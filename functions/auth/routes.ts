@@ -10,6 +10,9 @@ import { bannedUserSchema, getUser, userSchema } from './users.ts';
 /** GET /me and the admin user controls (ban, unban, set role). */
 
 const security: Array<Record<string, string[]>> = [{ cookieSession: [] }, { bearer: [] }];
+/** GET /me for an agent's bearer token (contract.md, Trust boundaries). */
+const agentViewOfUserSchema = z.object({ id: z.string(), email: z.string(), name: z.string() }).openapi('UserAsSeenByAgent');
+
 const userIdParam = z
   .string()
   .min(1)
@@ -23,7 +26,13 @@ const getMe = createRoute({
   tags: ['Identity'],
   summary: 'The signed-in user (for front-end admin gating)',
   security,
-  responses: { 200: jsonResponse(envelopeOf(userSchema), 'The current user'), ...errors(401) },
+  description:
+    "With a cookie session (or the marketplace's first-party token): the whole record. With an agent's bearer token: " +
+    '`{ id, email, name }` only: an agent learns nothing of the user\'s role or account state.',
+  responses: {
+    200: jsonResponse(envelopeOf(z.union([userSchema, agentViewOfUserSchema])), 'The current user'),
+    ...errors(401),
+  },
 });
 
 const banUserRoute = createRoute({
@@ -82,6 +91,10 @@ export function identityRoutes() {
 
   router.openapi(getMe, async (c) => {
     const principal = await requireUser(c);
+    if (principal.agentId) {
+      const { userId: id, email, name } = principal;
+      return c.json(ok({ id, email, name }), 200);
+    }
     // The authenticator read the user row already (banned users never get this far).
     if (principal.createdAt) {
       const { userId: id, email, name, role, createdAt } = principal;

@@ -9,6 +9,7 @@ import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
 import { syncStripeSubscription } from './subscription-state.ts';
 import { startFreeSubscription, type SubscriptionDto } from './subscriptions.ts';
 import { findSubscriptionByStripeId, liveSubscription } from './subscription-queries.ts';
+import { requireWithinAgent } from '../http/access.ts';
 import { ensureTierPrice, invalidState, isPaid, purchasableTier, type BillingTier } from './tiers.ts';
 
 /**
@@ -32,6 +33,7 @@ export async function startCheckout(
   input: { tierId: string } & CheckoutUrls,
 ): Promise<StartCheckoutResult> {
   const tier = await purchasableTier(deps, input.tierId, 'buyer');
+  requireWithinAgent(principal, tier.agentId); // an agent's token buys only that agent's tiers
   if (!isPaid(tier)) {
     const { subscription } = await startFreeSubscription(deps.database.db, deps.clock, { userId: principal.userId, tierId: tier.id });
     return { kind: 'free', subscription };
@@ -161,6 +163,7 @@ export async function verifyCheckoutSession(deps: AppDeps, principal: Principal,
   const session = await retrieveSession(deps, sessionId);
   const owner = session.client_reference_id ?? session.metadata?.userId;
   if (owner !== principal.userId) throw notFound('Checkout session', { sessionId });
+  requireWithinAgent(principal, session.metadata?.agentId);
   const stripeSubscriptionId = typeof session.subscription === 'string' ? session.subscription : session.subscription?.id;
   return {
     sessionId: session.id,

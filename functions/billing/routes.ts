@@ -1,7 +1,7 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { banHooks } from '../auth/ban-user.ts';
 import { tierSchema } from '../catalog/tiers.ts';
-import { requireAdmin, requireUser } from '../http/access.ts';
+import { otherAgent, requireAdmin, requireUser, requireWithinAgent } from '../http/access.ts';
 import { envelopeOf, ok } from '../http/envelope.ts';
 import { notFound } from '../http/errors.ts';
 import { enforceRateLimit } from '../http/rate-limit.ts';
@@ -301,7 +301,9 @@ export function billingRoutes() {
 
   router.openapi(listMySubscriptionsRoute, async (c) => {
     const user = await requireUser(c);
-    return c.json(ok(await listUserSubscriptions(c.var.deps, user.userId)), 200);
+    const subscriptions = await listUserSubscriptions(c.var.deps, user.userId);
+    // An agent's token sees only the user's subscription to that agent (contract.md, Trust boundaries).
+    return c.json(ok(user.agentId ? subscriptions.filter((s) => s.agentId === user.agentId) : subscriptions), 200);
   });
 
   router.openapi(getMySubscriptionRoute, async (c) => {
@@ -333,7 +335,12 @@ export function billingRoutes() {
 
   router.openapi(createPortalSessionRoute, async (c) => {
     const user = await requireUser(c);
-    return c.json(ok(await createPortalSession(c.var.deps, user.userId, c.req.valid('json'))), 200);
+    const input = c.req.valid('json');
+    // An agent's token may open only the cancel flow of its own agent: the overview shows every subscription and
+    // payment method of the user.
+    if (user.agentId && input.flow !== 'cancel') throw otherAgent();
+    if (input.flow === 'cancel' && input.agentId) requireWithinAgent(user, input.agentId);
+    return c.json(ok(await createPortalSession(c.var.deps, user.userId, input)), 200);
   });
 
   router.openapi(startAnonymousCheckoutRoute, async (c) => {

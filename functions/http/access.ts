@@ -1,4 +1,5 @@
-import type { Context } from 'hono';
+import type { Context, MiddlewareHandler } from 'hono';
+import { first, sql } from '../platform/db.ts';
 import { signInUrls } from '../platform/config.ts';
 import type { AppEnv, Principal } from './context.ts';
 import { ApiError } from './errors.ts';
@@ -39,4 +40,53 @@ export async function requireAdmin(c: Context<AppEnv>): Promise<Principal> {
 
 export async function isAdmin(c: Context<AppEnv>): Promise<boolean> {
   return (await currentPrincipal(c))?.role === 'platform_admin';
+}
+
+const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Refusal of a bearer token outside its agent (contract.md, Trust boundaries). */
+export function otherAgent(): ApiError {
+  return new ApiError('FORBIDDEN', "This access token acts only within its own agent; this request names another agent");
+}
+
+/**
+ * A bearer token acts only within the agent that owns its client: a route whose path names another agent answers
+ * 403 FORBIDDEN, whatever the route (public reads included). Decided in process from the token's verified audience
+ * (the authenticator caches verified tokens), so it adds no round trip; the database confirms the token's client
+ * belongs to that agent when the route authenticates (public.bearer_caller). Cookie sessions and the first-party
+ * client's tokens name no agent and pass. Mounted on every path with an `:agentId` segment (app.ts).
+ */
+export function agentBoundary(): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    const check = await c.var.deps.authenticator.bearerCheck(c.req.raw);
+    if (check?.agentId) {
+      const named = await namedAgent(c);
+      if (named !== undefined && named !== check.agentId) throw otherAgent();
+    }
+    await next();
+  };
+}
+
+/** The agent the path names: an id, or a slug under /agents/by-slug/; undefined when it names none. */
+async function namedAgent(c: Context<AppEnv>): Promise<string | undefined> {
+  const agentId = c.req.param('agentId');
+  if (agentId && UUID_SHAPE.test(agentId)) return agentId.toLowerCase();
+  const slug = /^\/agents\/by-slug\/([^/]+)$/.exec(c.req.path)?.[1];
+  if (!slug) return undefined;
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(slug);
+  } catch {
+    return undefined; // not a slug: the route answers its own 400/404
+  }
+  const row = await first<{ id: string }>(c.var.deps.database.db, sql`select id from public.agents where slug = ${decoded}`);
+  return row?.id ?? undefined;
+}
+
+/**
+ * For a route whose agent is not in its path (checkout by tier, a checkout session, the billing portal): a bearer
+ * token acts only within its own agent, 403 otherwise. Cookie sessions and first-party tokens pass.
+ */
+export function requireWithinAgent(principal: Principal, agentId: string | null | undefined): void {
+  if (principal.agentId && principal.agentId !== agentId) throw otherAgent();
 }

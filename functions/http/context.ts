@@ -11,6 +11,11 @@ export interface Principal {
   sessionId: string | undefined;
   /** OAuth client the bearer token was issued to. */
   clientId: string | undefined;
+  /**
+   * The agent a bearer token acts within (its client's agent, named by `aud`); undefined for a cookie session and
+   * for the marketplace's first-party client. Routes confine such a caller to this agent (http/access.ts).
+   */
+  agentId?: string | undefined;
   /** When the account was created (read with the user row, so GET /me needs no second query). */
   createdAt?: Date | undefined;
 }
@@ -32,11 +37,15 @@ export interface BearerCheck {
   /** Revocation-list keys that would cancel this token: `user:<sub>`, `jti:<jti>`, `grant:<sid>`. */
   tokenKeys: string[];
   issuedAt: Date;
+  /** The client the token was issued to (`client_id`). */
+  clientId: string;
+  /** The agent the token's audience names; null for the first-party client (audience: the API itself). */
+  agentId: string | null;
   /** The principal when public.bearer_caller said 'ok'; else throws the 401. */
   principal(caller: BearerCaller): Principal;
 }
 
-/** A row of public.bearer_caller (status 'ok' | 'no_user' | 'revoked' | 'banned'). */
+/** A row of public.bearer_caller (status 'ok' | 'no_user' | 'revoked' | 'banned' | 'wrong_client'). */
 export interface BearerCaller {
   status: string;
   email: string | null;

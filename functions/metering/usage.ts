@@ -1,6 +1,7 @@
 import { findActiveSubscription } from '../billing/subscriptions.ts';
 import type { BearerCheck, Principal } from '../http/context.ts';
 import { ApiError, notFound } from '../http/errors.ts';
+import { otherAgent } from '../http/access.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { MetricKind, UsageRecord, UsageResult } from './schemas.ts';
@@ -64,9 +65,12 @@ export async function meterUsageAsBearer(
   const row = await first<UsageCallRow & BearerCallerColumns>(
     db,
     sql`select * from public.metering_call_as_bearer(${operation}, ${check.userId}, ${check.tokenKeys}::text[], ${check.issuedAt},
+                                                     ${check.clientId}, ${check.agentId},
                                                      ${call.agentId}, ${call.metricSlug}, ${call.clientReqId ?? null}, ${call.amount},
                                                      ${clock.now()})`,
   );
+  // A live caller whose token is not the path agent's own: nothing was counted.
+  if (row!.caller_status === 'other_agent') throw otherAgent();
   const principal = check.principal({
     status: row!.caller_status,
     email: row!.caller_email,

@@ -3,6 +3,8 @@ import { startFreeSubscription, type SubscriptionDto } from '../../functions/bil
 import { sql, type Db } from '../../functions/platform/db.ts';
 import type { TestApp } from '../support/app.ts';
 import { insertAgent, insertTier } from '../support/fixtures.ts';
+import { accessTokenFor } from '../support/oauth.ts';
+import type { TestUser } from '../support/users.ts';
 
 /**
  * Metering test setup: an agent with a free tier and metrics (quotas set in SQL, the way the admin endpoints
@@ -72,4 +74,35 @@ export async function ledgerAgreesWithCounters(db: Db, subscriptionId: string): 
         and (c.period_start = '-infinity' or l.period_start = c.period_start)), 0)::int as sum
     from usage_counters c where c.subscription_id = ${subscriptionId}`.execute(db);
   return rows;
+}
+
+const agentTokens = new WeakMap<TestApp, Map<string, Promise<string>>>();
+
+/**
+ * The user's access token at this agent, from the real OAuth flow with the agent's own client (usage writes take
+ * only that: contract.md, Trust boundaries). One per (app, user, agent).
+ */
+export function agentToken(t: TestApp, user: TestUser, agentId: string): Promise<string> {
+  let byKey = agentTokens.get(t);
+  if (!byKey) agentTokens.set(t, (byKey = new Map()));
+  const key = `${user.userId}|${agentId}`;
+  let token = byKey.get(key);
+  if (!token) {
+    token = accessTokenFor(t, user, { agentId }).then((set) => set.accessToken);
+    byKey.set(key, token);
+    token.catch(() => byKey!.delete(key));
+  }
+  return token;
+}
+
+/** POST increment or decrement as the agent's backend does: the user's bearer token of that agent's client. */
+export async function meter(
+  t: TestApp,
+  user: TestUser,
+  agentId: string,
+  slug: string,
+  op: 'increment' | 'decrement',
+  body: Record<string, unknown> = {},
+) {
+  return t.http.post(usagePath(agentId, slug, op), { bearer: await agentToken(t, user, agentId), json: body });
 }

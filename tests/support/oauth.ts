@@ -1,5 +1,11 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { provisionAgentClient } from '../../functions/auth/agent-clients.ts';
+import {
+  provisionAgentClient,
+  provisionFirstPartyClient,
+  rotateAgentClientSecret,
+  updateAgentClient,
+} from '../../functions/auth/agent-clients.ts';
+import { first, sql } from '../../functions/platform/db.ts';
 import type { TestApp } from './app.ts';
 import { insertAgent } from './fixtures.ts';
 import type { TestUser } from './users.ts';
@@ -42,6 +48,8 @@ export interface TokenSet {
 
 export interface AccessTokenOptions {
   client?: TestOAuthClient;
+  /** A token of this agent's own client (tokens act only within their agent): see clientOfAgent. */
+  agentId?: string;
   scope?: string;
 }
 
@@ -66,6 +74,50 @@ export async function createOAuthClient(
     redirectUri: redirectUris[0]!,
     postLogoutRedirectUri: postLogoutRedirectUris[0] ?? '',
   };
+}
+
+const agentClients = new WeakMap<TestApp, Map<string, Promise<TestOAuthClient>>>();
+
+/**
+ * The OAuth client of an existing agent, with a secret the test knows: provisioned when the agent has none (agents
+ * inserted by fixtures), else its secret is rotated (agents made by createAgent) as an admin would. Once per agent.
+ */
+export function clientOfAgent(t: TestApp, agentId: string): Promise<TestOAuthClient> {
+  let byAgent = agentClients.get(t);
+  if (!byAgent) agentClients.set(t, (byAgent = new Map()));
+  let client = byAgent.get(agentId);
+  if (!client) {
+    client = (async () => {
+      const redirectUris = [TEST_REDIRECT_URI];
+      const credentials = await t.db.transaction().execute(async (trx) => {
+        const existing = await first(trx, sql`select 1 from public.agent_oauth_clients where agent_id = ${agentId}`);
+        if (existing) {
+          await updateAgentClient(t.deps, trx, agentId, { redirectUris, postLogoutRedirectUris: ['http://127.0.0.1:9/signed-out'] });
+          return rotateAgentClientSecret(t.deps, trx, agentId);
+        }
+        return provisionAgentClient(t.deps, trx, {
+          agentId,
+          name: 'Agent under test',
+          redirectUris,
+          postLogoutRedirectUris: ['http://127.0.0.1:9/signed-out'],
+        });
+      });
+      return { agentId, ...credentials, redirectUri: TEST_REDIRECT_URI, postLogoutRedirectUri: 'http://127.0.0.1:9/signed-out' };
+    })();
+    byAgent.set(agentId, client);
+    client.catch(() => byAgent!.delete(agentId));
+  }
+  return client;
+}
+
+/**
+ * A first-party client of the marketplace (admin automation: the only client that may ask for the `admin` scope).
+ */
+export async function createFirstPartyClient(t: TestApp): Promise<TestOAuthClient & { agentId: '' }> {
+  const credentials = await t.db
+    .transaction()
+    .execute((trx) => provisionFirstPartyClient(t.deps, trx, { name: 'Back office', redirectUris: [TEST_REDIRECT_URI] }));
+  return { agentId: '', ...credentials, redirectUri: TEST_REDIRECT_URI, postLogoutRedirectUri: '' };
 }
 
 /** The app's shared test client, created on first use. */
@@ -155,7 +207,7 @@ export function postForm(t: TestApp, path: string, client: { clientId: string; c
 
 /** Runs the whole flow for `user` and returns the token response. */
 export async function accessTokenFor(t: TestApp, user: TestUser, options: AccessTokenOptions = {}): Promise<TokenSet> {
-  const client = options.client ?? (await defaultOAuthClient(t));
+  const client = options.client ?? (options.agentId ? await clientOfAgent(t, options.agentId) : await defaultOAuthClient(t));
   const { verifier, challenge } = pkcePair();
   const scope = options.scope ?? ALL_SCOPES;
   const { code } = await authorizeInBrowser(t, user, client, { challenge, scope });

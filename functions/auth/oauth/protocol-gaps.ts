@@ -1,9 +1,10 @@
 import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../../http/context.ts';
 import { ApiError } from '../../http/errors.ts';
-import { first, sql } from '../../platform/db.ts';
+import { first, sql, type Db } from '../../platform/db.ts';
+import type { Config } from '../../platform/config.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
-import { apiAudience, oauthPagesOrigin } from './provider-options.ts';
+import { ADMIN_SCOPE, agentAudience, apiAudience, oauthPagesOrigin } from './provider-options.ts';
 import {
   findRefreshToken,
   isRevoked,
@@ -63,6 +64,20 @@ export function oauthProtocolRoutes() {
         error.searchParams.set('error_description', 'redirect_uri is not registered for this client (exact match required)');
         return redirectOrJson(request, error.toString());
       }
+      // Only a platform admin may grant the admin scope (only the first-party client may ask for it: the library
+      // checks the client's registered scopes). Signed-out callers go on to sign in and come back here. The
+      // redirect_uri is the client's registered one (checked just above), so the error goes back to it.
+      if (client && (params.get('scope') ?? '').split(/\s+/).includes(ADMIN_SCOPE)) {
+        const session = await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null);
+        if (session && (session.user as { role?: string | null }).role !== 'platform_admin') {
+          const denied = new URL(redirectUri);
+          denied.searchParams.set('error', 'access_denied');
+          denied.searchParams.set('error_description', 'The admin scope can only be granted by a platform admin');
+          const state = params.get('state');
+          if (state) denied.searchParams.set('state', state);
+          return redirectOrJson(request, denied.toString());
+        }
+      }
     }
     const response = await library(c, forwarded);
     return withConsentCode(response, `${oauthPagesOrigin(config)}/consent`);
@@ -95,9 +110,13 @@ export function oauthProtocolRoutes() {
     if (!isForm(request)) return library(c, request);
     const form = new URLSearchParams(await request.text());
     const grantType = form.get('grant_type');
-    // JWT access tokens (verifiable by any resource server without a call to us) need an audience.
-    if ((grantType === 'authorization_code' || grantType === 'refresh_token') && !form.has('resource')) {
-      form.set('resource', apiAudience(config));
+    if (grantType === 'authorization_code' || grantType === 'refresh_token') {
+      // A token acts only within the agent that owns its client (contract.md, Trust boundaries): its audience is
+      // that agent's resource, which the library lets only that client obtain (enforcePerClientResources). JWT
+      // access tokens also need an audience to be minted at all; the first-party client's is the API itself.
+      const clientId = requestingClientId(request, form);
+      const agentId = clientId ? await ensureAgentResource(database.db, config, clientId, clock.now()) : undefined;
+      if (!form.has('resource')) form.set('resource', agentId ? agentAudience(config, agentId) : apiAudience(config));
     }
     const code = grantType === 'authorization_code' ? form.get('code') : null;
     const codeId = code ? await sha256Base64Url(code) : null;
@@ -374,4 +393,31 @@ async function withConsentCode(response: Response, consentPage: string): Promise
     return new Response(JSON.stringify({ ...body, url: target }), { status: 200, headers });
   }
   return response;
+}
+
+/** The client a token request authenticates as: HTTP Basic (where formRequest puts it), else the form's client_id. */
+function requestingClientId(request: Request, form: URLSearchParams): string | undefined {
+  const basic = /^Basic\s+(\S+)\s*$/i.exec(request.headers.get('authorization') ?? '')?.[1];
+  if (basic) {
+    try {
+      const decoded = atob(basic);
+      const colon = decoded.indexOf(':');
+      if (colon > 0) return decodeURIComponent(decoded.slice(0, colon).replace(/\+/g, ' '));
+    } catch {
+      return undefined;
+    }
+  }
+  return form.get('client_id') ?? undefined;
+}
+
+/**
+ * Makes sure the agent of this client is a resource linked to it (one idempotent SQL call; the identifier holds the
+ * service's public URL, which only the service knows). Returns the agent, or undefined for a client of no agent.
+ */
+async function ensureAgentResource(db: Db, config: Config, clientId: string, now: Date): Promise<string | undefined> {
+  const row = await first<{ agentId: string | null }>(
+    db,
+    sql`select public.ensure_agent_resource(${clientId}, ${config.publicBaseUrl}, ${now}) as "agentId"`,
+  );
+  return row?.agentId ?? undefined;
 }

@@ -5,7 +5,8 @@ import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http
 import { decrementUsageBody, incrementUsageBody, usageRecordSchema, usageResultSchema } from '../schemas.ts';
 import type { Context } from 'hono';
 import type { AppEnv } from '../../http/context.ts';
-import { getMyUsage, listMyUsage, meterUsage, meterUsageAsBearer, quotaHeaders, type UsageCall, type UsageOperation } from '../usage.ts';
+import { getMyUsage, listMyUsage, meterUsageAsBearer, quotaHeaders, type UsageCall, type UsageOperation } from '../usage.ts';
+import { ApiError } from '../../http/errors.ts';
 
 /**
  * /me/usage: agent backends (with the user's bearer token) and the user (cookie) read and move their counters.
@@ -24,6 +25,8 @@ const quotaHeaderDocs = {
 };
 
 const security: Array<Record<string, string[]>> = [{ bearer: [] }, { cookieSession: [] }];
+/** Usage writes: the path agent's own bearer token only. */
+const bearerOnly: Array<Record<string, string[]>> = [{ bearer: [] }];
 
 const incrementRoute = createRoute({
   operationId: 'incrementUsage',
@@ -34,11 +37,11 @@ const incrementRoute = createRoute({
   description:
     'Call before the chargeable action. Admits the increment only if used + amount stays within the effective quota ' +
     '(tier quota + active addons). A replay of a clientReqId returns the first call\'s result (`replayed: true`), even a 429, and changes nothing.',
-  security,
+  security: bearerOnly,
   request: { params: metricParams, body: jsonBody(incrementUsageBody) },
   responses: {
     200: { ...jsonResponse(envelopeOf(usageResultSchema), 'Counted (or the stored result of this clientReqId)'), headers: quotaHeaderDocs },
-    ...errors(400, 401, 402, 404, 415, 422, 429),
+    ...errors(400, 401, 402, 403, 404, 415, 422, 429),
   },
 });
 
@@ -48,11 +51,11 @@ const decrementRoute = createRoute({
   path: '/me/usage/{agentId}/{metricSlug}/decrement',
   tags: ['Usage'],
   summary: 'Decrement a fixed metric (floors at 0); idempotent when a clientReqId is given',
-  security,
+  security: bearerOnly,
   request: { params: metricParams, body: jsonBody(decrementUsageBody) },
   responses: {
     200: { ...jsonResponse(envelopeOf(usageResultSchema), 'Decremented (or the stored result of this clientReqId)'), headers: quotaHeaderDocs },
-    ...errors(400, 401, 402, 404, 415, 422),
+    ...errors(400, 401, 402, 403, 404, 415, 422),
   },
 });
 
@@ -66,7 +69,7 @@ const listRoute = createRoute({
   request: { params: agentParams },
   responses: {
     200: jsonResponse(envelopeOf(z.array(usageRecordSchema)), 'One usage record per metric'),
-    ...errors(400, 401, 404),
+    ...errors(400, 401, 403, 404),
   },
 });
 
@@ -80,7 +83,7 @@ const getRoute = createRoute({
   request: { params: metricParams },
   responses: {
     200: jsonResponse(envelopeOf(usageRecordSchema), 'The usage record'),
-    ...errors(400, 401, 404),
+    ...errors(400, 401, 403, 404),
   },
 });
 
@@ -119,17 +122,18 @@ export function usageRoutes() {
 }
 
 /**
- * An agent backend's bearer call takes the one-round-trip path (caller check and usage call in one statement);
- * a cookie session (the user's own browser) is authenticated first as on every route.
+ * Usage writes belong to the agent backend (contract.md, Trust boundaries): only the bearer token of the path
+ * agent's own client may change usage. The caller check, that agent check and the usage call run in one statement
+ * (one round trip). A cookie session, the user's own browser, answers 403: a user must not un-count what they used.
  */
 async function meter(c: Context<AppEnv>, operation: UsageOperation, call: Omit<UsageCall, 'userId'>) {
   const { database, clock, authenticator } = c.var.deps;
-  const check = c.get('principal') ? undefined : await authenticator.bearerCheck(c.req.raw);
-  if (check) {
-    const { principal, result } = await meterUsageAsBearer(database.db, clock, operation, check, call);
-    c.set('principal', Promise.resolve(principal));
-    return result;
+  const check = await authenticator.bearerCheck(c.req.raw);
+  if (!check) {
+    await requireUser(c); // no credentials (or a bad token): 401
+    throw new ApiError('FORBIDDEN', "Usage is changed by the agent's backend with its bearer token; a cookie session can only read usage");
   }
-  const principal = await requireUser(c);
-  return meterUsage(database.db, clock, operation, { ...call, userId: principal.userId });
+  const { principal, result } = await meterUsageAsBearer(database.db, clock, operation, check, call);
+  c.set('principal', Promise.resolve(principal));
+  return result;
 }
