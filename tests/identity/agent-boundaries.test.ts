@@ -1,0 +1,265 @@
+import { decodeJwt } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, sql } from '../../functions/platform/db.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import {
+  accessTokenFor,
+  authorizeUrl,
+  clientOfAgent,
+  createFirstPartyClient,
+  followAuthorize,
+  pkcePair,
+  postForm,
+  authorizeInBrowser,
+} from '../support/oauth.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { meteredAgent, reqId, subscribe, usagePath, type MeteredAgent } from '../metering/support.ts';
+
+/**
+ * Contract revision 2, "Trust boundaries": every agent is a third party. Each test performs an attack over HTTP
+ * that worked before the rule (issue 10, findings 2, 3 and 5) and shows it now fails and changes nothing.
+ * docs/security.md names these tests next to the rules they hold.
+ */
+
+let t: TestApp;
+let user: TestUser;
+let admin: TestUser;
+let x: MeteredAgent;
+let y: MeteredAgent;
+/** The user's token at agent X (X's own client). */
+let tokenX: string;
+
+beforeAll(async () => {
+  t = await startTestApp({ now: '2026-03-10T12:00:00.000Z' });
+  user = await signUp(t);
+  admin = await createAdmin(t);
+  x = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+  y = await meteredAgent(t.db, [
+    { slug: 'calls', kind: 'rolling', quota: 10 },
+    { slug: 'sites', kind: 'fixed', quota: 10 },
+  ]);
+  await subscribe(t, user.userId, x.tierId);
+  await subscribe(t, user.userId, y.tierId);
+  tokenX = (await accessTokenFor(t, user, { agentId: x.agentId })).accessToken;
+});
+afterAll(() => t.close());
+
+const used = async (agentId: string, slug: string) =>
+  (await t.http.get(usagePath(agentId, slug), { cookie: user.cookie })).body.data.used as number;
+
+describe("a token acts only within its agent (finding 5)", () => {
+  it("names its agent: aud is the agent's resource URL and client_id is that agent's client", async () => {
+    const claims = decodeJwt(tokenX);
+    const aud = Array.isArray(claims.aud) ? claims.aud : [claims.aud];
+    expect(aud).toContain(`${t.baseUrl}/agents/${x.agentId}`);
+    expect(aud).not.toContain(t.baseUrl);
+    expect(claims.client_id).toBe((await clientOfAgent(t, x.agentId)).clientId);
+  });
+
+  it("X's token cannot read, burn, decrement or cancel the user's subscription to Y; nothing changes", async () => {
+    const before = { calls: await used(y.agentId, 'calls'), sites: await used(y.agentId, 'sites') };
+    const attempts = [
+      await t.http.get(usagePath(y.agentId), { bearer: tokenX }),
+      await t.http.get(usagePath(y.agentId, 'calls'), { bearer: tokenX }),
+      await t.http.post(usagePath(y.agentId, 'calls', 'increment'), { bearer: tokenX, json: { clientReqId: reqId(), amount: 5 } }),
+      await t.http.post(usagePath(y.agentId, 'sites', 'decrement'), { bearer: tokenX, json: { amount: 1 } }),
+      await t.http.get(`/me/subscriptions/${y.agentId}`, { bearer: tokenX }),
+      await t.http.post(`/me/subscriptions/${y.agentId}/cancel`, { bearer: tokenX }),
+    ];
+    for (const res of attempts) {
+      expect(res.status).toBe(403);
+      expect(res.body.error.code).toBe('FORBIDDEN');
+    }
+    expect({ calls: await used(y.agentId, 'calls'), sites: await used(y.agentId, 'sites') }).toEqual(before);
+    const subscription = await t.http.get(`/me/subscriptions/${y.agentId}`, { cookie: user.cookie });
+    expect(subscription.body.data).toMatchObject({ status: 'active', cancelAtPeriodEnd: false });
+  });
+
+  it("the same calls with X's token at X work (the boundary is the agent, not the token)", async () => {
+    const res = await t.http.post(usagePath(x.agentId, 'calls', 'increment'), { bearer: tokenX, json: { clientReqId: reqId() } });
+    expect(res.status).toBe(200);
+    expect((await t.http.get(usagePath(x.agentId, 'calls'), { bearer: tokenX })).status).toBe(200);
+  });
+
+  it("catalog paths and actions naming Y answer 403 to X's token: reads, install, review, demo request", async () => {
+    const slug = (await first<{ slug: string }>(t.db, sql`select slug from public.agents where id = ${y.agentId}`))!.slug;
+    const attempts = [
+      await t.http.get(`/agents/${y.agentId}`, { bearer: tokenX }),
+      await t.http.get(`/agents/by-slug/${slug}`, { bearer: tokenX }),
+      await t.http.get(`/agents/${y.agentId}/pricing`, { bearer: tokenX }),
+      await t.http.post(`/agents/${y.agentId}/install`, { bearer: tokenX }),
+      await t.http.put(`/agents/${y.agentId}/reviews`, { bearer: tokenX, json: { rating: 1, title: 'bad' } }),
+      await t.http.post(`/agents/${y.agentId}/demo-requests`, { bearer: tokenX, json: {} }),
+    ];
+    for (const res of attempts) expect([res.status, res.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+    const installs = await first<{ n: number }>(t.db, sql`select count(*)::int as n from public.agent_installs where agent_id = ${y.agentId}`);
+    expect(installs!.n).toBe(0);
+    const reviews = await first<{ n: number }>(t.db, sql`select count(*)::int as n from public.reviews where agent_id = ${y.agentId}`);
+    expect(reviews!.n).toBe(0);
+    // X's own pages answer as usual
+    expect((await t.http.get(`/agents/${x.agentId}`, { bearer: tokenX })).status).toBe(200);
+  });
+
+  it("GET /me/subscriptions with X's token lists only the subscription to X; GET /me shows id, email and name only", async () => {
+    const mine = await t.http.get('/me/subscriptions', { bearer: tokenX });
+    expect(mine.status).toBe(200);
+    expect(mine.body.data.map((s: { agentId: string }) => s.agentId)).toEqual([x.agentId]);
+    const all = await t.http.get('/me/subscriptions', { cookie: user.cookie });
+    expect(all.body.data.map((s: { agentId: string }) => s.agentId).sort()).toEqual([x.agentId, y.agentId].sort());
+    const me = await t.http.get('/me', { bearer: tokenX });
+    expect(me.body.data).toEqual({ id: user.userId, email: user.email, name: expect.any(String) });
+  });
+
+  it("checkout of Y's tier and Y's billing portal answer 403 to X's token", async () => {
+    const checkout = await t.http.post('/me/checkout', { bearer: tokenX, json: { tierId: y.tierId } });
+    expect([checkout.status, checkout.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+    const portal = await t.http.post('/me/billing-portal', { bearer: tokenX, json: { flow: 'cancel', agentId: y.agentId } });
+    expect([portal.status, portal.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+    const overview = await t.http.post('/me/billing-portal', { bearer: tokenX, json: { flow: 'overview' } });
+    expect([overview.status, overview.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+  });
+
+  it("X's client cannot obtain a token whose audience is Y (RFC 8707 invalid_target)", async () => {
+    const client = await clientOfAgent(t, x.agentId);
+    const { verifier, challenge } = pkcePair();
+    const { code } = await authorizeInBrowser(t, user, client, { challenge });
+    const res = await postForm(t, '/api/auth/oauth2/token', client, {
+      grant_type: 'authorization_code',
+      code,
+      redirect_uri: client.redirectUri,
+      code_verifier: verifier,
+      resource: `${t.baseUrl}/agents/${y.agentId}`,
+    });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe('invalid_target');
+    for (const resource of [t.baseUrl]) {
+      const again = await authorizeInBrowser(t, user, client, { challenge });
+      const api = await postForm(t, '/api/auth/oauth2/token', client, {
+        grant_type: 'authorization_code',
+        code: again.code,
+        redirect_uri: client.redirectUri,
+        code_verifier: verifier,
+        resource,
+      });
+      expect([api.status, api.body.error]).toEqual([400, 'invalid_target']);
+    }
+  });
+
+  it("a token whose client was moved to another agent stops working at once (client -> agent checked in SQL)", async () => {
+    const other = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+    await subscribe(t, user.userId, other.tierId);
+    const token = (await accessTokenFor(t, user, { agentId: other.agentId })).accessToken;
+    expect((await t.http.get(usagePath(other.agentId, 'calls'), { bearer: token })).status).toBe(200);
+    const client = await clientOfAgent(t, other.agentId);
+    // the client now belongs to nobody: the token's aud still names `other`, the database disagrees
+    await sql`delete from public.agent_oauth_clients where client_id = ${client.clientId}`.execute(t.db);
+    const read = await t.http.get(usagePath(other.agentId, 'calls'), { bearer: token });
+    expect([read.status, read.body.error?.code]).toEqual([401, 'UNAUTHORIZED']);
+    const write = await t.http.post(usagePath(other.agentId, 'calls', 'increment'), { bearer: token, json: { clientReqId: reqId() } });
+    expect([write.status, write.body.error?.code]).toEqual([401, 'UNAUTHORIZED']);
+  });
+});
+
+describe('usage writes take only the agent backend\'s bearer token (finding 3)', () => {
+  it('a user cannot erase their own usage with the cookie session: three rounds of 10 against a quota of 10', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 10 }]);
+    const u = await signUp(t);
+    await subscribe(t, u.userId, a.tierId);
+    const token = (await accessTokenFor(t, u, { agentId: a.agentId })).accessToken;
+    const path = (op: 'increment' | 'decrement') => usagePath(a.agentId, 'sites', op);
+    expect((await t.http.post(path('increment'), { bearer: token, json: { clientReqId: reqId(), amount: 10 } })).status).toBe(200);
+    for (let round = 0; round < 3; round++) {
+      const erase = await t.http.post(path('decrement'), { cookie: u.cookie, json: { amount: 10 } });
+      expect([erase.status, erase.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+      const more = await t.http.post(path('increment'), { cookie: u.cookie, json: { clientReqId: reqId(), amount: 10 } });
+      expect([more.status, more.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+      const agentMore = await t.http.post(path('increment'), { bearer: token, json: { clientReqId: reqId(), amount: 10 } });
+      expect(agentMore.status).toBe(429);
+    }
+    const usage = await t.http.get(usagePath(a.agentId, 'sites'), { cookie: u.cookie });
+    expect(usage.body.data).toMatchObject({ used: 10, limit: 10, remaining: 0 });
+  });
+
+  it('a cookie sent with a bearer token still makes a usage write 403 (the cookie wins, and cannot write)', async () => {
+    const res = await t.http.post(usagePath(x.agentId, 'calls', 'increment'), {
+      cookie: user.cookie,
+      bearer: tokenX,
+      json: { clientReqId: reqId() },
+    });
+    expect([res.status, res.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+  });
+
+  it('without credentials a usage write is 401, and reads keep the cookie', async () => {
+    const res = await t.http.post(usagePath(x.agentId, 'calls', 'increment'), { json: { clientReqId: reqId() } });
+    expect([res.status, res.body.error?.code]).toEqual([401, 'UNAUTHORIZED']);
+    expect((await t.http.get(usagePath(x.agentId, 'calls'), { cookie: user.cookie })).status).toBe(200);
+  });
+
+  it('/openapi.json declares usage writes bearer-only', async () => {
+    const doc = (await t.http.get('/openapi.json')).body;
+    for (const op of ['increment', 'decrement']) {
+      expect(doc.paths[`/me/usage/{agentId}/{metricSlug}/${op}`].post.security).toEqual([{ bearer: [] }]);
+    }
+  });
+});
+
+describe("an agent's token is never an admin credential (finding 2)", () => {
+  let adminAtX: string;
+  beforeAll(async () => {
+    adminAtX = (await accessTokenFor(t, admin, { agentId: x.agentId })).accessToken;
+  });
+
+  it("a platform admin's token at an agent gets 403 on admin routes and catalog writes, and changes nothing", async () => {
+    const roleBefore = (await first<{ role: string }>(t.db, sql`select role from "user" where id = ${user.userId}`))!.role;
+    const clientOfY = await clientOfAgent(t, y.agentId);
+    const secretBefore = (await first<{ s: string }>(t.db, sql`select "clientSecret" as s from "oauthClient" where "clientId" = ${clientOfY.clientId}`))!.s;
+    const attempts = [
+      await t.http.get('/admin/users', { bearer: adminAtX }),
+      await t.http.put(`/admin/users/${user.userId}/role`, { bearer: adminAtX, json: { role: 'platform_admin' } }),
+      await t.http.post(`/admin/agents/${y.agentId}/oauth-client/rotate-secret`, { bearer: adminAtX }),
+      await t.http.post(`/admin/agents/${x.agentId}/oauth-client/rotate-secret`, { bearer: adminAtX }),
+      await t.http.post('/agents', {
+        bearer: adminAtX,
+        json: { slug: 'evil-agent', name: 'Evil', description: 'x', redirectUris: ['https://evil.example/cb'] },
+      }),
+      await t.http.patch(`/agents/${x.agentId}`, { bearer: adminAtX, json: { name: 'Renamed' } }),
+      await t.http.get('/admin/interactions', { bearer: adminAtX }),
+    ];
+    for (const res of attempts) expect([res.status, res.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+    expect((await first<{ role: string }>(t.db, sql`select role from "user" where id = ${user.userId}`))!.role).toBe(roleBefore);
+    expect((await first<{ s: string }>(t.db, sql`select "clientSecret" as s from "oauthClient" where "clientId" = ${clientOfY.clientId}`))!.s).toBe(secretBefore);
+    expect(await first(t.db, sql`select 1 from public.agents where slug = 'evil-agent'`)).toBeUndefined();
+  });
+
+  it("an agent's client cannot ask for the admin scope", async () => {
+    const client = await clientOfAgent(t, x.agentId);
+    const { challenge } = pkcePair();
+    const landing = await followAuthorize(t, authorizeUrl(client, { challenge, scope: 'openid admin' }), admin.cookie);
+    expect(landing.searchParams.get('error')).toBe('invalid_scope');
+    expect(landing.searchParams.get('code')).toBeNull();
+  });
+
+  it('the first-party client gives a platform admin an admin token (aud: the API); an ordinary user cannot get one', async () => {
+    const client = await createFirstPartyClient(t);
+    const tokens = await accessTokenFor(t, admin, { client, scope: 'openid offline_access admin' });
+    expect(decodeJwt(tokens.accessToken).aud).toContain(t.baseUrl);
+    expect((await t.http.get('/admin/users', { bearer: tokens.accessToken })).status).toBe(200);
+
+    const { challenge } = pkcePair();
+    const denied = await followAuthorize(t, authorizeUrl(client, { challenge, scope: 'openid admin', state: 's1' }), user.cookie);
+    expect(`${denied.origin}${denied.pathname}`).toBe(client.redirectUri);
+    expect(denied.searchParams.get('error')).toBe('access_denied');
+    expect(denied.searchParams.get('state')).toBe('s1');
+    expect(denied.searchParams.get('code')).toBeNull();
+  });
+
+  it('an admin token stops being one when its user is demoted', async () => {
+    const other = await createAdmin(t);
+    const client = await createFirstPartyClient(t);
+    const { accessToken } = await accessTokenFor(t, other, { client, scope: 'openid admin' });
+    expect((await t.http.get('/admin/users', { bearer: accessToken })).status).toBe(200);
+    await sql`update "user" set role = 'user' where id = ${other.userId}`.execute(t.db);
+    const res = await t.http.get('/admin/users', { bearer: accessToken });
+    expect([res.status, res.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+  });
+});
