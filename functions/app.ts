@@ -6,7 +6,7 @@ import { ApiError, errorStatus, type ErrorCode } from './http/errors.ts';
 import { CursorSigner } from './http/pagination.ts';
 import { newRouter } from './http/router.ts';
 import { agentBoundary } from './http/access.ts';
-import { requestContext } from './http/request-context.ts';
+import { loggedUrl, requestContext } from './http/request-context.ts';
 import { rejectNulCharacters } from './http/nul-guard.ts';
 import { limitBodySize } from './http/body-limit.ts';
 import { docsRoutes } from './http/docs.ts';
@@ -151,9 +151,9 @@ function errorResponse(err: unknown, c: Context<AppEnv>, deps: AppDeps): Respons
   const requestId = c.get('requestId');
   if (isConnectionLost(err)) {
     // The database restarted, failed over or dropped the connection: the client can retry (contract: 503).
-    deps.logger.warn('database connection lost during the request', { requestId, method: c.req.method, path: c.req.path, err });
+    deps.logger.warn('database connection lost during the request', { requestId, method: c.req.method, path: loggedUrl(c).path, err });
     return c.json(failure('UNAVAILABLE', 'The database is not reachable right now; retry shortly', { requestId }), 503, { 'Retry-After': '1' });
   }
-  deps.logger.error('unhandled error', { requestId, method: c.req.method, path: c.req.path, err });
+  deps.logger.error('unhandled error', { requestId, method: c.req.method, path: loggedUrl(c).path, err });
   return c.json(failure('INTERNAL', 'Internal error', { requestId }), 500);
 }

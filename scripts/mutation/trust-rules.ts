@@ -1,0 +1,126 @@
+import { spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+
+/**
+ * Mutation check of the security tests (issue 15): for each trust rule of docs/security.md, disable the rule in the
+ * code with a one-line change, run the tests that claim to guard it on one tier, and restore the file. A rule whose
+ * mutation leaves every test green is not guarded. Prints one line per mutation and exits 1 if any survived.
+ *
+ *   npx tsx scripts/mutation/trust-rules.ts            # every mutation (postgres tier; a few minutes)
+ *   npx tsx scripts/mutation/trust-rules.ts 3 5        # only these rule numbers
+ *   TEST_TIERS=pglite npx tsx scripts/mutation/trust-rules.ts
+ *
+ * Each mutation names an exact piece of code; when the code changes so that the piece is gone, the script says so
+ * (a stale mutation is a failure too: the list must follow the code).
+ */
+
+interface Mutation {
+  rule: number;
+  name: string;
+  file: string;
+  find: string;
+  replace: string;
+  /** More one-line edits in the same file when the mutation needs them (an import). */
+  also?: Array<{ find: string; replace: string }>;
+  tests: string[];
+}
+
+const boundaries = 'tests/identity/agent-boundaries.test.ts';
+
+export const mutations: Mutation[] = [
+  {
+    rule: 2,
+    name: "an agent's token carries the user's platform role",
+    file: 'functions/auth/authenticator.ts',
+    find: "const admin = agentId === null && scopes.includes(ADMIN_SCOPE) && caller.role === 'platform_admin';",
+    replace: "const admin = caller.role === 'platform_admin';",
+    tests: [boundaries],
+  },
+  {
+    rule: 2,
+    name: 'the admin scope is granted to a non-admin',
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: "if (session && (session.user as { role?: string | null }).role !== 'platform_admin') {",
+    replace: 'if (false) {',
+    tests: [boundaries],
+  },
+  {
+    rule: 3,
+    name: 'a cookie session may write usage',
+    file: 'functions/metering/routes/usage.ts',
+    find: "    throw new ApiError('FORBIDDEN', \"Usage is changed by the agent's backend with its bearer token; a cookie session can only read usage\");",
+    replace: "    return meterUsage(database.db, clock, operation, { ...call, userId: (await requireUser(c)).userId });",
+    also: [{ find: 'import { getMyUsage, listMyUsage, meterUsageAsBearer,', replace: 'import { getMyUsage, listMyUsage, meterUsage, meterUsageAsBearer,' }],
+    tests: [boundaries],
+  },
+  {
+    rule: 5,
+    name: 'paths naming another agent are not checked',
+    file: 'functions/http/access.ts',
+    find: 'if (named !== undefined && named !== check.agentId) throw otherAgent();',
+    replace: 'void named;',
+    tests: [boundaries],
+  },
+  {
+    rule: 5,
+    name: 'the usage statement does not compare the token agent with the path agent',
+    file: 'supabase/migrations/20261123000100_agent_bound_tokens.sql',
+    find: "  if v_status = 'ok' and p_token_agent_id is distinct from p_agent_id then",
+    replace: '  if false then',
+    tests: [boundaries],
+  },
+  {
+    rule: 5,
+    name: 'the token endpoint gives every client the API audience',
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: "if (!form.has('resource')) form.set('resource', agentId ? agentAudience(config, agentId) : apiAudience(config));",
+    replace: "if (!form.has('resource')) form.set('resource', apiAudience(config));",
+    tests: [boundaries],
+  },
+  {
+    rule: 5,
+    name: 'the database does not confirm the client -> agent mapping',
+    file: 'supabase/migrations/20261123000100_agent_bound_tokens.sql',
+    find: "           when p_client_id is not null and not (",
+    replace: "           when false and not (",
+    tests: [boundaries],
+  },
+  {
+    rule: 5,
+    name: "/me/subscriptions lists every agent's subscription to an agent's token",
+    file: 'functions/billing/routes.ts',
+    find: 'return c.json(ok(user.agentId ? subscriptions.filter((s) => s.agentId === user.agentId) : subscriptions), 200);',
+    replace: 'return c.json(ok(subscriptions), 200);',
+    tests: [boundaries],
+  },
+];
+
+function run(m: Mutation): 'killed' | 'survived' | 'stale' {
+  const original = readFileSync(m.file, 'utf8');
+  const edits = [{ find: m.find, replace: m.replace }, ...(m.also ?? [])];
+  if (edits.some((e) => !original.includes(e.find))) return 'stale';
+  writeFileSync(m.file, edits.reduce((text, e) => text.replace(e.find, e.replace), original));
+  try {
+    const result = spawnSync('npx', ['tsx', 'scripts/test.ts', ...m.tests], {
+      env: { ...process.env, TEST_TIERS: process.env.TEST_TIERS ?? 'postgres' },
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    return result.status === 0 ? 'survived' : 'killed';
+  } finally {
+    writeFileSync(m.file, original);
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const only = process.argv.slice(2).map(Number).filter(Number.isFinite);
+  let bad = 0;
+  for (const m of mutations.filter((x) => only.length === 0 || only.includes(x.rule))) {
+    const started = Date.now();
+    const verdict = run(m);
+    if (verdict !== 'killed') bad++;
+    console.log(`rule ${m.rule}  ${verdict.padEnd(8)}  ${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s  ${m.name}  (${m.tests.join(', ')})`);
+  }
+  console.log(bad === 0 ? 'every mutation was killed' : `${bad} mutation(s) survived or are stale`);
+  process.exit(bad === 0 ? 0 : 1);
+}
