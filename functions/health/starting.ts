@@ -1,5 +1,6 @@
 import type { Config } from '../platform/config.ts';
 import type { Logger } from '../platform/logger.ts';
+import { redactPath } from '../http/request-context.ts';
 import { healthRecord } from './record.ts';
 
 /**
@@ -32,7 +33,7 @@ export function startingHandler(options: { config: Pick<Config, 'gitSha' | 'rele
       requestId,
       method: request.method,
       route: isHealth ? '/health' : null,
-      path: url.pathname,
+      path: redactPath(url.pathname, isHealth ? '/health' : null),
       status,
       durationMs: Math.round((performance.now() - started) * 100) / 100,
       starting: true,

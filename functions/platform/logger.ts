@@ -1,6 +1,15 @@
 /**
  * Structured JSON logs, one object per line, to stdout (info) and stderr (warn, error).
- * Secrets never go in here: callers log ids, never tokens, passwords or client secrets.
+ *
+ * Secrets never go in here (contract.md, Trust boundaries: no password, reset or verification token, client
+ * secret, session token or access token, also not inside a logged URL). Callers log ids, never credentials, and
+ * the request log redacts URLs itself (http/request-context.ts). As a second line of defense the logger refuses
+ * obvious secrets on its own, whatever a caller (or a library's log hook) hands it:
+ * - a field whose name says it holds one (password, token, secret, authorization, cookie, ...) is written as
+ *   `[redacted]`, at any depth;
+ * - inside any string: JWTs, `Bearer` credentials, session-cookie values, secret-named URL query
+ *   parameters (`token=`, `code=`, `client_secret=`, ...) and the token segment of a password-reset link are
+ *   replaced by `[redacted]`.
  */
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
@@ -13,6 +22,8 @@ export interface Logger {
 
 const order: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 
+export const REDACTED = '[redacted]';
+
 export function createLogger(options: { level?: LogLevel; write?: (line: string, level: LogLevel) => void } = {}): Logger {
   const min = order[options.level ?? 'info'];
   const write =
@@ -20,7 +31,7 @@ export function createLogger(options: { level?: LogLevel; write?: (line: string,
     ((line: string, level: LogLevel) => (level === 'warn' || level === 'error' ? console.error(line) : console.log(line)));
   const log = (level: LogLevel, msg: string, fields: Record<string, unknown> = {}) => {
     if (order[level] < min) return;
-    write(JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields }, errorReplacer), level);
+    write(JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields }, safeReplacer), level);
   };
   return {
     log,
@@ -30,11 +41,49 @@ export function createLogger(options: { level?: LogLevel; write?: (line: string,
   };
 }
 
-function errorReplacer(_key: string, value: unknown) {
+/** Field names that hold credentials (camelCase, snake_case and header spellings alike). */
+const secretFieldName =
+  /password|passwd|passphrase|secret|token|authorization|cookie|api[-_]?key|credential|private[-_]?key|signature|code[-_]?verifier|^otp$/i;
+
+/**
+ * Secrets recognisable by their shape inside any string. Every alternative keeps its prefix (group 1) and drops
+ * the secret. One pass with one expression: the request line goes through here on every request.
+ */
+const secretInText = new RegExp(
+  [
+    // a JWT (header and payload are base64url JSON objects: `eyJ`)
+    String.raw`()eyJ[\w-]{4,}\.eyJ[\w-]{4,}\.[\w-]*`,
+    // a bearer credential (Basic ones travel in `authorization` fields, redacted by name)
+    String.raw`(\bBearer\s+)[\w.~+/=-]{16,}`,
+    // a session cookie's value
+    String.raw`(session_token=)[^;,\s"]+`,
+    // a secret-named parameter (`token=...`) in a URL query, a form body or a message
+    String.raw`((?:^|[^\w-])(?:token|code|consent_code|state|client_secret|refresh_token|access_token|id_token|id_token_hint|password|new_?password|current_?password|code_verifier|session_token)=)[^&#\s"]+`,
+    // the token in a password-reset link (`/reset-password/<token>`), not a route pattern (`:token`)
+    String.raw`(\/reset-password\/)(?!:)[^/?#\s"]+`,
+  ].join('|'),
+  'gi',
+);
+
+/** A string with every recognisable secret replaced by `[redacted]`. */
+export function scrubSecrets(text: string): string {
+  secretInText.lastIndex = 0;
+  if (!secretInText.test(text)) return text;
+  secretInText.lastIndex = 0;
+  return text.replace(secretInText, (_match, ...groups: unknown[]) => {
+    const prefix = groups.slice(0, 5).find((g) => typeof g === 'string' && g !== '') as string | undefined;
+    return `${prefix ?? ''}${REDACTED}`;
+  });
+}
+
+function safeReplacer(key: string, value: unknown): unknown {
   if (value instanceof Error) {
     return { name: value.name, message: value.message, stack: value.stack, code: (value as { code?: unknown }).code };
   }
-  return value;
+  if (key !== '' && value !== null && value !== undefined && typeof value !== 'number' && typeof value !== 'boolean') {
+    if (secretFieldName.test(key)) return REDACTED;
+  }
+  return typeof value === 'string' ? scrubSecrets(value) : value;
 }
 
 /** A logger that keeps lines in memory: tests read what was logged. */

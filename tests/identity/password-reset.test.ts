@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { deliverMail, lastMailTo, linkIn, mailsTo } from '../support/mail.ts';
+import { deliverMail, linkIn, mailsTo } from '../support/mail.ts';
 import { signUp } from '../support/users.ts';
 
 /**
@@ -13,6 +13,13 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
+/** The reset mail to an address (sign-up also mails a verification link there). */
+async function resetMailTo(app: TestApp, email: string) {
+  const mail = (await mailsTo(app, email)).find((m) => /reset/i.test(m.subject));
+  if (!mail) throw new Error(`no reset mail to ${email}`);
+  return mail;
+}
+
 describe('password reset', () => {
   it('mails a link whose token sets a new password; old password and old sessions stop working', async () => {
     const user = await signUp(t);
@@ -20,15 +27,18 @@ describe('password reset', () => {
     const req = await t.http.post('/api/auth/request-password-reset', { json: { email: user.email, redirectTo } });
     expect(req.status).toBe(200);
 
-    const mail = await lastMailTo(t, user.email);
+    const mail = await resetMailTo(t, user.email);
     expect(mail.subject).toMatch(/reset/i);
     expect(mail.status).toBe('pending');
     expect(await deliverMail(t)).toBeGreaterThanOrEqual(1);
-    expect((await lastMailTo(t, user.email)).status).toBe('logged');
-    // Outside production the logged line carries the body (the developer needs the link).
-    expect(t.logs.some((l) => l.to === user.email && typeof l.text === 'string' && (l.text as string).includes('/reset-password/'))).toBe(true);
-
+    expect((await resetMailTo(t, user.email)).status).toBe('logged');
     const link = linkIn(mail);
+    const linkToken = link.pathname.split('/').pop()!;
+    // Outside production the logged line carries the body, but never the secret in it (the link is in the outbox).
+    const logged = t.logs.find((l) => l.to === user.email && /reset/i.test(String(l.subject)));
+    expect(logged?.text).toContain('/reset-password/[redacted]');
+    expect(JSON.stringify(t.logs)).not.toContain(linkToken);
+
     expect(link.origin).toBe(t.baseUrl);
     const opened = await t.http.get(link.pathname + link.search);
     expect(opened.status).toBe(302);
@@ -48,6 +58,9 @@ describe('password reset', () => {
 
     const reuse = await t.http.post('/api/auth/reset-password', { json: { newPassword: 'another password', token } });
     expect(reuse.status).toBe(400);
+    // Opening the link and resetting wrote request lines: none holds the token.
+    expect(JSON.stringify(t.logs)).not.toContain(token);
+    expect(JSON.stringify(t.logs)).not.toContain(linkToken);
   });
 
   it('answers 200 for an unknown email without sending anything (no account enumeration)', async () => {
@@ -67,12 +80,12 @@ describe('password reset', () => {
       headers: { origin: t.baseUrl },
     });
     expect(evil.status).toBe(403);
-    expect(await mailsTo(t, user.email)).toEqual([]);
+    expect((await mailsTo(t, user.email)).filter((m) => /reset/i.test(m.subject))).toEqual([]);
   });
 });
 
 describe('mail in production without SMTP', () => {
-  it('logs recipient and subject but never the body (reset links stay in the outbox only)', async () => {
+  it('logs recipient and subject but never the body, nor the link once it is opened (reset links stay in the outbox only)', async () => {
     const prod = await startTestApp({ env: { NODE_ENV: 'production', PUBLIC_BASE_URL: 'https://api.market.example' } });
     try {
       const email = 'prod-user@example.test';
@@ -83,11 +96,28 @@ describe('mail in production without SMTP', () => {
       });
       expect(req.status).toBe(200);
       await deliverMail(prod);
-      const line = prod.logs.find((l) => l.to === email);
+      const line = prod.logs.find((l) => l.to === email && /reset/i.test(String(l.subject)));
       expect(line).toBeDefined();
       expect(line!.subject).toMatch(/reset/i);
       expect(JSON.stringify(prod.logs)).not.toContain('/reset-password/');
-      expect((await lastMailTo(prod, email)).text).toContain('/reset-password/');
+      const mail = await resetMailTo(prod, email);
+      expect(mail.text).toContain('/reset-password/');
+
+      // The user opens the link and resets: the request lines name the route, never the token.
+      const link = linkIn(mail);
+      const linkToken = link.pathname.split('/').pop()!;
+      const opened = await prod.http.get(link.pathname + link.search);
+      expect(opened.status).toBe(302);
+      const token = new URL(opened.headers.get('location')!).searchParams.get('token')!;
+      expect(token).toBe(linkToken);
+      const reset = await prod.http.post('/api/auth/reset-password', { json: { newPassword: 'prod password 2', token } });
+      expect(reset.status).toBe(200);
+      expect(JSON.stringify(prod.logs)).not.toContain(linkToken);
+      expect(prod.logs.find((l) => l.msg === 'request' && l.method === 'GET' && l.status === 302)).toMatchObject({
+        route: '/api/auth/reset-password/:token',
+        path: '/api/auth/reset-password/:token',
+        query: ['callbackURL'],
+      });
     } finally {
       await prod.close();
     }
