@@ -8,7 +8,10 @@ import type { Config } from '../platform/config.ts';
 import type { Database } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import type { Mailer } from '../platform/mailer.ts';
+import { existingAccountSignUpMail, invitationMail, pagesOrigin, verificationLink, verificationMail } from './account-mails.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
+
+export { pagesOrigin };
 
 /**
  * Better Auth: email/password sessions, the admin and organization plugins, the jwt plugin (our signing keys,
@@ -40,11 +43,6 @@ export function trustedOrigins(config: Config): string[] {
   const origins = [new URL(config.publicBaseUrl).origin];
   if (config.frontendUrl) origins.push(new URL(config.frontendUrl).origin);
   return origins;
-}
-
-/** Where people land from mails: the front end when there is one, else the service's own pages. */
-export function pagesOrigin(config: Config): string {
-  return config.frontendUrl ?? config.publicBaseUrl;
 }
 
 export function authOptions(deps: AuthDeps) {
@@ -83,9 +81,38 @@ export function authOptions(deps: AuthDeps) {
         : { httpOnly: true, secure: https, sameSite: 'lax' },
       database: { generateId: () => crypto.randomUUID() },
     },
+    // Email verification (contract.md, Trust boundaries): sign-up mails a link to GET /api/auth/verify-email;
+    // POST /api/auth/send-verification-email { email } sends it again. Unverified accounts may sign in; what an
+    // address proves (invitations, anonymous purchases) waits for `emailVerified`.
+    emailVerification: {
+      sendOnSignUp: true,
+      autoSignInAfterVerification: false,
+      expiresIn: 24 * 60 * 60,
+      sendVerificationEmail: async ({ user, url, token }) => {
+        await mailer.enqueue(database.db, verificationMail(config, user.email, verificationLink(config, url, token)));
+      },
+    },
     emailAndPassword: {
       enabled: true,
-      autoSignIn: true,
+      // Sign-up does not sign in, and answers an address that already has an account exactly as a new one
+      // (200, `token: null`, a user record with a fresh id; the library's enumeration protection, on because
+      // autoSignIn is false); the owner of that address gets a mail instead. The new user signs in next.
+      autoSignIn: false,
+      requireEmailVerification: false,
+      onExistingUserSignUp: async ({ user }) => {
+        await mailer.enqueue(database.db, existingAccountSignUpMail(config, user.email));
+      },
+      // The library's made-up user for an existing address carries the admin plugin's fields too, as a real
+      // new user's record does, so the two answers have the same keys.
+      customSyntheticUser: ({ coreFields, additionalFields, id }) => ({
+        ...coreFields,
+        role: 'user',
+        banned: false,
+        banReason: null,
+        banExpires: null,
+        ...additionalFields,
+        id,
+      }),
       minPasswordLength: 8,
       maxPasswordLength: 128,
       revokeSessionsOnPasswordReset: true,

@@ -5,7 +5,8 @@ import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
 
 /**
  * /api/auth/*: the Better Auth handler, behind the rules the library does not have:
- * - rate limits per client IP on sign-in, sign-up and the two password-reset steps (429 RATE_LIMITED);
+ * - rate limits per client IP on sign-in, sign-up, resending the verification mail and the two password-reset
+ *   steps (429 RATE_LIMITED);
  * - no self-demotion through /admin/set-role or /admin/update-user (403 FORBIDDEN).
  * Everything else (its own 401/403 for admin endpoints, BANNED_USER, origin checks) is the library's, in its
  * own response shapes. Routes that must answer before the library (OAuth wrappers) are mounted before this.
@@ -15,6 +16,7 @@ export function authLibraryRoutes() {
   const limited: Array<[string, string]> = [
     ['/api/auth/sign-in/email', 'sign-in'],
     ['/api/auth/sign-up/email', 'sign-up'],
+    ['/api/auth/send-verification-email', 'send-verification-email'],
     ['/api/auth/request-password-reset', 'request-password-reset'],
     ['/api/auth/reset-password', 'reset-password'],
   ];

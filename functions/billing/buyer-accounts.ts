@@ -4,7 +4,7 @@ import { first, sql } from '../platform/db.ts';
 
 /**
  * The buyer of an anonymous checkout gets a real marketplace account: the one with the email they typed on
- * Stripe's page when it exists, else a new one made through Better Auth's own sign-up (so it is a user like any
+ * Stripe's page when it exists, else a new one made as Better Auth's sign-up makes one (so it is a user like any
  * other: credential account, `user_signup` interaction). Its password is random and never shown; the buyer
  * chooses one through the password-reset mail sent right away (through the mail outbox), which doubles as the
  * "welcome, set your password" mail. Safe under concurrency: the success page and the webhook may both get here
@@ -26,8 +26,7 @@ export async function findOrCreateBuyer(
   let user = await findUserByEmail(deps, email);
   if (!user) {
     try {
-      const password = randomPassword();
-      await deps.auth.api.signUpEmail({ body: { email, password, name: input.name?.trim() || email.split('@')[0]! } });
+      await createBuyerAccount(deps, email, input.name?.trim() || email.split('@')[0]!);
       createdNow = true;
     } catch (err) {
       // Someone else created it a moment ago (the concurrent webhook or success page): use theirs.
@@ -71,6 +70,18 @@ async function findUserByEmail(deps: AppDeps, email: string) {
     deps.database.db,
     sql`select id, email from "user" where lower(email) = ${email}`,
   );
+}
+
+/**
+ * A user made the way sign-up makes one (the library's user and credential account, through its adapter so its
+ * plugins' defaults apply, and our `user_signup` trigger), minus sign-up's verification mail and its answer for
+ * an existing address: the set-password mail that follows goes to the same address and proves it when used.
+ */
+async function createBuyerAccount(deps: AppDeps, email: string, name: string): Promise<void> {
+  const ctx = await deps.auth.$context;
+  const hash = await ctx.password.hash(randomPassword());
+  const user = await ctx.internalAdapter.createUser({ email, name, emailVerified: false }, { method: 'email-password' });
+  await ctx.internalAdapter.linkAccount({ userId: user.id, providerId: 'credential', accountId: user.id, password: hash });
 }
 
 function randomPassword(): string {

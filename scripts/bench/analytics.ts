@@ -35,7 +35,14 @@ try {
     body: JSON.stringify({ email: 'bench-admin@example.test', password: 'bench-password-123', name: 'Bench Admin' }),
   });
   if (!signUp.ok) throw new Error(`sign-up failed: ${signUp.status} ${await signUp.text()}`);
-  const cookie = cookieHeader(signUp);
+  // Sign-up does not sign in (it answers the same for a new and an existing address): sign in for the cookie.
+  const signIn = await fetch(`${baseUrl}/api/auth/sign-in/email`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', origin: baseUrl },
+    body: JSON.stringify({ email: 'bench-admin@example.test', password: 'bench-password-123' }),
+  });
+  if (!signIn.ok) throw new Error(`sign-in failed: ${signIn.status} ${await signIn.text()}`);
+  const cookie = cookieHeader(signIn);
   await sql`update "user" set role = 'platform_admin' where email = 'bench-admin@example.test'`.execute(database.db);
 
   const db = database.db;

@@ -108,7 +108,10 @@ async function main() {
       const user = { email: 'bench-user@example.com', password: 'bench user password', name: 'Bench User' };
       const up = await http.post('/api/auth/sign-up/email', { json: user });
       if (up.status !== 200) throw new Error(`sign-up failed: ${up.status} ${up.text}`);
-      const userCookie = sessionCookie(up.headers);
+      // Sign-up does not sign in: the cookie comes from signing in.
+      const signedIn = await http.post('/api/auth/sign-in/email', { json: { email: user.email, password: user.password } });
+      if (signedIn.status !== 200) throw new Error(`sign-in failed: ${signedIn.status} ${signedIn.text}`);
+      const userCookie = sessionCookie(signedIn.headers);
 
       const client = await createOAuthAgent(http, service.url, adminCookie, { slug: 'bench-agent', name: 'Bench Agent' });
       const t = { http, baseUrl: service.url } as unknown as TestApp;

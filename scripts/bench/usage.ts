@@ -248,7 +248,10 @@ async function main() {
         const up = await client.post('/api/auth/sign-up/email', { json: user });
         if (up.status !== 200) throw new Error(`sign-up failed: ${up.status} ${up.text}`);
         const userId = up.body.user.id as string;
-        const tokens = await accessTokenFor(t, { userId, ...user, cookie: sessionCookie(up.headers) }, { client: oauthClient });
+        // Sign-up does not sign in: the cookie comes from signing in.
+        const signedIn = await client.post('/api/auth/sign-in/email', { json: { email: user.email, password: user.password } });
+        if (signedIn.status !== 200) throw new Error(`sign-in failed: ${signedIn.status} ${signedIn.text}`);
+        const tokens = await accessTokenFor(t, { userId, ...user, cookie: sessionCookie(signedIn.headers) }, { client: oauthClient });
         for (const agentId of agents) {
           const { rows } = await sql<{ id: string }>`select id from tiers where agent_id = ${agentId}`.execute(db);
           await startFreeSubscription(db, systemClock, { userId, tierId: rows[0]!.id });

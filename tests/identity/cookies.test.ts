@@ -15,7 +15,10 @@ afterAll(() => db.drop());
 
 async function sessionSetCookie(t: TestApp): Promise<string> {
   const email = `c-${Math.random().toString(36).slice(2)}@example.test`;
-  const res = await t.http.post('/api/auth/sign-up/email', { json: { email, password: 'cookie password', name: 'C' } });
+  const up = await t.http.post('/api/auth/sign-up/email', { json: { email, password: 'cookie password', name: 'C' } });
+  expect(up.status, up.text).toBe(200);
+  // Sign-up does not sign in (contract.md, Trust boundaries): the cookie comes from signing in.
+  const res = await t.http.post('/api/auth/sign-in/email', { json: { email, password: 'cookie password' } });
   expect(res.status, res.text).toBe(200);
   const cookie = res.headers.getSetCookie().find((c) => /session_token=/.test(c));
   expect(cookie).toBeDefined();

@@ -16,6 +16,7 @@ beforeAll(async () => {
   smtp = await startSmtpServer();
   t = await startTestApp({ env: { SMTP_URL: smtp.url, MAIL_FROM: 'Marketplace <no-reply@market.example>' } });
   owner = await signUp(t, { name: 'Owner' });
+  await deliverMail(t); // the owner's verification mail, so the SMTP server below sees only the invitations
 });
 afterAll(async () => {
   await t.close();

@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rows, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { insertAgent, insertTier } from '../support/fixtures.ts';
-import { createAdmin, sessionCookie, signIn, signUp } from '../support/users.ts';
+import { linkIn, mailsTo } from '../support/mail.ts';
+import { createAdmin, signIn, signUp } from '../support/users.ts';
 
 /** Email/password sign-up, sign-in, sign-out, get-session and GET /me over HTTP, with the cookie they set. */
 let t: TestApp;
@@ -11,42 +12,86 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
+const setsSessionCookie = (headers: Headers) => headers.getSetCookie().some((c) => /session_token=[^;]/.test(c));
+
 const signupInteractions = (userId: string) =>
   rows<{ n: number }>(t.db, sql`select count(*)::int as n from interactions where type = 'user_signup' and user_id = ${userId}`).then(
     (r) => r[0]!.n,
   );
 
 describe('POST /api/auth/sign-up/email', () => {
-  it('creates the user, signs them in and writes exactly one user_signup interaction', async () => {
+  it('creates the user without signing in, mails a verification link and writes exactly one user_signup interaction', async () => {
     const res = await t.http.post('/api/auth/sign-up/email', { json: { email: 'Ada@Example.test', password: 'correct horse', name: 'Ada' } });
     expect(res.status).toBe(200);
-    expect(res.body.user).toMatchObject({ email: 'ada@example.test', name: 'Ada', role: 'user' });
-    const cookie = sessionCookie(res.headers);
-    const me = await t.http.get('/me', { cookie });
-    expect(me.body.data).toMatchObject({ id: res.body.user.id, email: 'ada@example.test', role: 'user', banned: false });
+    expect(res.body.token).toBeNull();
+    expect(res.body.user).toMatchObject({ email: 'ada@example.test', name: 'Ada', role: 'user', emailVerified: false });
+    expect(setsSessionCookie(res.headers)).toBe(false);
     expect(await signupInteractions(res.body.user.id)).toBe(1);
     const [interaction] = await rows<{ metadata: { email: string } }>(
       t.db,
       sql`select metadata from interactions where user_id = ${res.body.user.id}`,
     );
     expect(interaction!.metadata.email).toBe('ada@example.test');
+
+    // Signing in works before the address is verified (the contract does not require it); the session says so.
+    const ada = await signIn(t, { email: 'ada@example.test', password: 'correct horse' });
+    expect(ada.userId).toBe(res.body.user.id);
+    expect((await t.http.get('/me', { cookie: ada.cookie })).body.data).toMatchObject({ id: ada.userId, role: 'user', banned: false });
+    expect((await t.http.get('/api/auth/get-session', { cookie: ada.cookie })).body.user.emailVerified).toBe(false);
+
+    const [mail] = await mailsTo(t, 'ada@example.test');
+    expect(mail!.subject).toBe('Confirm your Agent Marketplace email address');
+    const link = linkIn(mail!);
+    expect(link.pathname).toBe('/api/auth/verify-email');
+    expect(link.searchParams.get('token')).toBeTruthy();
+    // Following the link verifies the address and lands on the sign-in page (the service's own without FRONTEND_URL).
+    const verified = await t.http.get(link.pathname + link.search);
+    expect(verified.status).toBe(302);
+    expect(verified.headers.get('location')).toBe(`${t.baseUrl}/sign-in?verified=true`);
+    expect((await t.http.get('/sign-in?verified=true')).status).toBe(200);
+    expect((await t.http.get('/api/auth/get-session', { cookie: ada.cookie })).body.user.emailVerified).toBe(true);
   });
 
-  it('a retried sign-up for the same email is refused and leaves one user_signup interaction', async () => {
-    const user = await signUp(t);
-    const again = await t.http.post('/api/auth/sign-up/email', { json: { email: user.email, password: user.password, name: 'Again' } });
-    expect(again.status).toBe(422);
-    expect(again.body.code).toBe('USER_ALREADY_EXISTS_USE_ANOTHER_EMAIL');
-    expect(await signupInteractions(user.userId)).toBe(1);
-    const [{ n }] = (await rows<{ n: number }>(t.db, sql`select count(*)::int as n from "user" where email = ${user.email}`)) as [{ n: number }];
+  it('answers an address that already has an account exactly like a new one, and mails its owner instead', async () => {
+    const owner = await signUp(t, { name: 'Owner' });
+    const mailsBefore = new Set((await mailsTo(t, owner.email)).map((m) => m.id));
+    const fresh = await t.http.post('/api/auth/sign-up/email', {
+      json: { email: `fresh-${Date.now()}@example.test`, password: 'attacker password', name: 'Probe' },
+    });
+    const taken = await t.http.post('/api/auth/sign-up/email', { json: { email: owner.email, password: 'attacker password', name: 'Probe' } });
+
+    // Same status, same body shape, no session cookie either way: the answer does not tell whether the address has an account.
+    expect(taken.status).toBe(fresh.status);
+    expect(taken.status).toBe(200);
+    expect(Object.keys(taken.body).sort()).toEqual(Object.keys(fresh.body).sort());
+    expect(Object.keys(taken.body.user).sort()).toEqual(Object.keys(fresh.body.user).sort());
+    expect(taken.body).toMatchObject({ token: null, user: { email: owner.email, name: 'Probe', emailVerified: false, role: 'user' } });
+    expect(taken.body.user.id).not.toBe(owner.userId);
+    expect(setsSessionCookie(fresh.headers)).toBe(false);
+    expect(setsSessionCookie(taken.headers)).toBe(false);
+    expect(taken.headers.getSetCookie()).toEqual(fresh.headers.getSetCookie());
+
+    // Nothing changed on the account: one user, one user_signup row, the owner's password still the one that works.
+    const [{ n }] = (await rows<{ n: number }>(t.db, sql`select count(*)::int as n from "user" where email = ${owner.email}`)) as [{ n: number }];
     expect(n).toBe(1);
+    expect(await signupInteractions(owner.userId)).toBe(1);
+    expect((await t.http.post('/api/auth/sign-in/email', { json: { email: owner.email, password: 'attacker password' } })).status).toBe(401);
+    expect((await signIn(t, owner)).userId).toBe(owner.userId);
+
+    // The owner hears about it (and gets no verification link for someone else's attempt).
+    const mails = (await mailsTo(t, owner.email)).filter((m) => !mailsBefore.has(m.id));
+    expect(mails.map((m) => m.subject)).toEqual(['Someone tried to create an Agent Marketplace account with your address']);
+    expect(mails[0]!.text).toContain(`${t.baseUrl}/sign-in`);
+    expect(mails[0]!.text).not.toContain('verify-email');
   });
 
   it('the user_signup row cannot be written twice for one user, whoever writes it', async () => {
     const user = await signUp(t);
     await sql`insert into interactions (type, user_id) values ('user_signup', ${user.userId})
               on conflict (user_id) where type = 'user_signup' do nothing`.execute(t.db);
-    await expect(sql`insert into interactions (type, user_id) values ('user_signup', ${user.userId})`.execute(t.db)).rejects.toThrow();
+    await expect(sql`insert into interactions (type, user_id) values ('user_signup', ${user.userId})`.execute(t.db)).rejects.toMatchObject({
+      code: '23505',
+    });
     expect(await signupInteractions(user.userId)).toBe(1);
   });
 
@@ -61,6 +106,67 @@ describe('POST /api/auth/sign-up/email', () => {
       sql`select count(*)::int as n from "user" where email in ('short@example.test', 'not-an-email')`,
     )) as [{ n: number }];
     expect(n).toBe(0);
+  });
+});
+
+describe('email verification', () => {
+  const resend = (email: string, headers: Record<string, string> = {}) =>
+    t.http.post('/api/auth/send-verification-email', { json: { email }, headers });
+
+  it('POST /api/auth/send-verification-email mails a new link to an unverified address, and answers the same for any other', async () => {
+    const user = await signUp(t);
+    const before = new Set((await mailsTo(t, user.email)).map((m) => m.id));
+    const res = await resend(user.email);
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ status: true });
+    const added = (await mailsTo(t, user.email)).filter((m) => !before.has(m.id));
+    expect(added).toHaveLength(1);
+    const link = linkIn(added[0]!);
+    expect(link.pathname).toBe('/api/auth/verify-email');
+
+    // Unknown and already verified addresses: the same answer, and no mail.
+    const unknown = await resend('nobody-here@example.test');
+    expect(unknown.status).toBe(200);
+    expect(unknown.body).toEqual({ status: true });
+    expect(await mailsTo(t, 'nobody-here@example.test')).toEqual([]);
+    expect((await t.http.get(link.pathname + link.search)).status).toBe(302);
+    const verifiedCount = (await mailsTo(t, user.email)).length;
+    expect((await resend(user.email)).body).toEqual({ status: true });
+    expect(await mailsTo(t, user.email)).toHaveLength(verifiedCount);
+  });
+
+  it('a forged or altered token verifies nothing', async () => {
+    const user = await signUp(t);
+    const link = linkIn((await mailsTo(t, user.email))[0]!);
+    const token = link.searchParams.get('token')!;
+    const altered = `${token.slice(0, -2)}${token.endsWith('AA') ? 'BB' : 'AA'}`;
+    const callback = link.searchParams.get('callbackURL')!;
+    const res = await t.http.get(`/api/auth/verify-email?token=${encodeURIComponent(altered)}&callbackURL=${encodeURIComponent(callback)}`);
+    expect(res.status).toBe(302);
+    expect(new URL(res.headers.get('location')!).searchParams.get('error')).toBe('INVALID_TOKEN');
+    expect((await t.http.get('/api/auth/verify-email?token=not-a-token')).status).toBe(401);
+    // A real token cannot send the browser to another site afterwards.
+    const elsewhere = await t.http.get(`/api/auth/verify-email?token=${encodeURIComponent(token)}&callbackURL=${encodeURIComponent('https://evil.example/')}`);
+    expect(elsewhere.status).toBe(403);
+    const session = await t.http.get('/api/auth/get-session', { cookie: user.cookie });
+    expect(session.body.user.emailVerified).toBe(false);
+  });
+
+  it('resending is limited per client IP (429 RATE_LIMITED with Retry-After)', async () => {
+    const limited = await startTestApp({ env: { AUTH_RATE_LIMIT_PER_MINUTE: '2' } });
+    try {
+      const statuses: number[] = [];
+      let last;
+      for (let i = 0; i < 3; i++) {
+        last = await limited.http.post('/api/auth/send-verification-email', { json: { email: `rl-${i}@example.test` } });
+        statuses.push(last.status);
+      }
+      expect(statuses).toEqual([200, 200, 429]);
+      expect(last!.body.error.code).toBe('RATE_LIMITED');
+      expect(Number(last!.headers.get('retry-after'))).toBeGreaterThan(0);
+    } finally {
+      await limited.close();
+    }
   });
 });
 

@@ -20,16 +20,30 @@ export interface SignUpOptions {
   email?: string;
   password?: string;
   name?: string;
+  /** Mark the email verified (in SQL, as if the mailed link had been followed); default false. */
+  verified?: boolean;
 }
 
-/** Signs a new user up (unique email unless given) and returns its session cookie. */
+/**
+ * Signs a new user up (unique email unless given), then signs in and returns the session cookie: sign-up itself
+ * does not sign in (contract.md, Trust boundaries: it answers the same for a new and an existing email).
+ * `verified: true` marks the email verified directly, for tests that need a verified owner.
+ */
 export async function signUp(t: TestApp, options: SignUpOptions = {}): Promise<TestUser> {
-  const email = options.email ?? `user-${randomUUID().slice(0, 12)}@example.test`;
+  const email = (options.email ?? `user-${randomUUID().slice(0, 12)}@example.test`).toLowerCase();
   const password = options.password ?? `pw-${randomUUID()}`;
   const name = options.name ?? 'Test User';
   const res = await t.http.post('/api/auth/sign-up/email', { json: { email, password, name } });
   if (res.status !== 200) throw new Error(`sign-up failed: ${res.status} ${res.text}`);
-  return { userId: res.body.user.id, email: email.toLowerCase(), password, name, cookie: sessionCookie(res.headers) };
+  if (options.verified) await verifyEmail(t, email);
+  const user = await signIn(t, { email, password });
+  if (user.userId !== res.body.user.id) throw new Error(`sign-up of ${email}: the address already had an account`);
+  return { ...user, name };
+}
+
+/** Marks an address verified, as following the verification link would. */
+export async function verifyEmail(t: TestApp, email: string): Promise<void> {
+  await sql`update "user" set "emailVerified" = true where email = ${email.toLowerCase()}`.execute(t.db);
 }
 
 /** Signs an existing user in; a new session each time. */
@@ -45,9 +59,9 @@ export async function signIn(t: TestApp, credentials: { email: string; password:
   };
 }
 
-/** A signed-in user with the platform_admin role (signed up over HTTP, promoted in the database). */
+/** A signed-in user with the platform_admin role and a verified email (signed up over HTTP, promoted in SQL). */
 export async function createAdmin(t: TestApp, options: SignUpOptions = {}): Promise<TestUser> {
-  const user = await signUp(t, { name: 'Test Admin', ...options });
+  const user = await signUp(t, { name: 'Test Admin', verified: true, ...options });
   await sql`update "user" set role = 'platform_admin' where id = ${user.userId}`.execute(t.db);
   return user;
 }

@@ -99,12 +99,21 @@ function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
         event.preventDefault();
         status.textContent = '';
         const data = Object.fromEntries(new FormData(form));
-        const res = await fetch(form.dataset.endpoint, {
+        const post = (endpoint, body) => fetch(endpoint, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           credentials: 'same-origin',
-          body: JSON.stringify(data),
+          body: JSON.stringify(body),
         });
+        let res = await post(form.dataset.endpoint, data);
+        // Sign-up does not sign in (it answers the same whether or not the address has an account): sign in next.
+        if (res.ok && form.dataset.endpoint.endsWith('/sign-up/email')) {
+          res = await post('/api/auth/sign-in/email', { email: data.email, password: data.password });
+          if (!res.ok) {
+            status.textContent = 'Check your mail: we sent a message to this address.';
+            return;
+          }
+        }
         if (!res.ok) {
           const body = await res.json().catch(() => ({}));
           status.textContent = (body.error && body.error.message) || body.message || 'That did not work, try again.';

@@ -1,0 +1,88 @@
+import type { Config } from '../platform/config.ts';
+import type { Mail } from '../platform/mailer.ts';
+
+/**
+ * The texts of the identity mails (verification, "someone signed up with your address", organization
+ * invitation). Subjects are fixed: text a user chose (an organization's or a person's name) never goes into a
+ * subject, where mail clients show it as if the marketplace said it; in a body it appears quoted, as what it is.
+ */
+
+/** Where people land from mails: the front end when there is one, else the service's own pages. */
+export function pagesOrigin(config: Config): string {
+  return config.frontendUrl ?? config.publicBaseUrl;
+}
+
+/**
+ * The verification link: the library's `GET /api/auth/verify-email?token=...`, which verifies and then redirects
+ * to `callbackURL`. The library puts `/` there unless the client sent a callbackURL (checked against the trusted
+ * origins on the way in and again on use); `/` becomes the sign-in page, which exists with and without a
+ * FRONTEND_URL. A failed verification lands there too, with `error=INVALID_TOKEN` or `error=TOKEN_EXPIRED` added.
+ */
+export function verificationLink(config: Config, libraryUrl: string, token: string): string {
+  let callback: string | null = null;
+  try {
+    callback = new URL(libraryUrl).searchParams.get('callbackURL');
+  } catch {
+    callback = null;
+  }
+  if (!callback || callback.startsWith('/')) callback = `${pagesOrigin(config)}/sign-in?verified=true`;
+  const url = new URL(`${config.publicBaseUrl}/api/auth/verify-email`);
+  url.searchParams.set('token', token);
+  url.searchParams.set('callbackURL', callback);
+  return url.href;
+}
+
+export function verificationMail(config: Config, email: string, link: string): Mail {
+  return {
+    to: email,
+    subject: 'Confirm your Agent Marketplace email address',
+    text:
+      `Someone (hopefully you) created an Agent Marketplace account with ${email}.\n\n` +
+      `Open this link within a day to confirm that this address is yours:\n${link}\n\n` +
+      `If it wasn't you, ignore this mail: nothing is confirmed, and nothing bought with this address is given ` +
+      `to that account.\n`,
+  };
+}
+
+/** To the owner of an address someone tried to sign up with again (sign-up answers the same either way). */
+export function existingAccountSignUpMail(config: Config, email: string): Mail {
+  const origin = pagesOrigin(config);
+  return {
+    to: email,
+    subject: 'Someone tried to create an Agent Marketplace account with your address',
+    text:
+      `Someone (perhaps you) tried to create a new Agent Marketplace account with ${email}, which already has ` +
+      `an account. No new account was made.\n\n` +
+      `If it was you, sign in instead: ${origin}/sign-in\n` +
+      `Forgot your password? Ask for a reset link on the sign-in page.\n\n` +
+      `If it wasn't you, you can ignore this mail: your account is unchanged.\n`,
+  };
+}
+
+/** Organization invitation: fixed subject; the names people chose appear only in the body, in quotes. */
+export function invitationMail(
+  config: Config,
+  invitation: { id: string; email: string; role: string; organizationName: string; inviterName: string; inviterEmail: string },
+): Mail {
+  const link = `${pagesOrigin(config)}/accept-invitation?id=${encodeURIComponent(invitation.id)}`;
+  const inviter = invitation.inviterName
+    ? `${quoted(invitation.inviterName)} (${invitation.inviterEmail})`
+    : invitation.inviterEmail;
+  return {
+    to: invitation.email,
+    subject: 'You have been invited to an organization on Agent Marketplace',
+    text:
+      `An Agent Marketplace user, ${inviter}, invited you to join the organization ` +
+      `${quoted(invitation.organizationName)} as ${invitation.role}.\n` +
+      `The names above were typed by that user; Agent Marketplace did not check them.\n\n` +
+      `To accept, sign in with this address (${invitation.email}), confirm it if you have not yet, and open:\n${link}\n\n` +
+      `If you don't know this person, ignore this mail.\n`,
+  };
+}
+
+/** User text in a mail body: on one line, bounded, in quotes, so it cannot pose as the mail's own words. */
+function quoted(text: string): string {
+  const oneLine = text.replace(/[\r\n\t\u2028\u2029]+/g, ' ').trim();
+  const short = oneLine.length > 80 ? `${oneLine.slice(0, 79)}…` : oneLine;
+  return `"${short}"`;
+}
