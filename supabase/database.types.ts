@@ -417,6 +417,30 @@ export type Database = {
         };
         Relationships: [];
       };
+      "first_party_clients": {
+        Row: {
+          "client_id": string;
+          "created_at": string;
+        };
+        ComputedFields: never;
+        Insert: {
+          "client_id": string;
+          "created_at"?: string;
+        };
+        Update: {
+          "client_id"?: string;
+          "created_at"?: string;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "first_party_clients_client_id_fkey";
+            columns: ["client_id"];
+            isOneToOne: true;
+            referencedRelation: "oauthClient";
+            referencedColumns: ["clientId"];
+          },
+        ];
+      };
       "interactions": {
         Row: {
           "agent_id": string | null;
@@ -1314,6 +1338,28 @@ export type Database = {
           },
         ];
       };
+      "rate_limits": {
+        Row: {
+          "hits": number;
+          "key": string;
+          "window_end": string;
+          "window_start": string;
+        };
+        ComputedFields: never;
+        Insert: {
+          "hits": number;
+          "key": string;
+          "window_end": string;
+          "window_start": string;
+        };
+        Update: {
+          "hits"?: number;
+          "key"?: string;
+          "window_end"?: string;
+          "window_start"?: string;
+        };
+        Relationships: [];
+      };
       "reviews": {
         Row: {
           "agent_id": string;
@@ -2111,6 +2157,8 @@ export type Database = {
       };
       "bearer_caller": {
         Args: {
+          "p_agent_id"?: string;
+          "p_client_id"?: string;
           "p_issued_at": string;
           "p_now": string;
           "p_token_keys": (string)[];
@@ -2158,15 +2206,21 @@ export type Database = {
         };
         Returns: Record<string, unknown>;
       };
+      "ensure_agent_resource": {
+        Args: { "p_base_url": string; "p_client_id": string; "p_now": string };
+        Returns: string;
+      };
       "metering_call_as_bearer": {
         Args: {
           "p_agent_id": string;
           "p_amount": number;
+          "p_client_id": string;
           "p_client_req_id": string;
           "p_issued_at": string;
           "p_metric_slug": string;
           "p_now": string;
           "p_operation": string;
+          "p_token_agent_id": string;
           "p_token_keys": (string)[];
           "p_user_id": string;
         };
@@ -2273,6 +2327,23 @@ export type Database = {
         }[];
       };
       "quota_ledger_id": { Args: { "p_at": string }; Returns: string };
+      "rate_limit_hit": {
+        Args: {
+          "p_key": string;
+          "p_limit": number;
+          "p_now": string;
+          "p_window_ms": number;
+        };
+        Returns: {
+          "allowed": boolean;
+          "retry_after_ms": number;
+        }[];
+      };
+      "rate_limit_prune": { Args: { "p_now": string }; Returns: number };
+      "rate_limit_refund": {
+        Args: { "p_key": string; "p_now": string };
+        Returns: undefined;
+      };
     };
     Enums: {
       [_ in never]: never;

@@ -1,12 +1,13 @@
 import { Hono, type Context, type Next } from 'hono';
 import type { AppEnv } from '../http/context.ts';
 import { enforceRateLimit } from '../http/rate-limit.ts';
+import { limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
 
 /**
  * /api/auth/*: the Better Auth handler, behind the rules the library does not have:
  * - rate limits per client IP on sign-in, sign-up, resending the verification mail and the two password-reset
- *   steps (429 RATE_LIMITED);
+ *   steps, and on failed sign-ins per account (429 RATE_LIMITED);
  * - no self-demotion through /admin/set-role or /admin/update-user (403 FORBIDDEN).
  * Everything else (its own 401/403 for admin endpoints, BANNED_USER, origin checks) is the library's, in its
  * own response shapes. Routes that must answer before the library (OAuth wrappers) are mounted before this.
@@ -22,10 +23,12 @@ export function authLibraryRoutes() {
   ];
   for (const [path, bucket] of limited) {
     router.post(path, async (c, next) => {
-      enforceRateLimit(c, bucket, c.var.deps.config.authRateLimitPerMinute);
+      await enforceRateLimit(c, bucket, c.var.deps.config.authRateLimitPerMinute);
       await next();
     });
   }
+  // After the per-address limit: failed sign-ins per account, from any address (auth/failed-sign-ins.ts).
+  router.post('/api/auth/sign-in/email', limitFailedSignIns());
   router.post('/api/auth/admin/set-role', refuseSelfDemotion((body) => ({ userId: body?.userId, role: body?.role, changesRole: true })));
   router.post(
     '/api/auth/admin/update-user',

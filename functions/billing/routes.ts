@@ -345,13 +345,13 @@ export function billingRoutes() {
 
   router.openapi(startAnonymousCheckoutRoute, async (c) => {
     // Public: the buyer has no account yet. Limited per client IP like the other public writes.
-    enforceRateLimit(c, 'checkout-anonymous', c.var.deps.config.authRateLimitPerMinute);
+    await enforceRateLimit(c, 'checkout-anonymous', c.var.deps.config.authRateLimitPerMinute);
     return c.json(ok(await startAnonymousCheckout(c.var.deps, c.req.valid('json'))), 200);
   });
 
   router.openapi(completeAnonymousCheckoutRoute, async (c) => {
     // Public (the success page): the unguessable Checkout Session id, re-read from Stripe, is the credential.
-    enforceRateLimit(c, 'checkout-anonymous-complete', c.var.deps.config.authRateLimitPerMinute);
+    await enforceRateLimit(c, 'checkout-anonymous-complete', c.var.deps.config.authRateLimitPerMinute);
     const { sessionId } = c.req.valid('json');
     return c.json(ok(await completeAnonymousCheckout(c.var.deps, sessionId)), 200);
   });

@@ -1,120 +1,141 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import type { AppEnv } from './context.ts';
 import { ApiError } from './errors.ts';
+import { first, sql, type Db } from '../platform/db.ts';
+import type { Clock } from '../platform/clock.ts';
+import { isInRanges, normalizeIp } from '../platform/ip-ranges.ts';
 
 /**
- * Request rate limits per client IP and endpoint (sign-in, sign-up, password reset, waitlist, public writes).
- * A fixed one-minute window per (bucket, client IP), counted in process memory: cheap, and enough for one
- * instance. Several instances each count on their own, so the effective limit is per instance (written down
- * in docs/identity.md). Time comes from `deps.clock`, so tests can move it.
+ * Request rate limits per client address and endpoint (sign-in, sign-up, password reset, waitlist, public writes),
+ * and the failed sign-ins per account (functions/auth/failed-sign-ins.ts), counted in PostgreSQL so that every
+ * instance of the service shares one count: a fixed window per key that opens with the key's first request, checked
+ * and counted in one statement (public.rate_limit_hit, migration 20261123000400). Time comes from `deps.clock`.
  *
- * Use: `router.use('/path', rateLimit({ bucket: 'waitlist', perMinute: (deps) => deps.config.authRateLimitPerMinute }))`.
- * A limit of 0 disables the bucket.
+ * In process there is only a cache of refusals: a key found over its limit is refused locally until its window
+ * ends, so a flood from one address costs the database one statement per window, not one per request. It never
+ * admits anything on its own: the database is the authority.
+ *
+ * Use: `router.use('/path', rateLimit({ bucket: 'waitlist', perMinute: (deps) => deps.config.authRateLimitPerMinute }))`
+ * or `await enforceRateLimit(c, bucket, limit)`. A limit of 0 disables the bucket.
  */
 
 const WINDOW_MS = 60_000;
-const MAX_KEYS = 50_000;
-
-interface Window {
-  start: number;
-  count: number;
-}
-
-/** One store per running app (keyed by its deps object), so two apps in one process never share counts. */
-const stores = new WeakMap<object, Map<string, Window>>();
+/** Refusals remembered per app at most (beyond that the cache starts over; the database still counts). */
+const MAX_CACHED_REFUSALS = 10_000;
 
 export interface RateLimitOptions {
-  /** Names the endpoint: counts are kept per bucket and client IP. */
+  /** Names the endpoint: counts are kept per bucket and client address. */
   bucket: string;
-  /** Allowed requests per minute per client IP; 0 disables. */
+  /** Allowed requests per minute per client address; 0 disables. */
   perMinute: (deps: AppEnv['Variables']['deps']) => number;
 }
 
 export interface RateLimitVerdict {
   allowed: boolean;
-  /** Seconds until the window resets (only meaningful when not allowed). */
+  /** Seconds until the window ends (only meaningful when not allowed). */
   retryAfterSec: number;
 }
 
-/** Counts one request; pure apart from the store, exported for services that limit outside middleware. */
-export function takeToken(store: Map<string, Window>, key: string, limit: number, nowMs: number): RateLimitVerdict {
-  let w = store.get(key);
-  if (!w || nowMs - w.start >= WINDOW_MS || nowMs < w.start) {
-    if (store.size >= MAX_KEYS) prune(store, nowMs);
-    w = { start: nowMs, count: 0 };
-    store.set(key, w);
-  }
-  if (w.count >= limit) {
-    return { allowed: false, retryAfterSec: Math.max(1, Math.ceil((w.start + WINDOW_MS - nowMs) / 1000)) };
-  }
-  w.count += 1;
-  return { allowed: true, retryAfterSec: 0 };
+interface Refusal {
+  since: number;
+  until: number;
 }
 
-function prune(store: Map<string, Window>, nowMs: number) {
-  for (const [k, w] of store) if (nowMs - w.start >= WINDOW_MS) store.delete(k);
-  // Still full (an address-spraying flood): start over rather than grow without bound.
-  if (store.size >= MAX_KEYS) store.clear();
+/** Refusal caches, one per running app (keyed by its deps object), so two apps in one process never share one. */
+const refusals = new WeakMap<object, Map<string, Refusal>>();
+
+/**
+ * Counts one request against `key` (at most `limit` per window of `windowMs`), in one statement. Exported for
+ * limits outside the middleware (failed sign-ins per account).
+ */
+export async function takeToken(
+  deps: { database: { db: Db }; clock: Clock },
+  key: string,
+  limit: number,
+  windowMs: number,
+): Promise<RateLimitVerdict> {
+  const db = deps.database.db;
+  const now = deps.clock.now();
+  const nowMs = now.getTime();
+  let cache = refusals.get(deps);
+  if (!cache) refusals.set(deps, (cache = new Map()));
+  const cacheKey = `${key}|${limit}|${windowMs}`;
+  const refused = cache.get(cacheKey);
+  if (refused && nowMs >= refused.since && nowMs < refused.until) {
+    return { allowed: false, retryAfterSec: Math.max(1, Math.ceil((refused.until - nowMs) / 1000)) };
+  }
+  if (refused) cache.delete(cacheKey);
+  const row = await first<{ allowed: boolean; retryAfterMs: string | number }>(
+    db,
+    sql`select allowed, retry_after_ms as "retryAfterMs" from public.rate_limit_hit(${key}, ${limit}, ${windowMs}, ${now})`,
+  );
+  if (!row || row.allowed) return { allowed: true, retryAfterSec: 0 };
+  const retryAfterMs = Number(row.retryAfterMs);
+  if (cache.size >= MAX_CACHED_REFUSALS) cache.clear();
+  cache.set(cacheKey, { since: nowMs, until: nowMs + retryAfterMs });
+  return { allowed: false, retryAfterSec: Math.max(1, Math.ceil(retryAfterMs / 1000)) };
 }
 
-/** Throws 429 RATE_LIMITED (with Retry-After) when this client is over the bucket's limit. */
-export function enforceRateLimit(c: Context<AppEnv>, bucket: string, limit: number): void {
+/** Gives one counted request back (it turned out not to count, e.g. a sign-in that did not fail). */
+export async function refundToken(deps: { database: { db: Db }; clock: Clock }, key: string): Promise<void> {
+  await sql`select public.rate_limit_refund(${key}, ${deps.clock.now()})`.execute(deps.database.db);
+}
+
+export function rateLimited(retryAfterSec: number, message: string, details: Record<string, unknown>): ApiError {
+  return new ApiError('RATE_LIMITED', message, { retryAfterSec, ...details }, { 'Retry-After': String(retryAfterSec) });
+}
+
+/** Throws 429 RATE_LIMITED (with Retry-After) when this client address is over the bucket's limit. */
+export async function enforceRateLimit(c: Context<AppEnv>, bucket: string, limit: number): Promise<void> {
   if (limit <= 0) return;
-  const deps = c.var.deps;
-  let store = stores.get(deps);
-  if (!store) stores.set(deps, (store = new Map()));
-  const verdict = takeToken(store, `${bucket}|${clientIp(c)}`, limit, deps.clock.now().getTime());
+  const verdict = await takeToken(c.var.deps, `${bucket}|${clientIp(c)}`, limit, WINDOW_MS);
   if (!verdict.allowed) {
-    throw new ApiError(
-      'RATE_LIMITED',
-      'Too many requests; try again later',
-      { retryAfterSec: verdict.retryAfterSec, limitPerMinute: limit },
-      { 'Retry-After': String(verdict.retryAfterSec) },
-    );
+    throw rateLimited(verdict.retryAfterSec, 'Too many requests; try again later', { limitPerMinute: limit });
   }
 }
 
 export function rateLimit(options: RateLimitOptions): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
-    enforceRateLimit(c, options.bucket, options.perMinute(c.var.deps));
+    await enforceRateLimit(c, options.bucket, options.perMinute(c.var.deps));
     await next();
   };
 }
 
 /**
- * The client's IP address. The socket peer is the truth unless the peer is one of our own proxies: when it is
- * a loopback or private-network address (a reverse proxy or platform gateway in front of us), or unknown (the
- * edge runtime hides it), the rightmost X-Forwarded-For entry is used: the address that proxy saw, which
- * the client cannot forge (entries to its left can be). A public peer's X-Forwarded-For is ignored.
+ * The client's address, as far as it can be known (contract.md, Trust boundaries):
+ * - The socket peer is the client, unless the peer is one of TRUSTED_PROXIES (unset: none). A peer that is not
+ *   trusted cannot make us believe anything with X-Forwarded-For or X-Real-IP, whatever its address.
+ * - Behind trusted proxies: X-Forwarded-For read from the right (each proxy appends the address it saw), skipping
+ *   the trusted hops; the first one that is not trusted is the client. Entries further left were written by the
+ *   client and are ignored. X-Real-IP only when there is no X-Forwarded-For.
+ * - On the edge (Supabase Edge Functions, Deno) the runtime gives no socket peer: the request comes from the
+ *   platform's gateway, which sets X-Forwarded-For to the address it saw, so that header is the platform's own and
+ *   is read the same way (rightmost entry not in TRUSTED_PROXIES). Put any proxy of yours in front of the gateway
+ *   (a CDN) in TRUSTED_PROXIES.
  */
 export function clientIp(c: Context<AppEnv>): string {
+  const trusted = c.var.deps.config.trustedProxies;
   const peer = socketPeer(c);
-  if (peer === undefined || isPrivateAddress(peer)) {
-    const forwarded = c.req.header('x-forwarded-for');
-    if (forwarded) {
-      const parts = forwarded.split(',').map((s) => s.trim()).filter(Boolean);
-      const last = parts[parts.length - 1];
-      if (last) return last;
+  if (peer !== undefined && !isInRanges(peer, trusted)) return normalizeIp(peer) ?? peer;
+  const forwarded = c.req.header('x-forwarded-for');
+  if (forwarded) {
+    const hops = forwarded.split(',').map((s) => s.trim()).filter(Boolean);
+    for (let i = hops.length - 1; i >= 0; i--) {
+      const hop = hops[i]!;
+      if (i > 0 && isInRanges(hop, trusted)) continue;
+      return normalizeIp(hop) ?? hop.slice(0, 64);
     }
   }
-  return peer ?? 'unknown';
+  if (peer !== undefined) {
+    const realIp = normalizeIp(c.req.header('x-real-ip') ?? '');
+    return realIp ?? normalizeIp(peer) ?? peer;
+  }
+  return 'unknown';
 }
 
 function socketPeer(c: Context<AppEnv>): string | undefined {
   const env = c.env as
     | { incoming?: { socket?: { remoteAddress?: string } }; remoteAddr?: { hostname?: string } }
     | undefined;
-  const addr = env?.incoming?.socket?.remoteAddress ?? env?.remoteAddr?.hostname;
-  return addr ? addr.replace(/^::ffff:/, '') : undefined;
-}
-
-export function isPrivateAddress(ip: string): boolean {
-  if (ip === '::1' || ip === 'localhost') return true;
-  const v4 = /^(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(ip);
-  if (v4) {
-    const [a, b] = [Number(v4[1]), Number(v4[2])];
-    return a === 127 || a === 10 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || (a === 169 && b === 254);
-  }
-  const lower = ip.toLowerCase();
-  return lower.startsWith('fc') || lower.startsWith('fd') || lower.startsWith('fe80:');
+  return env?.incoming?.socket?.remoteAddress ?? env?.remoteAddr?.hostname ?? undefined;
 }

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { parseIpRangeList, type IpRange } from './ip-ranges.ts';
 
 /**
  * Runtime configuration, read once from the environment (contract.md section 3).
@@ -71,6 +72,14 @@ const envSchema = z.object({
     .optional()
     .transform((v) => (v === undefined || v === '' ? 30 : Number(v)))
     .refine((n) => Number.isInteger(n) && n >= 0, { message: 'must be a non-negative integer (0 disables)' }),
+  TRUSTED_PROXIES: optionalString.refine((v) => v === undefined || parseIpRangeList(v).invalid.length === 0, {
+    message: 'must be a comma-separated list of IP addresses or CIDR ranges (e.g. 10.0.0.0/8, ::1)',
+  }),
+  AUTH_FAILED_SIGNINS_PER_ACCOUNT: z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v === '' ? 10 : Number(v)))
+    .refine((n) => Number.isInteger(n) && n >= 0, { message: 'must be a non-negative integer (0 disables)' }),
   GIT_SHA: optionalString,
   RELEASE_VERSION: optionalString,
   DATA_DIR: optionalString,
@@ -94,6 +103,13 @@ export interface Config {
   env: 'development' | 'production' | 'test';
   isProduction: boolean;
   authRateLimitPerMinute: number;
+  /**
+   * Proxies whose X-Forwarded-For / X-Real-IP is believed (TRUSTED_PROXIES); empty: none, the socket peer is the
+   * client. See http/rate-limit.ts `clientIp`.
+   */
+  trustedProxies: IpRange[];
+  /** Failed sign-ins per account per 15 minutes before 429 (AUTH_FAILED_SIGNINS_PER_ACCOUNT); 0 disables. */
+  authFailedSigninsPerAccount: number;
   gitSha: string;
   releaseVersion: string;
   /** Where the embedded database, generated secret and local uploads live (Node only). */
@@ -154,6 +170,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     env: e.NODE_ENV,
     isProduction: e.NODE_ENV === 'production',
     authRateLimitPerMinute: e.AUTH_RATE_LIMIT_PER_MINUTE,
+    trustedProxies: e.TRUSTED_PROXIES ? parseIpRangeList(e.TRUSTED_PROXIES).ranges : [],
+    authFailedSigninsPerAccount: e.AUTH_FAILED_SIGNINS_PER_ACCOUNT,
     gitSha: e.GIT_SHA ?? 'dev',
     releaseVersion: e.RELEASE_VERSION ?? 'dev',
     dataDir: e.DATA_DIR ?? '.data',

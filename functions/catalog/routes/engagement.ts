@@ -81,7 +81,7 @@ export function engagementRoutes() {
   router.openapi(requestDemoRoute, async (c) => {
     const user = await requireUser(c);
     const { deps } = c.var;
-    enforceRateLimit(c, 'demo-request', deps.config.authRateLimitPerMinute);
+    await enforceRateLimit(c, 'demo-request', deps.config.authRateLimitPerMinute);
     const { agentId } = c.req.valid('param');
     const agent = await requireAgent(deps.database.db, agentId, user.role === 'platform_admin');
     const { interaction } = await requestDemo(
@@ -96,7 +96,7 @@ export function engagementRoutes() {
   router.openapi(enterpriseInquiryRoute, async (c) => {
     const user = await requireUser(c);
     const { deps } = c.var;
-    enforceRateLimit(c, 'enterprise-inquiry', deps.config.authRateLimitPerMinute);
+    await enforceRateLimit(c, 'enterprise-inquiry', deps.config.authRateLimitPerMinute);
     const { agentId } = c.req.valid('param');
     await requireAgent(deps.database.db, agentId, user.role === 'platform_admin');
     const interaction = await createEnterpriseInquiry(
@@ -119,7 +119,7 @@ export function engagementRoutes() {
   router.openapi(joinWaitlistRoute, async (c) => {
     // Public: visitors join without an account; rate limited per client IP like the other public writes.
     const { deps } = c.var;
-    enforceRateLimit(c, 'waitlist', deps.config.authRateLimitPerMinute);
+    await enforceRateLimit(c, 'waitlist', deps.config.authRateLimitPerMinute);
     const { agentId } = c.req.valid('param');
     const principal = await viewer(c);
     const agent = await requireAgent(deps.database.db, agentId, principal?.role === 'platform_admin');
