@@ -1261,6 +1261,54 @@ export type Database = {
         };
         Relationships: [];
       };
+      "purchase_claims": {
+        Row: {
+          "claimed_at": string | null;
+          "claimed_by": string | null;
+          "created_at": string;
+          "email": string;
+          "expires_at": string;
+          "id": string;
+          "stripe_checkout_session_id": string | null;
+          "stripe_customer_id": string;
+          "stripe_subscription_id": string;
+          "token_hash": string;
+        };
+        ComputedFields: never;
+        Insert: {
+          "claimed_at"?: string | null;
+          "claimed_by"?: string | null;
+          "created_at"?: string;
+          "email": string;
+          "expires_at": string;
+          "id"?: string;
+          "stripe_checkout_session_id"?: string | null;
+          "stripe_customer_id": string;
+          "stripe_subscription_id": string;
+          "token_hash": string;
+        };
+        Update: {
+          "claimed_at"?: string | null;
+          "claimed_by"?: string | null;
+          "created_at"?: string;
+          "email"?: string;
+          "expires_at"?: string;
+          "id"?: string;
+          "stripe_checkout_session_id"?: string | null;
+          "stripe_customer_id"?: string;
+          "stripe_subscription_id"?: string;
+          "token_hash"?: string;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "purchase_claims_claimed_by_fkey";
+            columns: ["claimed_by"];
+            isOneToOne: false;
+            referencedRelation: "user";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
       "quota_ledger": {
         Row: {
           "actor_user_id": string | null;
@@ -2195,6 +2243,19 @@ export type Database = {
         Returns: {
           "outcome": string;
           "subscription_id": string;
+        }[];
+      };
+      "billing_claim_purchase": {
+        Args: {
+          "p_now": string;
+          "p_password_hash": string;
+          "p_token_hash": string;
+          "p_user_id": string;
+        };
+        Returns: {
+          "outcome": string;
+          "stripe_customer_id": string;
+          "stripe_subscription_id": string;
         }[];
       };
       "billing_period": {

@@ -1,14 +1,19 @@
 import type { AppDeps } from '../app.ts';
-import { isUniqueViolation } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
+import { claimOfSubscription, ensureClaimMailed } from './purchase-claims.ts';
 
 /**
- * The buyer of an anonymous checkout gets a real marketplace account: the one with the email they typed on
- * Stripe's page when it exists, else a new one made as Better Auth's sign-up makes one (so it is a user like any
- * other: credential account, `user_signup` interaction). Its password is random and never shown; the buyer
- * chooses one through the password-reset mail sent right away (through the mail outbox), which doubles as the
- * "welcome, set your password" mail. Safe under concurrency: the success page and the webhook may both get here
- * for the same buyer; the email is unique, so the loser of a race finds the winner's account.
+ * Who gets an anonymous purchase (contract.md, "Anonymous purchases (revision 2)"). The buyer typed an email on
+ * Stripe's page; an email nobody verified proves nothing, so the purchase attaches at once only to
+ *   * a new account, made for it here (a user like any other: credential account, `user_signup` interaction),
+ *     with a random password nobody sees; the buyer chooses one through the password-reset mail sent right away
+ *     (through the mail outbox), which doubles as the "welcome, set your password" mail and goes to the same
+ *     address, so using it proves the address;
+ *   * an existing account whose email is verified;
+ *   * the account made for this very purchase by an earlier call (the success page and the webhook both get
+ *     here, in any order or at once).
+ * When an unverified account holds the address, nothing attaches to it: the address gets a claim link instead
+ * (purchase-claims.ts), and the purchase waits for it. A claim, once made, decides for every later call.
  */
 export interface Buyer {
   userId: string;
@@ -17,74 +22,129 @@ export interface Buyer {
   created: boolean;
 }
 
-export async function findOrCreateBuyer(
-  deps: AppDeps,
-  input: { email: string; name?: string | undefined; stripeCustomerId: string },
-): Promise<Buyer> {
-  const email = input.email.trim().toLowerCase();
-  let createdNow = false;
-  let user = await findUserByEmail(deps, email);
-  if (!user) {
-    try {
-      await createBuyerAccount(deps, email, input.name?.trim() || email.split('@')[0]!);
-      createdNow = true;
-    } catch (err) {
-      // Someone else created it a moment ago (the concurrent webhook or success page): use theirs.
-      if (!(await findUserByEmail(deps, email))) throw err;
-    }
-    user = await findUserByEmail(deps, email);
-    if (!user) throw new Error('buyer account was not created');
-  }
+export type Placement = { kind: 'attached'; buyer: Buyer } | { kind: 'claim' };
 
-  // Link the Stripe customer to the account once; the first writer decides whether the account was made here.
-  try {
-    await first(
-      deps.database.db,
-      sql`insert into public.billing_customers (user_id, stripe_customer_id, account_created, created_at)
-          values (${user.id}, ${input.stripeCustomerId}, ${createdNow}, ${deps.clock.now()})
-          on conflict (user_id) do nothing`,
-    );
-  } catch (err) {
-    // The customer is already linked to another user (the buyer's email changed hands): keep the first link.
-    if (!isUniqueViolation(err)) throw err;
-  }
-  const link = await first<{ accountCreated: boolean }>(
-    deps.database.db,
-    sql`select account_created as "accountCreated" from public.billing_customers where user_id = ${user.id}`,
-  );
-
-  if (createdNow) {
-    const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
-    try {
-      await deps.auth.api.requestPasswordReset({ body: { email, redirectTo: `${origin}/reset-password` } });
-    } catch (err) {
-      // The subscription must not be lost over a mail: the buyer can still use "forgot password" later.
-      deps.logger.warn('could not send the set-password mail to a new buyer', { userId: user.id, err });
-    }
-  }
-  return { userId: user.id, email: user.email, created: createdNow || (link?.accountCreated ?? false) };
+export interface AnonymousPurchase {
+  email: string;
+  name?: string | undefined;
+  stripeCustomerId: string;
+  stripeSubscriptionId: string;
+  checkoutSessionId?: string | undefined;
+  agentId?: string | undefined;
+  tierId?: string | undefined;
 }
 
-async function findUserByEmail(deps: AppDeps, email: string) {
-  return first<{ id: string; email: string }>(
+export async function placeAnonymousPurchase(
+  deps: AppDeps,
+  purchase: AnonymousPurchase,
+  options: { renewExpiredClaim: boolean },
+): Promise<Placement> {
+  const email = purchase.email.trim().toLowerCase();
+  const claim = await claimOfSubscription(deps, purchase.stripeSubscriptionId);
+  if (claim?.claimedBy) {
+    const owner = await findUserById(deps, claim.claimedBy);
+    if (owner) return { kind: 'attached', buyer: { userId: owner.id, email: owner.email, created: false } };
+  }
+  if (claim && !claim.claimedAt) {
+    if (options.renewExpiredClaim) await ensureClaimMailed(deps, { ...purchase, email }, { renewExpired: true });
+    return { kind: 'claim' };
+  }
+
+  let user = await findUserByEmail(deps, email);
+  if (!user) {
+    const created = await createBuyerAccount(deps, email, purchase.name?.trim() || email.split('@')[0]!, purchase.stripeCustomerId);
+    // The loser of a race with the other writer finds the winner's account (made for this purchase too).
+    user = await findUserByEmail(deps, email);
+    if (!user) throw new Error('buyer account was not created');
+    if (created) {
+      await sendSetPasswordMail(deps, email, user.id);
+      return { kind: 'attached', buyer: { userId: user.id, email: user.email, created: true } };
+    }
+  }
+
+  // The account made for this very purchase (same Stripe customer) by the other writer: the buyer's.
+  const madeForThis = await first<{ yes: boolean }>(
     deps.database.db,
-    sql`select id, email from "user" where lower(email) = ${email}`,
+    sql`select true as yes from public.billing_customers
+         where user_id = ${user.id} and stripe_customer_id = ${purchase.stripeCustomerId} and account_created`,
   );
+  if (madeForThis) return { kind: 'attached', buyer: { userId: user.id, email: user.email, created: true } };
+  if (user.emailVerified) {
+    await linkCustomer(deps, user.id, purchase.stripeCustomerId);
+    return { kind: 'attached', buyer: { userId: user.id, email: user.email, created: false } };
+  }
+
+  // An unverified account holds the address: it gets nothing; the address gets the claim link.
+  await ensureClaimMailed(deps, { ...purchase, email }, { renewExpired: options.renewExpiredClaim });
+  return { kind: 'claim' };
 }
 
 /**
- * A user made the way sign-up makes one (the library's user and credential account, through its adapter so its
- * plugins' defaults apply, and our `user_signup` trigger), minus sign-up's verification mail and its answer for
- * an existing address: the set-password mail that follows goes to the same address and proves it when used.
+ * The user, its credential account (random password) and its Stripe customer link, in one statement: the link
+ * commits with the user, so a concurrent writer that finds the user also finds that it was made for this
+ * purchase. `on conflict (email) do nothing` makes the loser of a race wait for the winner, then step aside.
+ * Made without the library's sign-up, which would mail a verification link too, and answer an existing address
+ * with a made-up user; the role and ban fields are the admin plugin's defaults. Returns whether it was made now.
  */
-async function createBuyerAccount(deps: AppDeps, email: string, name: string): Promise<void> {
+export async function createBuyerAccount(deps: AppDeps, email: string, name: string, stripeCustomerId: string): Promise<boolean> {
   const ctx = await deps.auth.$context;
   const hash = await ctx.password.hash(randomPassword());
-  const user = await ctx.internalAdapter.createUser({ email, name, emailVerified: false }, { method: 'email-password' });
-  await ctx.internalAdapter.linkAccount({ userId: user.id, providerId: 'credential', accountId: user.id, password: hash });
+  const now = deps.clock.now();
+  const row = await first<{ id: string }>(
+    deps.database.db,
+    sql`with new_user as (
+          insert into "user" (id, name, email, "emailVerified", role, banned, "createdAt", "updatedAt")
+          values (${crypto.randomUUID()}, ${name}, ${email}, false, 'user', false, ${now}, ${now})
+          on conflict (email) do nothing
+          returning id
+        ), credential as (
+          insert into account (id, "accountId", "providerId", "userId", password, "createdAt", "updatedAt")
+          select ${crypto.randomUUID()}, id, 'credential', id, ${hash}, ${now}, ${now} from new_user
+        ), customer as (
+          insert into public.billing_customers (user_id, stripe_customer_id, account_created, created_at)
+          select id, ${stripeCustomerId}, true, ${now} from new_user
+          on conflict do nothing
+        )
+        select id from new_user`,
+  );
+  return !!row;
 }
 
-function randomPassword(): string {
+/** Links a Stripe customer to a user that has none yet (the first link stays: one customer per user). */
+export async function linkCustomer(deps: AppDeps, userId: string, stripeCustomerId: string): Promise<void> {
+  // No conflict target: the user may have a customer already (user_id) and the customer may be linked already
+  // (stripe_customer_id); either way the first link stays.
+  await first(
+    deps.database.db,
+    sql`insert into public.billing_customers (user_id, stripe_customer_id, account_created, created_at)
+        values (${userId}, ${stripeCustomerId}, false, ${deps.clock.now()})
+        on conflict do nothing`,
+  );
+}
+
+/** The "welcome, choose your password" mail: the library's password reset, to the buyer's address. */
+async function sendSetPasswordMail(deps: AppDeps, email: string, userId: string): Promise<void> {
+  const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
+  try {
+    await deps.auth.api.requestPasswordReset({ body: { email, redirectTo: `${origin}/reset-password` } });
+  } catch (err) {
+    // The subscription must not be lost over a mail: the buyer can still use "forgot password" later.
+    deps.logger.warn('could not send the set-password mail to a new buyer', { userId, err });
+  }
+}
+
+export async function findUserByEmail(deps: AppDeps, email: string) {
+  return first<{ id: string; email: string; emailVerified: boolean }>(
+    deps.database.db,
+    sql`select id, email, "emailVerified" from "user" where lower(email) = ${email.trim().toLowerCase()}`,
+  );
+}
+
+async function findUserById(deps: AppDeps, userId: string) {
+  return first<{ id: string; email: string }>(deps.database.db, sql`select id, email from "user" where id = ${userId}`);
+}
+
+export function randomPassword(): string {
   const bytes = crypto.getRandomValues(new Uint8Array(24));
   return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
 }

@@ -3,7 +3,7 @@ import type { AppDeps } from '../app.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import type { Principal } from '../http/context.ts';
 import { first, sql } from '../platform/db.ts';
-import { findOrCreateBuyer } from './buyer-accounts.ts';
+import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { ensureCustomer } from './customers.ts';
 import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
 import { syncStripeSubscription } from './subscription-state.ts';
@@ -122,13 +122,15 @@ async function retrieveSession(deps: AppDeps, sessionId: string): Promise<Stripe
 
 /**
  * Success page of an anonymous checkout. Re-reads the session from Stripe (the id is the only input trusted),
- * finds or creates the buyer's account, and runs the same state write as the webhook, so whichever of the two
+ * places the purchase (placeAnonymousPurchase: a new account, a verified one, or a claim mailed to the address
+ * when an unverified account holds it), and runs the same state write as the webhook, so whichever of the two
  * arrives first creates the subscription and the other changes nothing.
  */
-export async function completeAnonymousCheckout(
-  deps: AppDeps,
-  sessionId: string,
-): Promise<{ subscription: SubscriptionDto; user: { id: string; email: string }; created: boolean }> {
+export type CompletedAnonymousCheckout =
+  | { kind: 'attached'; subscription: SubscriptionDto; user: { id: string; email: string }; created: boolean }
+  | { kind: 'claim' };
+
+export async function completeAnonymousCheckout(deps: AppDeps, sessionId: string): Promise<CompletedAnonymousCheckout> {
   const session = await retrieveSession(deps, sessionId);
   // Sessions of signed-in buyers are theirs: this public endpoint would otherwise reveal who bought what.
   if (session.metadata?.anonymous !== 'true') throw notFound('Checkout session', { sessionId });
@@ -140,13 +142,28 @@ export async function completeAnonymousCheckout(
   const email = session.customer_details?.email;
   const customerId = typeof session.customer === 'string' ? session.customer : session.customer?.id;
   if (!email || !customerId) throw invalidState('Stripe has no buyer email for this checkout', { sessionId });
-  const buyer = await findOrCreateBuyer(deps, { email, name: session.customer_details?.name ?? undefined, stripeCustomerId: customerId });
+  const placement = await placeAnonymousPurchase(
+    deps,
+    {
+      email,
+      name: session.customer_details?.name ?? undefined,
+      stripeCustomerId: customerId,
+      stripeSubscriptionId,
+      checkoutSessionId: session.id,
+      agentId: session.metadata?.agentId,
+      tierId: session.metadata?.tierId,
+    },
+    // The buyer is back on the success page: an expired claim link is replaced by a new one.
+    { renewExpiredClaim: true },
+  );
+  if (placement.kind === 'claim') return { kind: 'claim' };
+  const { buyer } = placement;
   await syncStripeSubscription(deps, stripeSubscriptionId);
   const subscription = await findSubscriptionByStripeId(deps, stripeSubscriptionId);
   if (!subscription) {
     throw new ApiError('INVALID_STATE', 'The subscription could not be activated; contact support', { sessionId });
   }
-  return { subscription, user: { id: buyer.userId, email: buyer.email }, created: buyer.created };
+  return { kind: 'attached', subscription, user: { id: buyer.userId, email: buyer.email }, created: buyer.created };
 }
 
 export interface CheckoutSessionView {

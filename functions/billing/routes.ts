@@ -14,6 +14,8 @@ import {
   startCheckout,
   verifyCheckoutSession,
 } from './checkout.ts';
+import { claimPage } from './claim-page.ts';
+import { claimPurchase } from './claim-purchase.ts';
 import { createPortalSession } from './portal.ts';
 import { listUserSubscriptions } from './subscription-queries.ts';
 import { findActiveSubscription, subscriptionSchema } from './subscriptions.ts';
@@ -70,6 +72,25 @@ const completedCheckoutSchema = z
     created: z.boolean().openapi({ description: 'The account was created for this purchase: a set-password mail was sent' }),
   })
   .openapi('CompletedAnonymousCheckout');
+
+const claimMailedSchema = z
+  .object({
+    claim: z.literal('mailed').openapi({
+      description:
+        'An unverified account holds the buyer\'s email: nothing was attached to it; the address was mailed a claim link',
+    }),
+  })
+  .openapi('AnonymousPurchaseClaimMailed');
+
+const claimedPurchaseSchema = z
+  .object({
+    subscription: subscriptionSchema,
+    user: z.object({ id: z.string(), email: z.string() }),
+    passwordResetToken: z.string().openapi({
+      description: 'The set-password step: POST /api/auth/reset-password { token: passwordResetToken, newPassword }',
+    }),
+  })
+  .openapi('ClaimedPurchase');
 
 const createTierBody = z
   .object({
@@ -207,10 +228,37 @@ const completeAnonymousCheckoutRoute = createRoute({
   method: 'post',
   path: '/checkout/anonymous/complete',
   tags: ['Subscriptions'],
-  summary: "Success page of an anonymous checkout: finds or creates the buyer's account and activates the subscription",
+  summary:
+    "Success page of an anonymous checkout: a new or verified account gets the subscription (200); when an unverified account holds the buyer's email, nothing attaches and the address is mailed a claim link (202)",
   request: { body: jsonBody(z.object({ sessionId: sessionId().openapi({ example: 'cs_test_a1b2c3' }) }).strict()) },
   responses: {
     200: jsonResponse(envelopeOf(completedCheckoutSchema), 'The subscription and its account'),
+    202: jsonResponse(envelopeOf(claimMailedSchema), 'Claim link mailed to the buyer\'s address'),
+    ...errors(400, 404, 422, 429, 503),
+  },
+});
+
+const claimAnonymousPurchaseRoute = createRoute({
+  operationId: 'claimAnonymousPurchase',
+  method: 'post',
+  path: '/checkout/anonymous/claim',
+  tags: ['Subscriptions'],
+  summary:
+    'Use a mailed claim link: verifies the address, attaches the purchase to the account holding it (ending its sessions and password if it was unverified) and returns the set-password token',
+  request: {
+    body: jsonBody(
+      z
+        .object({
+          token: z
+            .string()
+            .regex(/^[A-Za-z0-9_-]{16,200}$/, 'token must be the claim token from the mailed link')
+            .openapi({ description: 'The `token` of the mailed link (sent in the body, so it is in no URL)' }),
+        })
+        .strict(),
+    ),
+  },
+  responses: {
+    200: jsonResponse(envelopeOf(claimedPurchaseSchema), 'The purchase is attached'),
     ...errors(400, 404, 422, 429, 503),
   },
 });
@@ -353,8 +401,20 @@ export function billingRoutes() {
     // Public (the success page): the unguessable Checkout Session id, re-read from Stripe, is the credential.
     await enforceRateLimit(c, 'checkout-anonymous-complete', c.var.deps.config.authRateLimitPerMinute);
     const { sessionId } = c.req.valid('json');
-    return c.json(ok(await completeAnonymousCheckout(c.var.deps, sessionId)), 200);
+    const result = await completeAnonymousCheckout(c.var.deps, sessionId);
+    if (result.kind === 'claim') return c.json(ok({ claim: 'mailed' as const }), 202);
+    const { subscription, user, created } = result;
+    return c.json(ok({ subscription, user, created }), 200);
   });
+
+  router.openapi(claimAnonymousPurchaseRoute, async (c) => {
+    // Public: the single-use token from the mail is the credential (only its hash is stored).
+    await enforceRateLimit(c, 'checkout-anonymous-claim', c.var.deps.config.authRateLimitPerMinute);
+    return c.json(ok(await claimPurchase(c.var.deps, c.req.valid('json').token)), 200);
+  });
+
+  // The page the claim mail points to when there is no FRONTEND_URL (outside the OpenAPI document, like /sign-in).
+  router.get('/claim', (c) => claimPage(c));
 
   router.openapi(changeTierRoute, async (c) => {
     await requireAdmin(c);

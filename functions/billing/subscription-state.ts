@@ -1,7 +1,7 @@
 import type Stripe from 'stripe';
 import type { AppDeps } from '../app.ts';
 import { first, sql, type Db } from '../platform/db.ts';
-import { findOrCreateBuyer } from './buyer-accounts.ts';
+import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { callStripe, requirePayments } from './payments.ts';
 
 /**
@@ -104,8 +104,10 @@ export async function readStripeSubscription(deps: AppDeps, stripeSubscriptionId
 
 /**
  * The marketplace user a Stripe subscription belongs to: the user our checkout put in its metadata, else the
- * user the Stripe customer belongs to, else (anonymous checkout) the buyer account for the customer's email,
- * created when there is none. Undefined for subscriptions the marketplace did not start.
+ * user the Stripe customer belongs to, else (anonymous checkout) whoever placeAnonymousPurchase gives it to: the
+ * claimant of a used claim, a new account, or a verified one. Undefined for subscriptions the marketplace did
+ * not start, and while a claim is pending (an unverified account holds the buyer's address): the subscription
+ * then has no local row until the claim link is used.
  */
 export async function subscriberOf(deps: AppDeps, sub: Stripe.Subscription): Promise<string | undefined> {
   const metadataUser = sub.metadata?.userId;
@@ -121,8 +123,20 @@ export async function subscriberOf(deps: AppDeps, sub: Stripe.Subscription): Pro
   const customer = await callStripe(() => stripe.customers.retrieve(customerId));
   const email = 'deleted' in customer && customer.deleted ? undefined : (customer as Stripe.Customer).email;
   if (!email) return undefined;
-  const buyer = await findOrCreateBuyer(deps, { email, name: (customer as Stripe.Customer).name ?? undefined, stripeCustomerId: customerId });
-  return buyer.userId;
+  const placement = await placeAnonymousPurchase(
+    deps,
+    {
+      email,
+      name: (customer as Stripe.Customer).name ?? undefined,
+      stripeCustomerId: customerId,
+      stripeSubscriptionId: sub.id,
+      agentId: sub.metadata?.agentId,
+      tierId: sub.metadata?.tierId,
+    },
+    // A webhook never renews an expired claim link: only the buyer's own return to the success page does.
+    { renewExpiredClaim: false },
+  );
+  return placement.kind === 'attached' ? placement.buyer.userId : undefined;
 }
 
 export interface ApplyResult {

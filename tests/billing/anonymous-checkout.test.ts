@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, rows, sql } from '../../functions/platform/db.ts';
 import { insertTier } from '../support/fixtures.ts';
-import { lastMailTo, linkIn } from '../support/mail.ts';
-import { signIn, signUp } from '../support/users.ts';
+import { deliverMail, lastMailTo, linkIn, mailsTo } from '../support/mail.ts';
+import { signIn, signUp, type TestUser } from '../support/users.ts';
 import { activeAgent, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /** Anonymous checkout: Stripe collects the email; the success page and the webhook both may place it, once. */
@@ -23,6 +23,24 @@ async function paidAnonymously(email: string) {
 }
 
 const complete = (sessionId: string) => w.t.http.post('/checkout/anonymous/complete', { json: { sessionId } });
+const claim = (token: string) => w.t.http.post('/checkout/anonymous/claim', { json: { token } });
+const CLAIM_SUBJECT = 'Confirm your Agent Marketplace purchase';
+const claimMailsTo = async (email: string) => (await mailsTo(w.t, email)).filter((m) => m.subject === CLAIM_SUBJECT);
+const claimTokenIn = (mail: { text: string }) => {
+  const link = linkIn(mail);
+  expect(link.origin + link.pathname).toBe(`${w.t.baseUrl}/claim`);
+  return link.searchParams.get('token')!;
+};
+const localSubscription = (stripeSubscriptionId: string) =>
+  first<{ id: string; userId: string }>(
+    w.t.db,
+    sql`select id, user_id as "userId" from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`,
+  );
+const customerLinksOf = (userId: string) =>
+  rows<{ stripeCustomerId: string }>(
+    w.t.db,
+    sql`select stripe_customer_id as "stripeCustomerId" from billing_customers where user_id = ${userId}`,
+  );
 
 describe('startAnonymousCheckout (POST /checkout/anonymous)', () => {
   it('opens a Checkout session with no customer, so Stripe asks for the email', async () => {
@@ -76,13 +94,15 @@ describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => 
     expect(again.body.data.created).toBe(true);
   });
 
-  it('attaches the purchase to an existing account with that email (no new account, no mail)', async () => {
-    const existing = await signUp(w.t);
+  it('attaches the purchase at once to an existing account whose email is verified (no new account)', async () => {
+    const existing = await signUp(w.t, { verified: true });
     const { agent, sessionId } = await paidAnonymously(existing.email.toUpperCase());
     const res = await complete(sessionId);
     expect(res.body.data).toMatchObject({ created: false, user: { id: existing.userId, email: existing.email } });
+    expect(res.status).toBe(200);
     const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: existing.cookie });
     expect(mine.status).toBe(200);
+    expect(await claimMailsTo(existing.email)).toEqual([]);
   });
 
   it('yields one subscription and one account when the success page and the webhook race', async () => {
@@ -131,6 +151,163 @@ describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => 
     const res = await complete(mine.body.data.sessionId);
     expect(res.status).toBe(404);
     expect(res.text).not.toContain(user.email);
+  });
+});
+
+describe('anonymous purchases and unverified accounts (account pre-hijacking, issue 10 finding 4)', () => {
+  /** The attacker signs up with the victim's address (never verified: the verification mail goes to the victim). */
+  async function attackerHolding(email: string) {
+    return signUp(w.t, { email, name: 'Attacker' });
+  }
+
+  /** What the attacker's account holds: no subscription, no Stripe customer. */
+  async function expectNothingAttachedTo(user: TestUser, stripeSubscriptionId: string, agentId: string) {
+    expect(await localSubscription(stripeSubscriptionId)).toBeUndefined();
+    expect(await customerLinksOf(user.userId)).toEqual([]);
+    const mine = await w.t.http.get('/me/subscriptions', { cookie: user.cookie });
+    expect(mine.status).toBe(200);
+    expect(mine.body.data).toEqual([]);
+    expect((await w.t.http.get(`/me/subscriptions/${agentId}`, { cookie: user.cookie })).status).toBe(404);
+  }
+
+  /** Follows the claim link as the victim: claim, then the set-password step; returns the victim's session. */
+  async function claimAndSetPassword(token: string, email: string) {
+    const res = await claim(token);
+    expect(res.status, res.text).toBe(200);
+    const reset = await w.t.http.post('/api/auth/reset-password', {
+      json: { newPassword: 'the victim chose this', token: res.body.data.passwordResetToken },
+    });
+    expect(reset.status, reset.text).toBe(200);
+    return { res, victim: await signIn(w.t, { email, password: 'the victim chose this' }) };
+  }
+
+  it('completion first, then the webhook: nothing reaches the attacker; the claim link attaches the purchase after proof', async () => {
+    const email = `victim-a-${Date.now()}@example.test`;
+    const attacker = await attackerHolding(email);
+    const { agent, sessionId, stripeSub, events } = await paidAnonymously(email);
+
+    const res = await complete(sessionId);
+    expect(res.status, res.text).toBe(202);
+    expect(res.body).toEqual({ status: 'success', data: { claim: 'mailed' }, error: null });
+    await deliver(w, events);
+    await expectNothingAttachedTo(attacker, stripeSub.id, agent.id);
+
+    // The address (the victim's mailbox) got exactly one claim link; completing again mails no second one.
+    expect((await complete(sessionId)).status).toBe(202);
+    const mails = await claimMailsTo(email);
+    expect(mails).toHaveLength(1);
+    const token = claimTokenIn(mails[0]!);
+    await expectNothingAttachedTo(attacker, stripeSub.id, agent.id);
+
+    // The victim follows the link: the purchase and the Stripe customer go to the account holding the address,
+    // whose address is now verified, and whose attacker-set password and sessions are gone.
+    const { res: claimed, victim } = await claimAndSetPassword(token, email);
+    expect(claimed.body.data).toMatchObject({
+      user: { id: attacker.userId, email },
+      subscription: { agentId: agent.id, status: 'active', userId: attacker.userId },
+    });
+    expect((await w.t.http.get('/me', { cookie: attacker.cookie })).status).toBe(401);
+    expect((await w.t.http.post('/api/auth/sign-in/email', { json: { email, password: attacker.password } })).status).toBe(401);
+    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: victim.cookie });
+    expect(mine.status).toBe(200);
+    expect(mine.body.data.id).toBe(claimed.body.data.subscription.id);
+    expect((await w.t.http.get('/api/auth/get-session', { cookie: victim.cookie })).body.user.emailVerified).toBe(true);
+    expect(await customerLinksOf(victim.userId)).toEqual([{ stripeCustomerId: stripeSub.customer }]);
+
+    // The link works once; the success page now shows the attached purchase.
+    const reused = await claim(token);
+    expect(reused.status).toBe(422);
+    expect(reused.body.error).toMatchObject({ code: 'INVALID_STATE', details: { reason: 'used' } });
+    const again = await complete(sessionId);
+    expect(again.status).toBe(200);
+    expect(again.body.data).toMatchObject({ created: false, subscription: { id: claimed.body.data.subscription.id } });
+
+    // The token never reached a log line (the outbox delivery and the claim request included).
+    await deliverMail(w.t);
+    expect(JSON.stringify(w.t.logs)).not.toContain(token);
+    expect(JSON.stringify(w.t.logs)).not.toContain(claimed.body.data.passwordResetToken);
+  });
+
+  it('webhook first, then completion, also racing: one claim, one mail, nothing on the attacker', async () => {
+    const email = `victim-b-${Date.now()}@example.test`;
+    const attacker = await attackerHolding(email);
+    const { agent, sessionId, stripeSub, events } = await paidAnonymously(email);
+    await deliver(w, events);
+    await expectNothingAttachedTo(attacker, stripeSub.id, agent.id);
+    expect(await claimMailsTo(email)).toHaveLength(1);
+    const results = await Promise.all([complete(sessionId), deliver(w, [...events].reverse()), complete(sessionId)]);
+    expect(results[0]!.status).toBe(202);
+    expect(results[2]!.status).toBe(202);
+    await expectNothingAttachedTo(attacker, stripeSub.id, agent.id);
+    const mails = await claimMailsTo(email);
+    expect(mails).toHaveLength(1);
+
+    // Later events while the claim waits attach nothing either.
+    await deliver(w, events.map((e) => ({ ...e, id: `${e.id}_while_pending` })));
+    await expectNothingAttachedTo(attacker, stripeSub.id, agent.id);
+
+    const { res: claimed, victim } = await claimAndSetPassword(claimTokenIn(mails[0]!), email);
+    expect(claimed.body.data.subscription).toMatchObject({ agentId: agent.id, status: 'active' });
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: victim.cookie })).status).toBe(200);
+    // The webhook keeps the claimed subscription up to date from now on.
+    await deliver(w, events.map((e) => ({ ...e, id: `${e.id}_later` })));
+    expect((await localSubscription(stripeSub.id))!.userId).toBe(victim.userId);
+  });
+
+  it('bogus, malformed and expired claim tokens are refused and attach nothing; the success page mails a fresh link', async () => {
+    expect((await claim('A'.repeat(43))).status).toBe(404);
+    expect((await claim('x')).status).toBe(400);
+    expect((await w.t.http.post('/checkout/anonymous/claim', { json: {} })).status).toBe(400);
+
+    const email = `victim-c-${Date.now()}@example.test`;
+    const attacker = await attackerHolding(email);
+    const { agent, sessionId, stripeSub } = await paidAnonymously(email);
+    expect((await complete(sessionId)).status).toBe(202);
+    const first = claimTokenIn((await claimMailsTo(email))[0]!);
+    const start = w.t.clock.now();
+    try {
+      w.t.clock.advance(8 * 24 * 60 * 60 * 1000);
+      const expired = await claim(first);
+      expect(expired.status).toBe(422);
+      expect(expired.body.error).toMatchObject({ code: 'INVALID_STATE', details: { reason: 'expired' } });
+      await expectNothingAttachedTo(attacker, stripeSub.id, agent.id);
+
+      // Back on the success page, the buyer gets a new link; the old one stays dead.
+      expect((await complete(sessionId)).status).toBe(202);
+      const mails = await claimMailsTo(email);
+      expect(mails).toHaveLength(2);
+      const fresh = mails.map(claimTokenIn).find((t) => t !== first)!;
+      expect((await claim(first)).status).toBe(404);
+      const { res } = await claimAndSetPassword(fresh, email);
+      expect(res.body.data.subscription.agentId).toBe(agent.id);
+    } finally {
+      w.t.clock.set(start);
+    }
+  });
+
+  it('stores only a hash of the claim token, in a table with row level security and no anonymous access', async () => {
+    const email = `victim-d-${Date.now()}@example.test`;
+    await attackerHolding(email);
+    const { sessionId } = await paidAnonymously(email);
+    expect((await complete(sessionId)).status).toBe(202);
+    const token = claimTokenIn((await claimMailsTo(email))[0]!);
+    const stored = await rows<Record<string, unknown>>(w.t.db, sql`select * from purchase_claims where email = ${email}`);
+    expect(stored).toHaveLength(1);
+    expect(JSON.stringify(stored)).not.toContain(token);
+    const [table] = await rows<{ rls: boolean; anon: boolean }>(
+      w.t.db,
+      sql`select c.relrowsecurity as rls, has_table_privilege('anon', c.oid, 'select') as anon
+            from pg_class c where c.oid = 'public.purchase_claims'::regclass`,
+    );
+    expect(table).toEqual({ rls: true, anon: false });
+  });
+
+  it('without FRONTEND_URL the link opens the service\'s own claim page', async () => {
+    const page = await w.t.http.get('/claim?token=abc');
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(page.text).toContain('/checkout/anonymous/claim');
+    expect(page.headers.get('referrer-policy')).toBe('no-referrer');
   });
 });
 

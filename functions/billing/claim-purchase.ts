@@ -1,0 +1,90 @@
+import type { AppDeps } from '../app.ts';
+import { ApiError, notFound } from '../http/errors.ts';
+import { first, sql } from '../platform/db.ts';
+import { createBuyerAccount, findUserByEmail, randomPassword } from './buyer-accounts.ts';
+import { claimOfToken, hashToken } from './purchase-claims.ts';
+import { applyStripeState, readStripeSubscription, stateOf } from './subscription-state.ts';
+import { findSubscriptionByStripeId } from './subscription-queries.ts';
+import type { SubscriptionDto } from './subscriptions.ts';
+import { invalidState } from './tiers.ts';
+
+/**
+ * POST /checkout/anonymous/claim { token }: the mailed claim link used. Holding the token shows the caller reads
+ * the mail of the purchase's address, so, for the account that holds that address now (made here if none does):
+ *   1. the claim is used up, the address marked verified and, if it was not verified, the account's password
+ *      replaced and all its sessions and tokens ended (whoever set them never proved the address; the attacker of
+ *      a pre-hijack loses the account here), and the Stripe customer linked: one SQL function,
+ *      billing_claim_purchase;
+ *   2. the subscription is written by the one writer (billing_apply_stripe_subscription), as the webhook would;
+ *   3. the set-password step: a password-reset token of the library for that account, in the answer (it goes to
+ *      whoever proved the mailbox, as a reset mail would) for POST /api/auth/reset-password.
+ * Stripe is read first, so when it is unreachable the claim stays unused and the link can be followed again.
+ */
+export interface ClaimedPurchase {
+  subscription: SubscriptionDto;
+  user: { id: string; email: string };
+  /** For POST /api/auth/reset-password { token, newPassword }; valid as long as the library's reset tokens. */
+  passwordResetToken: string;
+}
+
+export async function claimPurchase(deps: AppDeps, token: string): Promise<ClaimedPurchase> {
+  const claim = await claimOfToken(deps, token);
+  if (!claim) throw notFound('Purchase claim');
+  refuseUnusable(claim.claimedAt ? 'used' : claim.expiresAt <= deps.clock.now() ? 'expired' : 'ok');
+
+  const sub = await readStripeSubscription(deps, claim.stripeSubscriptionId);
+  let user = await findUserByEmail(deps, claim.email);
+  if (!user) {
+    // The account that held the address is gone: the purchase gets a new one, like any anonymous buyer's.
+    await createBuyerAccount(deps, claim.email, claim.email.split('@')[0]!, claim.stripeCustomerId);
+    user = await findUserByEmail(deps, claim.email);
+    if (!user) throw new Error('claimant account was not created');
+  }
+
+  const ctx = await deps.auth.$context;
+  const passwordHash = await ctx.password.hash(randomPassword());
+  const result = await first<{ outcome: string }>(
+    deps.database.db,
+    sql`select outcome from public.billing_claim_purchase(${await hashToken(token)}, ${user.id}, ${passwordHash}, ${deps.clock.now()}::timestamptz)`,
+  );
+  const outcome = result?.outcome ?? 'unknown';
+  if (outcome === 'unknown') throw notFound('Purchase claim');
+  // Someone else used the link in between, or the address changed hands: nothing was written.
+  if (outcome === 'no_account') throw invalidState('The account that holds this address changed; open the link again');
+  refuseUnusable(outcome === 'claimed' ? 'ok' : (outcome as 'used' | 'expired'));
+
+  await applyStripeState(deps, { state: stateOf(sub), userId: user.id });
+  const subscription = await findSubscriptionByStripeId(deps, claim.stripeSubscriptionId);
+  if (!subscription) {
+    // The account already has another paid subscription to this agent (the database keeps one live per agent).
+    throw new ApiError('INVALID_STATE', 'The purchase could not be added to this account; contact support', {
+      reason: 'conflict',
+    });
+  }
+  return { subscription, user: { id: user.id, email: user.email }, passwordResetToken: await passwordResetToken(deps, user.id) };
+}
+
+function refuseUnusable(state: 'ok' | 'used' | 'expired'): void {
+  if (state === 'used') throw invalidState('This claim link was used already; sign in, or reset your password', { reason: 'used' });
+  if (state === 'expired') {
+    throw invalidState('This claim link has expired; open the checkout success page again for a new one', { reason: 'expired' });
+  }
+}
+
+/**
+ * A reset-password token exactly as the library's POST /request-password-reset stores one (a verification value
+ * `reset-password:<token>` naming the user, through its adapter), without the mail: the caller just proved the
+ * mailbox. Its expiry is the library's, checked by the library against the real time.
+ */
+async function passwordResetToken(deps: AppDeps, userId: string): Promise<string> {
+  const ctx = await deps.auth.$context;
+  const bytes = crypto.getRandomValues(new Uint8Array(18));
+  const token = btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_');
+  const seconds = ctx.options.emailAndPassword?.resetPasswordTokenExpiresIn ?? 3600;
+  await ctx.internalAdapter.createVerificationValue({
+    value: userId,
+    identifier: `reset-password:${token}`,
+    expiresAt: new Date(Date.now() + seconds * 1000),
+  });
+  return token;
+}
