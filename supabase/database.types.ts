@@ -2405,6 +2405,10 @@ export type Database = {
         Args: { "p_key": string; "p_now": string };
         Returns: undefined;
       };
+      "revoke_user_credentials": {
+        Args: { "p_user_id": string };
+        Returns: undefined;
+      };
     };
     Enums: {
       [_ in never]: never;

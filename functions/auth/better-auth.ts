@@ -1,4 +1,5 @@
 import { betterAuth, type BetterAuthOptions } from 'better-auth';
+import { createAuthMiddleware } from 'better-auth/api';
 import { admin, jwt, organization } from 'better-auth/plugins';
 import { adminAc, defaultStatements, userAc } from 'better-auth/plugins/admin/access';
 import { createAccessControl } from 'better-auth/plugins/access';
@@ -115,6 +116,9 @@ export function authOptions(deps: AuthDeps) {
       }),
       minPasswordLength: 8,
       maxPasswordLength: 128,
+      // A reset or change ends every session, refresh token and access token of the user (contract.md, Trust
+      // boundaries): the `account_password_change_revokes_credentials` trigger (migration 20261123000401) does it
+      // for every path that writes a password, as the ban trigger does for bans. This flag is the library's own half.
       revokeSessionsOnPasswordReset: true,
       resetPasswordTokenExpiresIn: 60 * 60,
       sendResetPassword: async ({ user, url }) => {
@@ -127,6 +131,16 @@ export function authOptions(deps: AuthDeps) {
             `If it wasn't you, ignore this mail: your password stays as it is.\n`,
         });
       },
+    },
+    hooks: {
+      // change-password: the trigger ends every session, the caller's too, so the library is told to start a
+      // new one for the caller (revokeOtherSessions), which it sets as the cookie of the answer; otherwise the
+      // caller would be left holding a cookie that no longer works after "success".
+      before: createAuthMiddleware(async (ctx) => {
+        if (ctx.path === '/change-password' && ctx.body && typeof ctx.body === 'object') {
+          return { context: { body: { ...ctx.body, revokeOtherSessions: true } } };
+        }
+      }),
     },
     plugins: [
       admin({

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { deliverMail, linkIn, mailsTo } from '../support/mail.ts';
-import { signUp } from '../support/users.ts';
+import { accessTokenFor, postForm, type TokenSet } from '../support/oauth.ts';
+import { createAdmin, sessionCookie, signIn, signUp, type TestUser } from '../support/users.ts';
+import { first, sql } from '../../functions/platform/db.ts';
 
 /**
  * Password reset end to end: request -> mail in the outbox -> the emailed link -> redirect with the token ->
@@ -121,5 +123,96 @@ describe('mail in production without SMTP', () => {
     } finally {
       await prod.close();
     }
+  });
+});
+
+/**
+ * contract.md, Trust boundaries: "A password reset or change ends every session, refresh token and access token
+ * of the user" (issue 10 finding 9: refresh tokens survived a reset for 30 days, access tokens for 10 hours, and a
+ * password change kept every other session).
+ */
+describe('a password reset or change ends every credential the user had', () => {
+  interface Signed {
+    user: TestUser;
+    second: TestUser;
+    tokens: TokenSet;
+  }
+
+  /** A user with two sessions and an agent's access and refresh tokens, all working. */
+  async function signedInEverywhere(): Promise<Signed> {
+    const user = await signUp(t);
+    const second = await signIn(t, user);
+    const tokens = await accessTokenFor(t, user);
+    expect((await t.http.get('/me', { bearer: tokens.accessToken })).status).toBe(200);
+    expect((await t.http.get('/me', { cookie: second.cookie })).status).toBe(200);
+    return { user, second, tokens };
+  }
+
+  async function expectAllEnded({ user, second, tokens }: Signed) {
+    const me = await t.http.get('/me', { bearer: tokens.accessToken });
+    expect(me.status).toBe(401);
+    expect(me.body.error.code).toBe('UNAUTHORIZED');
+    const introspection = await postForm(t, '/api/auth/oauth2/introspect', tokens, { token: tokens.accessToken });
+    expect(introspection.body.active).toBe(false);
+    const refresh = await postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
+    expect(refresh.status).toBeGreaterThanOrEqual(400);
+    expect(refresh.body.error).toBe('invalid_grant');
+    for (const cookie of [user.cookie, second.cookie]) expect((await t.http.get('/me', { cookie })).status).toBe(401);
+    const live = await first<{ n: string }>(
+      t.db,
+      sql`select (select count(*) from "oauthRefreshToken" where "userId" = ${user.userId})
+               + (select count(*) from "oauthAccessToken" where "userId" = ${user.userId}) as n`,
+    );
+    expect(Number(live!.n)).toBe(0);
+  }
+
+  it('attack: after a reset through the mailed link, the old access token, refresh token and sessions are refused', async () => {
+    const signed = await signedInEverywhere();
+    const redirectTo = `${t.baseUrl}/reset-password-page`;
+    expect((await t.http.post('/api/auth/request-password-reset', { json: { email: signed.user.email, redirectTo } })).status).toBe(200);
+    const link = linkIn(await resetMailTo(t, signed.user.email));
+    const opened = await t.http.get(link.pathname + link.search);
+    const token = new URL(opened.headers.get('location')!).searchParams.get('token')!;
+    const reset = await t.http.post('/api/auth/reset-password', { json: { newPassword: 'reset ends all 1', token } });
+    expect(reset.status).toBe(200);
+
+    await expectAllEnded(signed);
+    const sessions = await first<{ n: string }>(t.db, sql`select count(*) as n from "session" where "userId" = ${signed.user.userId}`);
+    expect(Number(sessions!.n)).toBe(0);
+
+    // A new sign-in works.
+    const again = await signIn(t, { email: signed.user.email, password: 'reset ends all 1' });
+    expect((await t.http.get('/me', { cookie: again.cookie })).status).toBe(200);
+  });
+
+  it('attack: after a password change, the old access token, refresh token and every old session (the caller\'s too) are refused; the caller gets a new session', async () => {
+    const signed = await signedInEverywhere();
+    const change = await t.http.post('/api/auth/change-password', {
+      cookie: signed.user.cookie,
+      headers: { origin: t.baseUrl },
+      json: { currentPassword: signed.user.password, newPassword: 'changed password 1' },
+    });
+    expect(change.status).toBe(200);
+    const fresh = sessionCookie(change.headers);
+    expect(fresh).not.toBe(signed.user.cookie);
+
+    await expectAllEnded(signed);
+    expect((await t.http.get('/me', { cookie: fresh })).status).toBe(200);
+    expect((await t.http.post('/api/auth/sign-in/email', { json: { email: signed.user.email, password: signed.user.password } })).status).toBe(401);
+    const again = await signIn(t, { email: signed.user.email, password: 'changed password 1' });
+    expect((await t.http.get('/me', { cookie: again.cookie })).status).toBe(200);
+  });
+
+  it('a password an admin sets (the admin plugin\'s set-user-password) ends them too', async () => {
+    const signed = await signedInEverywhere();
+    const admin = await createAdmin(t);
+    const set = await t.http.post('/api/auth/admin/set-user-password', {
+      cookie: admin.cookie,
+      headers: { origin: t.baseUrl },
+      json: { userId: signed.user.userId, newPassword: 'admin set password 1' },
+    });
+    expect(set.status).toBe(200);
+    await expectAllEnded(signed);
+    expect((await t.http.get('/me', { cookie: admin.cookie })).status).toBe(200);
   });
 });
