@@ -167,8 +167,10 @@ export const createUploadBody = z
     kind: z.enum(['image', 'video']),
     contentType: z.string().min(3).max(100).openapi({ example: 'video/mp4' }),
     filename: z.string().trim().min(1).max(200).openapi({ example: 'demo.mp4' }),
-    sizeBytes: z.int().min(1).optional().openapi({
-      description: 'Size of the file; checked against the limit and, with S3, signed so the upload must match it',
+    sizeBytes: z.int().min(1).openapi({
+      description:
+        'Exact size of the file in bytes (1 up to the kind\'s limit: image 10 MiB, video 500 MiB). Signed into the upload: with S3 as its Content-Length, so the PUT must send exactly this many bytes; with local storage as the most it accepts',
+      example: 1048576,
     }),
   })
   .openapi('CreateUpload');
@@ -180,7 +182,7 @@ export const uploadSchema = z
     expiresAt: z.string(),
     method: z.literal('PUT'),
     headers: z.record(z.string(), z.string()).openapi({ description: 'Headers the PUT must carry' }),
-    maxBytes: z.int(),
+    maxBytes: z.int().openapi({ description: 'The declared sizeBytes: the upload may not be larger' }),
   })
   .openapi('Upload');
 

@@ -5,7 +5,8 @@ import { slugify } from './tags.ts';
 /**
  * Presigned uploads of agent media. The allowed types are what the front end can show inline (no SVG: it can
  * carry script), each kind with its size limit. The object key is generated here (agent, kind, random id,
- * cleaned file name, extension from the content type), never taken from the client as a path.
+ * cleaned file name, extension from the content type), never taken from the client as a path. The caller declares
+ * the file's size (`sizeBytes`, required, within the kind's limit), and the URL is signed for that size.
  */
 
 export const UPLOAD_RULES = {
@@ -26,7 +27,7 @@ const invalid = (path: string, message: string, extra: Record<string, unknown> =
 
 export async function createUpload(
   storage: ObjectStorage | undefined,
-  input: { agentId: string; kind: 'image' | 'video'; contentType: string; filename: string; sizeBytes?: number | undefined },
+  input: { agentId: string; kind: 'image' | 'video'; contentType: string; filename: string; sizeBytes: number },
   now: Date,
 ) {
   if (!storage) {
@@ -40,21 +41,23 @@ export async function createUpload(
       allowed: Object.keys(rules.types),
     });
   }
-  if (input.sizeBytes !== undefined && input.sizeBytes > rules.maxBytes) {
-    throw invalid('sizeBytes', `A ${input.kind} may be at most ${rules.maxBytes} bytes`, { maxBytes: rules.maxBytes });
+  // The size is required and signed into the upload URL, so no upload can be larger than the kind allows
+  // (an S3 presigned PUT without a signed Content-Length accepts objects of any size, up to 5 GB).
+  if (!Number.isInteger(input.sizeBytes) || input.sizeBytes < 1 || input.sizeBytes > rules.maxBytes) {
+    throw invalid('sizeBytes', `sizeBytes must be from 1 to ${rules.maxBytes} bytes for a ${input.kind}`, { maxBytes: rules.maxBytes });
   }
   const stem = input.filename.replace(/\.[^.]*$/, '');
   const name = slugify(stem).slice(0, 80).replace(/-+$/, '') || input.kind;
   const key = `agents/${input.agentId}/${input.kind}/${crypto.randomUUID()}-${name}.${ext}`;
   const expiresAt = new Date(now.getTime() + UPLOAD_URL_TTL_MS);
-  const signed = await storage.presignUpload({ key, contentType, maxBytes: rules.maxBytes, sizeBytes: input.sizeBytes, now, expiresAt });
+  const signed = await storage.presignUpload({ key, contentType, sizeBytes: input.sizeBytes, now, expiresAt });
   return {
     uploadUrl: signed.uploadUrl,
     publicUrl: signed.publicUrl,
     expiresAt: expiresAt.toISOString(),
     method: 'PUT' as const,
     headers: signed.headers,
-    maxBytes: input.sizeBytes ?? rules.maxBytes,
+    maxBytes: input.sizeBytes,
   };
 }
 

@@ -9,18 +9,18 @@ import type { Config } from './config.ts';
  *  - S3-compatible (S3_* configured): a SigV4 presigned PUT via aws4fetch, path-style
  *    (`{S3_ENDPOINT}/{bucket}/{key}`), so it works with AWS S3, R2, MinIO and Supabase Storage's S3 endpoint
  *    (`https://<project>.supabase.co/storage/v1/s3`; set S3_PUBLIC_URL to `.../storage/v1/object/public/<bucket>`).
- *    Content-Type (and Content-Length when the size is declared) are signed, so the upload must match them.
+ *    Content-Type and Content-Length (the declared size, always required) are signed, so the upload must match
+ *    them: an unsigned Content-Length would let a presigned PUT store an object of any size.
  *  - Local (no S3): the service itself accepts the PUT at `/files/{key}` with an HMAC-signed, expiring query
- *    and serves the file back at `/files/{key}`. The bytes live in a FileStore injected by the Node entry
+ *    (content type, declared size as the byte limit, expiry) and serves the file back at `/files/{key}`. The bytes live in a FileStore injected by the Node entry
  *    (disk under `.data/uploads`); the edge has no disk, so without S3 there it is 503 STORAGE_NOT_CONFIGURED.
  */
 
 export interface UploadRequest {
   key: string;
   contentType: string;
-  maxBytes: number;
-  /** Declared size; S3 signs it as Content-Length. */
-  sizeBytes?: number | undefined;
+  /** The file's declared size (required): S3 signs it as Content-Length; local storage accepts no more. */
+  sizeBytes: number;
   now: Date;
   expiresAt: Date;
 }
@@ -81,8 +81,7 @@ export function s3Storage(s3: S3Config): ObjectStorage {
       const url = new URL(`${s3.endpoint}/${encodeURIComponent(s3.bucket)}/${encodeKey(request.key)}`);
       const seconds = Math.max(1, Math.round((request.expiresAt.getTime() - request.now.getTime()) / 1000));
       url.searchParams.set('X-Amz-Expires', String(seconds));
-      const headers: Record<string, string> = { 'content-type': request.contentType };
-      if (request.sizeBytes !== undefined) headers['content-length'] = String(request.sizeBytes);
+      const headers: Record<string, string> = { 'content-type': request.contentType, 'content-length': String(request.sizeBytes) };
       const signed = await new AwsV4Signer({
         method: 'PUT',
         url: url.toString(),
@@ -128,7 +127,7 @@ export class LocalStorage implements ObjectStorage {
 
   async presignUpload(request: UploadRequest): Promise<PresignedUpload> {
     const expires = Math.floor(request.expiresAt.getTime() / 1000);
-    const maxBytes = Math.min(request.maxBytes, request.sizeBytes ?? request.maxBytes);
+    const maxBytes = request.sizeBytes;
     const sig = toHex(await crypto.subtle.sign('HMAC', await this.#key, this.#payload(request.key, request.contentType, maxBytes, expires)));
     const url = new URL(`${this.publicBaseUrl}/files/${encodeKey(request.key)}`);
     url.searchParams.set('expires', String(expires));

@@ -151,11 +151,11 @@ describe('uploads (local storage, the default without S3)', () => {
     const agent = await createAgent(t, admin);
     const res = await t.http.post(`/agents/${agent.id}/uploads`, {
       cookie: admin.cookie,
-      json: { kind: 'video', contentType: 'video/mp4', filename: 'My Demo!.MP4' },
+      json: { kind: 'video', contentType: 'video/mp4', filename: 'My Demo!.MP4', sizeBytes: 2048 },
     });
     expect(res.status).toBe(201);
     const upload = res.body.data;
-    expect(upload).toMatchObject({ method: 'PUT', headers: { 'content-type': 'video/mp4' }, maxBytes: 500 * 1024 * 1024 });
+    expect(upload).toMatchObject({ method: 'PUT', headers: { 'content-type': 'video/mp4' }, maxBytes: 2048 });
     expect(new Date(upload.expiresAt).getTime() - t.clock.now().getTime()).toBe(15 * 60 * 1000);
     expect(upload.publicUrl).toMatch(new RegExp(`^${t.baseUrl}/files/agents/${agent.id}/video/[0-9a-f-]{36}-my-demo\\.mp4$`));
 
@@ -202,7 +202,7 @@ describe('uploads (local storage, the default without S3)', () => {
     expect((await put(image.uploadUrl, 'image/png', 101)).status).toBe(413);
     expect((await fetch(image.publicUrl)).status).toBe(404); // nothing half-written is served
 
-    const later = await make({ kind: 'image', contentType: 'image/webp', filename: 'shot.webp' });
+    const later = await make({ kind: 'image', contentType: 'image/webp', filename: 'shot.webp', sizeBytes: 10 });
     t.clock.advance(15 * 60 * 1000 + 1000);
     const expired = await put(later.uploadUrl, 'image/webp', 10);
     expect(expired.status).toBe(403);
@@ -212,17 +212,40 @@ describe('uploads (local storage, the default without S3)', () => {
   it('enforces content types and size limits per kind', async () => {
     const agent = await createAgent(t, admin);
     const ask = (json: Record<string, unknown>) => t.http.post(`/agents/${agent.id}/uploads`, { cookie: admin.cookie, json });
-    expectError(await ask({ kind: 'image', contentType: 'image/svg+xml', filename: 'x.svg' }), 400, 'VALIDATION_ERROR');
-    expectError(await ask({ kind: 'video', contentType: 'image/png', filename: 'x.png' }), 400, 'VALIDATION_ERROR');
-    expectError(await ask({ kind: 'video', contentType: 'application/vnd.apple.mpegurl', filename: 'x.m3u8' }), 400, 'VALIDATION_ERROR');
-    expectError(await ask({ kind: 'image', contentType: 'image/png', filename: 'x.png', sizeBytes: 10 * 1024 * 1024 + 1 }), 400, 'VALIDATION_ERROR');
-    expectError(await ask({ kind: 'audio', contentType: 'audio/mpeg', filename: 'x.mp3' }), 400, 'VALIDATION_ERROR');
+    const issuePath = (res: { body: { error: { details: { issues: Array<{ path: unknown }> } } } }) =>
+      res.body.error.details.issues.map((i) => String(i.path));
+    expectError(await ask({ kind: 'image', contentType: 'image/svg+xml', filename: 'x.svg', sizeBytes: 100 }), 400, 'VALIDATION_ERROR');
+    expectError(await ask({ kind: 'video', contentType: 'image/png', filename: 'x.png', sizeBytes: 100 }), 400, 'VALIDATION_ERROR');
+    expectError(await ask({ kind: 'video', contentType: 'application/vnd.apple.mpegurl', filename: 'x.m3u8', sizeBytes: 100 }), 400, 'VALIDATION_ERROR');
+    expectError(await ask({ kind: 'audio', contentType: 'audio/mpeg', filename: 'x.mp3', sizeBytes: 100 }), 400, 'VALIDATION_ERROR');
+    // The size is required, at least 1 byte and at most the kind's limit.
+    for (const sizeBytes of [undefined, 0, -1, 1.5, '100', 10 * 1024 * 1024 + 1]) {
+      const res = await ask({ kind: 'image', contentType: 'image/png', filename: 'x.png', sizeBytes });
+      expectError(res, 400, 'VALIDATION_ERROR');
+      expect(issuePath(res).join(' ')).toContain('sizeBytes');
+    }
+    expectError(await ask({ kind: 'video', contentType: 'video/mp4', filename: 'x.mp4', sizeBytes: 500 * 1024 * 1024 + 1 }), 400, 'VALIDATION_ERROR');
     expect((await ask({ kind: 'image', contentType: 'image/png', filename: 'x.png', sizeBytes: 10 * 1024 * 1024 })).status).toBe(201);
+    expect((await ask({ kind: 'video', contentType: 'video/mp4', filename: 'x.mp4', sizeBytes: 500 * 1024 * 1024 })).status).toBe(201);
+  });
+
+  it('attack: an upload URL holds no more than the declared size (local storage refuses a larger body with 413)', async () => {
+    const agent = await createAgent(t, admin);
+    const res = await t.http.post(`/agents/${agent.id}/uploads`, {
+      cookie: admin.cookie,
+      json: { kind: 'video', contentType: 'video/mp4', filename: 'small.mp4', sizeBytes: 1000 },
+    });
+    expect(res.body.data.maxBytes).toBe(1000);
+    const tooBig = await fetch(res.body.data.uploadUrl, { method: 'PUT', headers: { 'content-type': 'video/mp4' }, body: new Uint8Array(1001) });
+    expect(tooBig.status).toBe(413);
+    expect((await fetch(res.body.data.publicUrl)).status).toBe(404);
+    const exact = await fetch(res.body.data.uploadUrl, { method: 'PUT', headers: { 'content-type': 'video/mp4' }, body: new Uint8Array(1000) });
+    expect(exact.status).toBe(200);
   });
 
   it('needs the admin role and an existing agent', async () => {
     const agent = await createAgent(t, admin);
-    const json = { kind: 'image', contentType: 'image/png', filename: 'x.png' };
+    const json = { kind: 'image', contentType: 'image/png', filename: 'x.png', sizeBytes: 100 };
     expectError(await t.http.post(`/agents/${agent.id}/uploads`, { json }), 401, 'UNAUTHORIZED');
     expectError(await t.http.post(`/agents/${agent.id}/uploads`, { cookie: user.cookie, json }), 403, 'FORBIDDEN');
     expectError(await t.http.post(`/agents/${UNKNOWN}/uploads`, { cookie: admin.cookie, json }), 404, 'NOT_FOUND');
@@ -236,7 +259,7 @@ describe('uploads (local storage, the default without S3)', () => {
     const res = await edge.request(`/agents/${agent.id}/uploads`, {
       method: 'POST',
       headers: { cookie: admin.cookie, 'content-type': 'application/json' },
-      body: JSON.stringify({ kind: 'image', contentType: 'image/png', filename: 'x.png' }),
+      body: JSON.stringify({ kind: 'image', contentType: 'image/png', filename: 'x.png', sizeBytes: 100 }),
     });
     expect(res.status).toBe(503);
     expect((await res.json()).error.code).toBe('STORAGE_NOT_CONFIGURED');
@@ -261,7 +284,7 @@ describe('uploads (S3-compatible storage)', () => {
   });
   afterAll(() => s3.close());
 
-  it('presigns a path-style PUT with the content type (and declared size) signed', async () => {
+  it('presigns a path-style PUT with the content type and the declared size signed', async () => {
     const agent = await createAgent(s3, s3Admin);
     const res = await s3.http.post(`/agents/${agent.id}/uploads`, {
       cookie: s3Admin.cookie,
@@ -280,5 +303,27 @@ describe('uploads (S3-compatible storage)', () => {
     expect(res.body.data.headers).toEqual({ 'content-type': 'video/webm', 'content-length': '12345' });
     expect(res.body.data.publicUrl).toBe(`https://project.supabase.co/storage/v1/object/public/media${url.pathname.replace('/storage/v1/s3/media', '')}`);
     expect(res.text).not.toContain('wJalrXUtnFEMI');
+  });
+
+  it('attack: no presigned URL without a declared size (an unsigned Content-Length would let the PUT store any size)', async () => {
+    const agent = await createAgent(s3, s3Admin);
+    const ask = (json: Record<string, unknown>) => s3.http.post(`/agents/${agent.id}/uploads`, { cookie: s3Admin.cookie, json });
+    const unbounded = await ask({ kind: 'video', contentType: 'video/mp4', filename: 'huge.mp4' });
+    expectError(unbounded, 400, 'VALIDATION_ERROR');
+    expect(unbounded.text).not.toContain('X-Amz-Signature');
+    expectError(await ask({ kind: 'video', contentType: 'video/mp4', filename: 'huge.mp4', sizeBytes: 500 * 1024 * 1024 + 1 }), 400, 'VALIDATION_ERROR');
+
+    // Whatever the size, it is a signed header: S3 refuses a PUT whose Content-Length differs from it.
+    const signed = await Promise.all(
+      [1000, 1001].map(async (sizeBytes) => {
+        const r = await ask({ kind: 'image', contentType: 'image/png', filename: 'x.png', sizeBytes });
+        expect(r.status).toBe(201);
+        const url = new URL(r.body.data.uploadUrl);
+        expect(url.searchParams.get('X-Amz-SignedHeaders')!.split(';')).toContain('content-length');
+        expect(r.body.data.headers['content-length']).toBe(String(sizeBytes));
+        return r.body.data.maxBytes;
+      }),
+    );
+    expect(signed).toEqual([1000, 1001]);
   });
 });
