@@ -1324,6 +1324,7 @@ export type Database = {
           "period_end": string | null;
           "period_start": string | null;
           "quota_limit": number | null;
+          "reserved": number | null;
           "subscription_id": string;
           "used": number | null;
         };
@@ -1342,6 +1343,7 @@ export type Database = {
           "period_end"?: string | null;
           "period_start"?: string | null;
           "quota_limit"?: number | null;
+          "reserved"?: number | null;
           "subscription_id": string;
           "used"?: number | null;
         };
@@ -1359,6 +1361,7 @@ export type Database = {
           "period_end"?: string | null;
           "period_start"?: string | null;
           "quota_limit"?: number | null;
+          "reserved"?: number | null;
           "subscription_id"?: string;
           "used"?: number | null;
         };
@@ -1885,6 +1888,73 @@ export type Database = {
           },
         ];
       };
+      "usage_reservations": {
+        Row: {
+          "amount": number;
+          "client_req_id": string;
+          "committed_amount": number | null;
+          "counter_key": string;
+          "created_at": string;
+          "expires_at": string;
+          "id": string;
+          "metric_id": string;
+          "period_end": string | null;
+          "period_start": string;
+          "settled_at": string | null;
+          "status": string;
+          "subscription_id": string;
+          "ttl_seconds": number;
+        };
+        ComputedFields: never;
+        Insert: {
+          "amount": number;
+          "client_req_id": string;
+          "committed_amount"?: number | null;
+          "counter_key": string;
+          "created_at": string;
+          "expires_at": string;
+          "id"?: string;
+          "metric_id": string;
+          "period_end"?: string | null;
+          "period_start": string;
+          "settled_at"?: string | null;
+          "status"?: string;
+          "subscription_id": string;
+          "ttl_seconds": number;
+        };
+        Update: {
+          "amount"?: number;
+          "client_req_id"?: string;
+          "committed_amount"?: number | null;
+          "counter_key"?: string;
+          "created_at"?: string;
+          "expires_at"?: string;
+          "id"?: string;
+          "metric_id"?: string;
+          "period_end"?: string | null;
+          "period_start"?: string;
+          "settled_at"?: string | null;
+          "status"?: string;
+          "subscription_id"?: string;
+          "ttl_seconds"?: number;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "usage_reservations_metric_id_fkey";
+            columns: ["metric_id"];
+            isOneToOne: false;
+            referencedRelation: "metric_definitions";
+            referencedColumns: ["id"];
+          },
+          {
+            foreignKeyName: "usage_reservations_subscription_id_fkey";
+            columns: ["subscription_id"];
+            isOneToOne: false;
+            referencedRelation: "subscriptions";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
       "user": {
         Row: {
           "banExpires": string | null;
@@ -2292,14 +2362,25 @@ export type Database = {
           "caller_role": string;
           "caller_status": string;
           "kind": string;
+          "original": Json;
           "outcome": string;
           "period_end": string;
           "period_start": string;
           "quota_limit": number;
           "replayed": boolean;
           "requested": number;
+          "reserved": number;
           "used": number;
         }[];
+      };
+      "metering_counter_for_update": {
+        Args: {
+          "p_counter_key": string;
+          "p_metric_id": string;
+          "p_now": string;
+          "p_subscription_id": string;
+        };
+        Returns: number;
       };
       "metering_counter_key": {
         Args: { "p_kind": string; "p_period_start": string };
@@ -2316,12 +2397,14 @@ export type Database = {
         };
         Returns: {
           "kind": string;
+          "original": Json;
           "outcome": string;
           "period_end": string;
           "period_start": string;
           "quota_limit": number;
           "replayed": boolean;
           "requested": number;
+          "reserved": number;
           "used": number;
         }[];
       };
@@ -2332,6 +2415,10 @@ export type Database = {
           "p_subscription_id": string;
           "p_tier_id": string;
         };
+        Returns: number;
+      };
+      "metering_expire_reservations": {
+        Args: { "p_limit"?: number; "p_now": string };
         Returns: number;
       };
       "metering_increment": {
@@ -2345,14 +2432,25 @@ export type Database = {
         };
         Returns: {
           "kind": string;
+          "original": Json;
           "outcome": string;
           "period_end": string;
           "period_start": string;
           "quota_limit": number;
           "replayed": boolean;
           "requested": number;
+          "reserved": number;
           "used": number;
         }[];
+      };
+      "metering_live_holds": {
+        Args: {
+          "p_counter_key": string;
+          "p_metric_id": string;
+          "p_now": string;
+          "p_subscription_id": string;
+        };
+        Returns: number;
       };
       "metering_lock_counters": {
         Args: {
@@ -2361,6 +2459,10 @@ export type Database = {
           "p_subscription_ids": (string)[];
         };
         Returns: undefined;
+      };
+      "metering_original_request": {
+        Args: { "p_amount": number; "p_details": Json; "p_event": string };
+        Returns: Json;
       };
       "metering_record_events": {
         Args: {
@@ -2375,6 +2477,128 @@ export type Database = {
         };
         Returns: number;
       };
+      "metering_reservation_as_bearer": {
+        Args: {
+          "p_agent_id": string;
+          "p_amount": number;
+          "p_client_id": string;
+          "p_client_req_id": string;
+          "p_issued_at": string;
+          "p_metric_slug": string;
+          "p_now": string;
+          "p_operation": string;
+          "p_reservation_id": string;
+          "p_token_agent_id": string;
+          "p_token_keys": (string)[];
+          "p_ttl_seconds": number;
+          "p_user_id": string;
+        };
+        Returns: {
+          "amount": number;
+          "caller_created_at": string;
+          "caller_email": string;
+          "caller_name": string;
+          "caller_role": string;
+          "caller_status": string;
+          "committed_amount": number;
+          "created_at": string;
+          "expires_at": string;
+          "kind": string;
+          "metric": string;
+          "original": Json;
+          "outcome": string;
+          "period_end": string;
+          "period_start": string;
+          "quota_limit": number;
+          "replayed": boolean;
+          "requested": number;
+          "reservation_id": string;
+          "reserved": number;
+          "status": string;
+          "used": number;
+        }[];
+      };
+      "metering_reservation_state": {
+        Args: { "p_now": string; "p_reservation_id": string };
+        Returns: {
+          "amount": number;
+          "committed_amount": number;
+          "created_at": string;
+          "expires_at": string;
+          "kind": string;
+          "metric": string;
+          "period_end": string;
+          "period_start": string;
+          "quota_limit": number;
+          "reservation_id": string;
+          "reserved": number;
+          "status": string;
+          "used": number;
+        }[];
+      };
+      "metering_reserve": {
+        Args: {
+          "p_agent_id": string;
+          "p_amount": number;
+          "p_client_req_id": string;
+          "p_metric_slug": string;
+          "p_now": string;
+          "p_ttl_seconds": number;
+          "p_user_id": string;
+        };
+        Returns: {
+          "amount": number;
+          "committed_amount": number;
+          "created_at": string;
+          "expires_at": string;
+          "kind": string;
+          "metric": string;
+          "original": Json;
+          "outcome": string;
+          "period_end": string;
+          "period_start": string;
+          "quota_limit": number;
+          "replayed": boolean;
+          "requested": number;
+          "reservation_id": string;
+          "reserved": number;
+          "status": string;
+          "used": number;
+        }[];
+      };
+      "metering_settle_expired": {
+        Args: { "p_now": string; "p_reservation_ids": (string)[] };
+        Returns: number;
+      };
+      "metering_settle_reservation": {
+        Args: {
+          "p_action": string;
+          "p_agent_id": string;
+          "p_amount": number;
+          "p_now": string;
+          "p_reservation_id": string;
+          "p_user_id": string;
+        };
+        Returns: {
+          "amount": number;
+          "committed_amount": number;
+          "created_at": string;
+          "expires_at": string;
+          "kind": string;
+          "metric": string;
+          "original": Json;
+          "outcome": string;
+          "period_end": string;
+          "period_start": string;
+          "quota_limit": number;
+          "replayed": boolean;
+          "requested": number;
+          "reservation_id": string;
+          "reserved": number;
+          "status": string;
+          "used": number;
+        }[];
+      };
       "metering_usage": {
         Args: { "p_now": string; "p_subscription_id": string };
         Returns: {
@@ -2384,6 +2608,7 @@ export type Database = {
           "period_end": string;
           "period_start": string;
           "quota_limit": number;
+          "reserved": number;
           "used": number;
         }[];
       };
@@ -2408,6 +2633,24 @@ export type Database = {
       "revoke_user_credentials": {
         Args: { "p_user_id": string };
         Returns: undefined;
+      };
+      "usage_writer": {
+        Args: {
+          "p_agent_id": string;
+          "p_client_id": string;
+          "p_issued_at": string;
+          "p_now": string;
+          "p_token_agent_id": string;
+          "p_token_keys": (string)[];
+          "p_user_id": string;
+        };
+        Returns: {
+          "created_at": string;
+          "email": string;
+          "name": string;
+          "role": string;
+          "status": string;
+        }[];
       };
     };
     Enums: {

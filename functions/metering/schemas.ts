@@ -78,8 +78,9 @@ export const usageRecordSchema = z
     metric: z.string().openapi({ example: 'api-calls' }),
     kind: z.enum(METRIC_KINDS),
     used: z.int(),
+    reserved: z.int().openapi({ description: 'Units held by live reservations (held, not yet expired); they count against the quota' }),
     limit: z.int().nullable().openapi({ description: 'Effective quota (tier quota + active addons); null = unlimited' }),
-    remaining: z.int().nullable().openapi({ description: 'max(limit - used, 0); null = unlimited' }),
+    remaining: z.int().nullable().openapi({ description: 'max(limit - used - reserved, 0); null = unlimited' }),
     periodStart: z.string().openapi({
       description: 'rolling: start of the current billing period; fixed: start of the subscription (fixed metrics never reset)',
     }),
@@ -110,6 +111,53 @@ export const decrementUsageBody = z
     clientReqId: z.string().min(1).max(255).optional().openapi({ description: 'Optional idempotency key' }),
   })
   .openapi('DecrementUsage');
+
+/** The request a reused clientReqId was first used for (409 IDEMPOTENCY_CONFLICT, `details.original`). */
+export const originalRequestSchema = z
+  .object({
+    operation: z.enum(['increment', 'decrement', 'reserve', 'commit']),
+    amount: z.int(),
+    ttlSeconds: z.int().optional().openapi({ description: 'reserve only' }),
+  })
+  .openapi('OriginalRequest');
+export type OriginalRequest = z.infer<typeof originalRequestSchema>;
+
+export const RESERVATION_STATUSES = ['held', 'committed', 'released', 'expired'] as const;
+export type ReservationStatus = (typeof RESERVATION_STATUSES)[number];
+
+export const reservationSchema = z
+  .object({
+    id: z.uuid(),
+    metric: z.string().openapi({ example: 'llm-tokens' }),
+    status: z.enum(RESERVATION_STATUSES).openapi({
+      description: '`held` counts against the quota until `expiresAt`; `committed`, `released` and `expired` are final',
+    }),
+    amount: z.int().openapi({ description: 'Units held' }),
+    committedAmount: z.int().nullable().openapi({ description: 'Units counted as used by the commit; null unless committed' }),
+    expiresAt: z.string().openapi({ description: 'A hold not committed or released by then frees its units by itself' }),
+    createdAt: z.string(),
+    usage: usageRecordSchema.openapi({ description: 'Usage of the metric on the counter the hold counts against, after this call' }),
+  })
+  .openapi('Reservation');
+export type Reservation = z.infer<typeof reservationSchema>;
+
+export const reserveUsageBody = z
+  .object({
+    clientReqId: z
+      .string()
+      .min(1)
+      .max(255)
+      .openapi({ description: 'Idempotency key, unique per (subscription, metric) across increments, decrements and reserves', example: 'job-81f2' }),
+    amount: amountSchema.openapi({ description: 'Units to hold' }),
+    ttlSeconds: z.int().min(1).max(3600).optional().openapi({ description: 'Seconds the hold lives unless committed or released; default 300' }),
+  })
+  .openapi('ReserveUsage');
+
+export const commitReservationBody = z
+  .object({
+    amount: z.int().min(0).max(1_000_000_000).openapi({ description: 'Units actually used, 0..the held amount; the rest is freed' }),
+  })
+  .openapi('CommitReservation');
 
 export const ADDON_DURATIONS = ['permanent', 'one_cycle'] as const;
 
@@ -145,7 +193,19 @@ export const grantAddonBody = z
   })
   .openapi('GrantAddon');
 
-export const LEDGER_EVENTS = ['increment', 'increment_denied', 'decrement', 'addon_granted', 'addon_revoked', 'quota_changed'] as const;
+export const LEDGER_EVENTS = [
+  'increment',
+  'increment_denied',
+  'decrement',
+  'addon_granted',
+  'addon_revoked',
+  'quota_changed',
+  'reserved',
+  'reserve_denied',
+  'committed',
+  'released',
+  'expired',
+] as const;
 
 export const ledgerEntrySchema = z
   .object({
@@ -155,7 +215,9 @@ export const ledgerEntrySchema = z
     metric: z.string(),
     event: z.enum(LEDGER_EVENTS),
     amount: z.int().nullable().openapi({
-      description: 'usage events: units asked for; addon events: the addon amount; quota_changed: the new tier quota (null = unlimited or removed, see details)',
+      description:
+        'usage events: units asked for; reserved, reserve_denied, released, expired: the units held; committed: the units committed; ' +
+        'addon events: the addon amount; quota_changed: the new tier quota (null = unlimited or removed, see details)',
     }),
     delta: z.int().openapi({ description: 'Change to the counter; the sum over a period equals its usage' }),
     used: z.int().nullable().openapi({ description: 'Counter after the event' }),
@@ -165,7 +227,9 @@ export const ledgerEntrySchema = z
     clientReqId: z.string().nullable(),
     addonId: z.uuid().nullable(),
     actorUserId: z.string().nullable(),
-    details: z.record(z.string(), z.unknown()),
+    details: z.record(z.string(), z.unknown()).openapi({
+      description: 'reservation events: `reservationId` (and `ttlSeconds`, `expiresAt`, `held` where they apply)',
+    }),
     createdAt: z.string(),
   })
   .openapi('LedgerEntry');

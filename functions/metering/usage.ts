@@ -4,7 +4,7 @@ import { ApiError, notFound } from '../http/errors.ts';
 import { otherAgent } from '../http/access.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
-import type { MetricKind, UsageRecord, UsageResult } from './schemas.ts';
+import type { MetricKind, OriginalRequest, UsageRecord, UsageResult } from './schemas.ts';
 
 /**
  * Usage of a subscription's metrics: the check-and-increment hot path, decrement, and reads.
@@ -15,15 +15,19 @@ import type { MetricKind, UsageRecord, UsageResult } from './schemas.ts';
  */
 
 interface UsageCallRow {
-  outcome: 'ok' | 'quota_exceeded' | 'subscription_required' | 'metric_not_found' | 'not_decrementable' | 'key_reused';
+  outcome: 'ok' | 'quota_exceeded' | 'subscription_required' | 'metric_not_found' | 'not_decrementable' | 'idempotency_conflict';
   replayed: boolean;
   kind: MetricKind | null;
   used: number | null;
+  /** units held by live reservations on the counter (on a replay: as the first call saw them) */
+  reserved: number | null;
   quota_limit: number | null;
   period_start: Date | string | null;
   period_end: Date | string | null;
   /** units the recorded call asked for (on a replay: the first call's) */
   requested: number | null;
+  /** idempotency_conflict: the request this clientReqId was first used for */
+  original: OriginalRequest | null;
 }
 
 export interface UsageCall {
@@ -98,9 +102,9 @@ function usageOutcome(row: UsageCallRow, call: UsageCall, operation: UsageOperat
       const requested = Number(row.requested ?? call.amount);
       throw new ApiError(
         'QUOTA_EXCEEDED',
-        `Quota exceeded for ${call.metricSlug}: ${record.used} of ${record.limit} used, ${requested} requested`,
+        `Quota exceeded for ${call.metricSlug}: ${record.used} of ${record.limit} used, ${record.reserved} reserved, ${requested} requested`,
         // on a replay this is the stored result of the first call with this clientReqId
-        { metric: call.metricSlug, used: record.used, limit: record.limit, requested, replayed: row.replayed },
+        { metric: call.metricSlug, used: record.used, reserved: record.reserved, limit: record.limit, requested, replayed: row.replayed },
         quotaHeaders(record),
       );
     }
@@ -113,31 +117,53 @@ function usageOutcome(row: UsageCallRow, call: UsageCall, operation: UsageOperat
         metric: call.metricSlug,
         kind: row.kind,
       });
-    case 'key_reused':
-      throw new ApiError(
-        'INVALID_STATE',
-        `This clientReqId was already used for a different operation on ${call.metricSlug}; use a new one for this ${operation}`,
-        { metric: call.metricSlug, clientReqId: call.clientReqId },
-      );
+    case 'idempotency_conflict':
+      throw idempotencyConflict(call.metricSlug, call.clientReqId, row.original!, { operation, amount: call.amount });
   }
 }
+
+/**
+ * 409 IDEMPOTENCY_CONFLICT: a clientReqId (or, for a commit, a reservation) already stands for another request.
+ * Nothing was changed; `details.original` is the first request, so the caller can tell a retry bug from a reuse.
+ */
+export function idempotencyConflict(
+  metric: string | undefined,
+  clientReqId: string | undefined,
+  original: OriginalRequest,
+  request: OriginalRequest,
+  extra: Record<string, unknown> = {},
+): ApiError {
+  const what = clientReqId === undefined ? 'This reservation was already settled' : `This clientReqId was already used`;
+  return new ApiError(
+    'IDEMPOTENCY_CONFLICT',
+    `${what} for ${describeRequest(original)}; this request is ${describeRequest(request)}. ` +
+      (clientReqId === undefined ? 'Nothing was changed.' : 'Nothing was changed; use a new clientReqId for a new request.'),
+    { ...(metric ? { metric } : {}), ...(clientReqId !== undefined ? { clientReqId } : {}), original, request, ...extra },
+  );
+}
+
+const describeRequest = (r: OriginalRequest) =>
+  `${r.operation} of ${r.amount}${r.ttlSeconds !== undefined ? ` for ${r.ttlSeconds}s` : ''}`;
 
 export function usageRecord(row: {
   metric: string;
   kind: MetricKind | null;
   used: number | null;
+  reserved: number | null;
   quota_limit: number | null;
   period_start: Date | string | null;
   period_end: Date | string | null;
 }): UsageRecord {
   const used = Number(row.used ?? 0);
+  const reserved = Number(row.reserved ?? 0);
   const limit = row.quota_limit === null ? null : Number(row.quota_limit);
   return {
     metric: row.metric,
     kind: row.kind!,
     used,
+    reserved,
     limit,
-    remaining: limit === null ? null : Math.max(limit - used, 0),
+    remaining: limit === null ? null : Math.max(limit - used - reserved, 0),
     periodStart: new Date(row.period_start!).toISOString(),
     periodEnd: row.kind === 'rolling' && row.period_end ? new Date(row.period_end).toISOString() : null,
   };
@@ -156,6 +182,7 @@ interface UsageRow {
   metric: string;
   kind: MetricKind;
   used: number;
+  reserved: number;
   quota_limit: number | null;
   period_start: Date | string;
   period_end: Date | string | null;

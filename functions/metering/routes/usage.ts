@@ -25,6 +25,12 @@ const quotaHeaderDocs = {
 };
 
 const security: Array<Record<string, string[]>> = [{ bearer: [] }, { cookieSession: [] }];
+const idempotencyConflict = {
+  409: {
+    ...errors(409)[409],
+    description: 'IDEMPOTENCY_CONFLICT: this clientReqId was first used for another request (operation, amount or ttl); `details.original` is that request. Nothing changed',
+  },
+};
 /** Usage writes: the path agent's own bearer token only. */
 const bearerOnly: Array<Record<string, string[]>> = [{ bearer: [] }];
 
@@ -35,13 +41,15 @@ const incrementRoute = createRoute({
   tags: ['Usage'],
   summary: 'Check and increment: atomic and idempotent on (subscription, metric, clientReqId)',
   description:
-    'Call before the chargeable action. Admits the increment only if used + amount stays within the effective quota ' +
-    '(tier quota + active addons). A replay of a clientReqId returns the first call\'s result (`replayed: true`), even a 429, and changes nothing.',
+    'Call before the chargeable action. Admits the increment only if used + live reservations + amount stays within the effective quota ' +
+    '(tier quota + active addons). A replay of a clientReqId returns the first call\'s result (`replayed: true`), even a 429, and changes nothing; ' +
+    'the same clientReqId with another amount, or already used by a decrement or reserve, is 409 IDEMPOTENCY_CONFLICT.',
   security: bearerOnly,
   request: { params: metricParams, body: jsonBody(incrementUsageBody) },
   responses: {
     200: { ...jsonResponse(envelopeOf(usageResultSchema), 'Counted (or the stored result of this clientReqId)'), headers: quotaHeaderDocs },
-    ...errors(400, 401, 402, 403, 404, 415, 422, 429),
+    ...errors(400, 401, 402, 403, 404, 415, 429),
+    ...idempotencyConflict,
   },
 });
 
@@ -56,6 +64,7 @@ const decrementRoute = createRoute({
   responses: {
     200: { ...jsonResponse(envelopeOf(usageResultSchema), 'Decremented (or the stored result of this clientReqId)'), headers: quotaHeaderDocs },
     ...errors(400, 401, 402, 403, 404, 415, 422),
+    ...idempotencyConflict,
   },
 });
 

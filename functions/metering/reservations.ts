@@ -1,0 +1,194 @@
+import type { BearerCheck, Principal } from '../http/context.ts';
+import { ApiError, notFound } from '../http/errors.ts';
+import { otherAgent } from '../http/access.ts';
+import type { Clock } from '../platform/clock.ts';
+import { first, sql, type Db } from '../platform/db.ts';
+import type { MetricKind, OriginalRequest, Reservation, ReservationStatus } from './schemas.ts';
+import { idempotencyConflict, quotaHeaders, usageRecord } from './usage.ts';
+
+/**
+ * Usage reservations: hold units before an action whose cost is known only afterwards, then commit the actual
+ * amount or release the hold (contract.md, Usage). Each call is ONE call of a SQL function (migration
+ * 20261123000500): public.metering_reserve / public.metering_settle_reservation, or with a bearer token
+ * public.metering_reservation_as_bearer, which runs the caller check in the same statement. A hold counts against
+ * the quota under the same counter lock and the same rule as an increment; expiry needs no job (see the migration).
+ * This module only maps the function's outcome to the API.
+ */
+
+export const DEFAULT_TTL_SECONDS = 300;
+
+export type ReservationOperation = 'reserve' | 'commit' | 'release' | 'read';
+
+export interface ReservationCall {
+  agentId: string;
+  /** reserve: the metric */
+  metricSlug?: string | undefined;
+  /** commit, release, read: the reservation */
+  reservationId?: string | undefined;
+  /** reserve: the idempotency key */
+  clientReqId?: string | undefined;
+  /** reserve: units to hold; commit: units used */
+  amount?: number | undefined;
+  /** reserve: 1..3600, default 300 */
+  ttlSeconds?: number | undefined;
+}
+
+export interface ReservationResult {
+  reservation: Reservation;
+  /** true when nothing changed: a replay of the reserve, or a repeated commit or release */
+  replayed: boolean;
+}
+
+interface ReservationRow {
+  outcome:
+    | 'ok'
+    | 'quota_exceeded'
+    | 'subscription_required'
+    | 'metric_not_found'
+    | 'reservation_not_found'
+    | 'idempotency_conflict'
+    | 'expired'
+    | 'invalid_state'
+    | 'amount_over_hold';
+  replayed: boolean;
+  reservation_id: string | null;
+  status: ReservationStatus | null;
+  amount: number | null;
+  committed_amount: number | null;
+  expires_at: Date | string | null;
+  created_at: Date | string | null;
+  metric: string | null;
+  kind: MetricKind | null;
+  used: number | null;
+  reserved: number | null;
+  quota_limit: number | null;
+  period_start: Date | string | null;
+  period_end: Date | string | null;
+  requested: number | null;
+  original: OriginalRequest | null;
+}
+
+interface BearerCallerColumns {
+  caller_status: string;
+  caller_email: string | null;
+  caller_name: string | null;
+  caller_role: string | null;
+  caller_created_at: Date | string | null;
+}
+
+/** For a caller already authenticated (`userId`): one call of metering_reserve or metering_settle_reservation. */
+export async function callReservation(
+  db: Db,
+  clock: Clock,
+  operation: ReservationOperation,
+  userId: string,
+  call: ReservationCall,
+): Promise<ReservationResult> {
+  const ttl = call.ttlSeconds ?? DEFAULT_TTL_SECONDS;
+  const row =
+    operation === 'reserve'
+      ? await first<ReservationRow>(
+          db,
+          sql`select * from public.metering_reserve(${userId}, ${call.agentId}, ${call.metricSlug!}, ${call.clientReqId!},
+                                                    ${call.amount!}, ${ttl}, ${clock.now()})`,
+        )
+      : await first<ReservationRow>(
+          db,
+          sql`select * from public.metering_settle_reservation(${userId}, ${call.agentId}, ${call.reservationId!}, ${operation},
+                                                               ${call.amount ?? null}, ${clock.now()})`,
+        );
+  return reservationOutcome(row!, operation, call);
+}
+
+/**
+ * The same for a bearer token verified in process but not yet checked against the database: the caller check
+ * (user, revocation, ban, the token's client belongs to the path agent) and the reservation call run in ONE
+ * statement. A live caller whose token is not the path agent's own gets 403 and nothing was done.
+ */
+export async function callReservationAsBearer(
+  db: Db,
+  clock: Clock,
+  operation: ReservationOperation,
+  check: BearerCheck,
+  call: ReservationCall,
+): Promise<{ principal: Principal; result: ReservationResult }> {
+  const ttl = operation === 'reserve' ? (call.ttlSeconds ?? DEFAULT_TTL_SECONDS) : null;
+  const row = await first<ReservationRow & BearerCallerColumns>(
+    db,
+    sql`select * from public.metering_reservation_as_bearer(${operation}, ${check.userId}, ${check.tokenKeys}::text[], ${check.issuedAt},
+                                                            ${check.clientId}, ${check.agentId},
+                                                            ${call.agentId}, ${call.metricSlug ?? null}, ${call.reservationId ?? null},
+                                                            ${call.clientReqId ?? null}, ${call.amount ?? null}, ${ttl}, ${clock.now()})`,
+  );
+  if (row!.caller_status === 'other_agent') throw otherAgent();
+  const principal = check.principal({
+    status: row!.caller_status,
+    email: row!.caller_email,
+    name: row!.caller_name,
+    role: row!.caller_role,
+    createdAt: row!.caller_created_at,
+  });
+  return { principal, result: reservationOutcome(row!, operation, call) };
+}
+
+function reservationOutcome(row: ReservationRow, operation: ReservationOperation, call: ReservationCall): ReservationResult {
+  switch (row.outcome) {
+    case 'ok':
+      return { reservation: toReservation(row), replayed: row.replayed };
+    case 'quota_exceeded': {
+      const record = usageRecord({ ...row, metric: row.metric! });
+      const requested = Number(row.requested ?? call.amount);
+      throw new ApiError(
+        'QUOTA_EXCEEDED',
+        `Quota exceeded for ${record.metric}: ${record.used} of ${record.limit} used, ${record.reserved} reserved, ${requested} requested`,
+        // on a replay this is the stored result of the first reserve with this clientReqId
+        { metric: record.metric, used: record.used, reserved: record.reserved, limit: record.limit, requested, replayed: row.replayed },
+        quotaHeaders(record),
+      );
+    }
+    case 'subscription_required':
+      throw new ApiError('SUBSCRIPTION_REQUIRED', 'An active subscription to this agent is required', { agentId: call.agentId });
+    case 'metric_not_found':
+      throw notFound('Metric', { agentId: call.agentId, metricSlug: call.metricSlug });
+    case 'reservation_not_found':
+      throw notFound('Reservation', { agentId: call.agentId, reservationId: call.reservationId });
+    case 'idempotency_conflict': {
+      const request: OriginalRequest =
+        operation === 'reserve'
+          ? { operation: 'reserve', amount: call.amount!, ttlSeconds: call.ttlSeconds ?? DEFAULT_TTL_SECONDS }
+          : { operation: 'commit', amount: call.amount! };
+      if (operation === 'reserve') throw idempotencyConflict(call.metricSlug, call.clientReqId, row.original!, request);
+      throw idempotencyConflict(row.metric ?? undefined, undefined, row.original!, request, { reservation: toReservation(row) });
+    }
+    case 'expired':
+      throw new ApiError(
+        'INVALID_STATE',
+        `This reservation expired at ${iso(row.expires_at)}: its units were freed and it can no longer be ${operation === 'commit' ? 'committed' : 'released'}`,
+        { reservation: toReservation(row) },
+      );
+    case 'invalid_state':
+      throw new ApiError('INVALID_STATE', `This reservation is ${row.status}; it can no longer be ${operation === 'commit' ? 'committed' : 'released'}`, {
+        reservation: toReservation(row),
+      });
+    case 'amount_over_hold':
+      throw new ApiError('VALIDATION_ERROR', 'The request is not valid', {
+        issues: [{ path: 'amount', message: `must be at most the held amount (${Number(row.amount)})` }],
+        reservation: toReservation(row),
+      });
+  }
+}
+
+const iso = (v: Date | string | null) => new Date(v!).toISOString();
+
+function toReservation(row: ReservationRow): Reservation {
+  return {
+    id: row.reservation_id!,
+    metric: row.metric!,
+    status: row.status!,
+    amount: Number(row.amount),
+    committedAmount: row.committed_amount === null ? null : Number(row.committed_amount),
+    expiresAt: iso(row.expires_at),
+    createdAt: iso(row.created_at),
+    usage: usageRecord({ ...row, metric: row.metric! }),
+  };
+}
