@@ -1,22 +1,22 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sql } from '../../functions/platform/db.ts';
+import { first, sql } from '../../functions/platform/db.ts';
+import { INVITATIONS_PER_DAY } from '../../functions/auth/invitation-rules.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { deliverMail, mailsTo } from '../support/mail.ts';
+import { deliverMail, linkIn, mailsTo } from '../support/mail.ts';
 import { startSmtpServer, type TestSmtpServer } from '../support/smtp.ts';
-import { signUp, type TestUser } from '../support/users.ts';
+import { signIn, signUp, type TestUser } from '../support/users.ts';
 
 /**
- * Organizations through the library's endpoints: create, get full, invite a member. The app runs with
- * SMTP_URL pointing at a real SMTP server, so the invitation mail is seen arriving over SMTP.
+ * Organizations through the library's endpoints: create, get full, invite a member, accept. The app runs with
+ * SMTP_URL pointing at a real SMTP server, so the invitation mail is seen arriving over SMTP. Every test makes
+ * its own users and organizations, so each runs alone (and in any order).
  */
 let t: TestApp;
 let smtp: TestSmtpServer;
-let owner: TestUser;
 beforeAll(async () => {
   smtp = await startSmtpServer();
   t = await startTestApp({ env: { SMTP_URL: smtp.url, MAIL_FROM: 'Marketplace <no-reply@market.example>' } });
-  owner = await signUp(t, { name: 'Owner' });
-  await deliverMail(t); // the owner's verification mail, so the SMTP server below sees only the invitations
 });
 afterAll(async () => {
   await t.close();
@@ -24,91 +24,179 @@ afterAll(async () => {
 });
 
 const withOrigin = (cookie: string) => ({ cookie, headers: { origin: t.baseUrl } });
+const unique = () => randomUUID().slice(0, 8);
+const address = (what: string) => `${what}-${unique()}@example.test`;
+
+/** A signed-in user whose address is verified (in SQL; the verification link itself is tested in sessions.test.ts). */
+const verifiedUser = (name = 'Owner') => signUp(t, { name, verified: true });
+
+async function createOrg(owner: TestUser, name = 'Acme Robotics', slug = `acme-${unique()}`) {
+  const res = await t.http.post('/api/auth/organization/create', { ...withOrigin(owner.cookie), json: { name, slug } });
+  expect(res.status, res.text).toBe(200);
+  return res.body as { id: string; name: string; slug: string };
+}
+
+const invite = (inviter: TestUser, organizationId: string, email: string, extra: Record<string, unknown> = {}) =>
+  t.http.post('/api/auth/organization/invite-member', {
+    ...withOrigin(inviter.cookie),
+    json: { email, role: 'member', organizationId, ...extra },
+  });
+
+const invitationRows = async (inviterId: string) =>
+  (await first<{ n: number }>(t.db, sql`select count(*)::int as n from invitation where "inviterId" = ${inviterId}`))!.n;
 
 describe('organizations', () => {
   it('creates an organization with the creator as owner, and reads it in full', async () => {
-    const created = await t.http.post('/api/auth/organization/create', {
-      ...withOrigin(owner.cookie),
-      json: { name: 'Acme Robotics', slug: 'acme-robotics' },
-    });
-    expect(created.status, created.text).toBe(200);
-    expect(created.body).toMatchObject({ name: 'Acme Robotics', slug: 'acme-robotics' });
-    const full = await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${created.body.id}`, { cookie: owner.cookie });
+    const owner = await verifiedUser();
+    const org = await createOrg(owner, 'Acme Robotics');
+    expect(org).toMatchObject({ name: 'Acme Robotics' });
+    const full = await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.id}`, { cookie: owner.cookie });
     expect(full.status).toBe(200);
     expect(full.body.members).toEqual([expect.objectContaining({ userId: owner.userId, role: 'owner' })]);
   });
 
   it('a duplicate slug is refused', async () => {
+    const owner = await verifiedUser();
+    const org = await createOrg(owner);
     const again = await t.http.post('/api/auth/organization/create', {
       ...withOrigin(owner.cookie),
-      json: { name: 'Acme Again', slug: 'acme-robotics' },
+      json: { name: 'Acme Again', slug: org.slug },
     });
     expect(again.status).toBe(400);
   });
 
-  it('invites a member: the invitation mail goes out over SMTP with the acceptance link', async () => {
-    const org = await t.http.post('/api/auth/organization/create', {
-      ...withOrigin(owner.cookie),
-      json: { name: 'Invite Co', slug: 'invite-co' },
-    });
-    const invite = await t.http.post('/api/auth/organization/invite-member', {
-      ...withOrigin(owner.cookie),
-      json: { email: 'newcomer@example.test', role: 'member', organizationId: org.body.id },
-    });
-    expect(invite.status, invite.text).toBe(200);
-    expect(invite.body).toMatchObject({ email: 'newcomer@example.test', role: 'member', status: 'pending' });
+  it('anonymous callers get 401; a non-member cannot read or invite', async () => {
+    const owner = await verifiedUser();
+    const org = await createOrg(owner, 'Private Co');
+    expect((await t.http.post('/api/auth/organization/create', { json: { name: 'X', slug: `x-${unique()}` } })).status).toBe(401);
+    expect((await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.id}`)).status).toBe(401);
+    const stranger = await verifiedUser('Stranger');
+    const read = await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.id}`, { cookie: stranger.cookie });
+    expect(read.status).toBe(403);
+    const target = address('someone');
+    const res = await invite(stranger, org.id, target);
+    // The library's answer for a caller who is not a member of the organization.
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('MEMBER_NOT_FOUND');
+    expect(await mailsTo(t, target)).toEqual([]);
+  });
+});
 
-    const before = smtp.received.length;
+describe('invitations', () => {
+  it('goes out over SMTP with a fixed subject; the names people chose appear only in the body, quoted', async () => {
+    const owner = await verifiedUser('Support Team\nhttps://evil.example/login');
+    const org = await createOrg(owner, 'Prize desk: claim your reward at https://evil.example');
+    const newcomer = address('newcomer');
+    const res = await invite(owner, org.id, newcomer);
+    expect(res.status, res.text).toBe(200);
+    expect(res.body).toMatchObject({ email: newcomer, role: 'member', status: 'pending' });
+
     await deliverMail(t);
-    const [mail] = (await smtp.waitFor(before + 1)).slice(before);
-    expect(mail!.to).toEqual(['newcomer@example.test']);
+    const mail = smtp.received.find((m) => m.to.includes(newcomer));
+    expect(mail).toBeDefined();
     expect(mail!.from).toBe('no-reply@market.example');
-    expect(mail!.subject).toContain('Invite Co');
-    expect(mail!.body).toContain(`${t.baseUrl}/accept-invitation?id=${invite.body.id}`);
-    expect((await mailsTo(t, 'newcomer@example.test'))[0]!.status).toBe('sent');
+    expect(mail!.subject).toBe('You have been invited to an organization on Agent Marketplace');
+    expect(mail!.subject).not.toContain('evil');
+    expect(mail!.body).toContain(`${t.baseUrl}/accept-invitation?id=${res.body.id}`);
+    expect(mail!.body).toContain('"Prize desk: claim your reward at https://evil.example"');
+    // The inviter's name stays on one quoted line (no line break of theirs starts a paragraph of the mail).
+    expect(mail!.body).toContain('"Support Team https://evil.example/login"');
+    expect((await mailsTo(t, newcomer))[0]!.status).toBe('sent');
 
-    const full = await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.body.id}`, { cookie: owner.cookie });
-    expect(full.body.invitations).toEqual([expect.objectContaining({ email: 'newcomer@example.test', status: 'pending' })]);
+    const full = await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.id}`, { cookie: owner.cookie });
+    expect(full.body.invitations).toEqual([expect.objectContaining({ email: newcomer, status: 'pending' })]);
   });
 
-  it('an invited user can accept once their email is verified, and becomes a member', async () => {
-    const org = await t.http.post('/api/auth/organization/create', { ...withOrigin(owner.cookie), json: { name: 'Join Co', slug: 'join-co' } });
-    const invite = await t.http.post('/api/auth/organization/invite-member', {
-      ...withOrigin(owner.cookie),
-      json: { email: 'joiner@example.test', role: 'member', organizationId: org.body.id },
-    });
-    const joiner = await signUp(t, { email: 'joiner@example.test' });
-    // Anyone can sign up with any address (no verification mail yet), so an unverified address cannot accept.
-    const unverified = await t.http.post('/api/auth/organization/accept-invitation', {
-      ...withOrigin(joiner.cookie),
-      json: { invitationId: invite.body.id },
-    });
+  it('an inviter whose own address is not verified is refused (403) and nothing is sent', async () => {
+    // The phishing relay of finding 8: sign up with a throwaway address, never verify, invite strangers.
+    const spammer = await signUp(t, { name: 'Unverified' });
+    const org = await createOrg(spammer, 'Free gift cards https://evil.example');
+    const targets = [address('target'), address('target')];
+    for (const target of targets) {
+      const res = await invite(spammer, org.id, target);
+      expect(res.status).toBe(403);
+      expect(res.body.code).toBe('EMAIL_NOT_VERIFIED');
+      expect(await mailsTo(t, target)).toEqual([]);
+    }
+    expect(await invitationRows(spammer.userId)).toBe(0);
+  });
+
+  it(`an inviter sends at most ${INVITATIONS_PER_DAY} a day across organizations, resends included (429 with Retry-After), counted in the database`, async () => {
+    const owner = await verifiedUser();
+    const [orgA, orgB] = [await createOrg(owner, 'Org A'), await createOrg(owner, 'Org B')];
+    // Invitations the database already holds count, whoever wrote them: the count is not in process memory.
+    for (let i = 0; i < INVITATIONS_PER_DAY - 2; i++) {
+      await sql`insert into invitation (id, "organizationId", email, role, status, "expiresAt", "createdAt", "inviterId")
+                values (${randomUUID()}, ${orgA.id}, ${address('seeded')}, 'member', 'pending', now() + interval '2 days', now(), ${owner.userId})`.execute(t.db);
+    }
+    const last = [address('last'), address('last')];
+    expect((await invite(owner, orgA.id, last[0]!)).status).toBe(200);
+    expect((await invite(owner, orgB.id, last[1]!)).status).toBe(200);
+
+    const over = address('over');
+    const refused = await invite(owner, orgB.id, over);
+    expect(refused.status).toBe(429);
+    expect(refused.body.code).toBe('RATE_LIMITED');
+    const retryAfter = Number(refused.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThan(0);
+    expect(retryAfter).toBeLessThanOrEqual(24 * 60 * 60);
+    expect(await mailsTo(t, over)).toEqual([]);
+
+    // A resend of a pending invitation is a new invitation: refused as well, and no second mail.
+    const before = (await mailsTo(t, last[1]!)).length;
+    const resend = await invite(owner, orgB.id, last[1]!, { resend: true });
+    expect(resend.status).toBe(429);
+    expect(await mailsTo(t, last[1]!)).toHaveLength(before);
+    expect(await invitationRows(owner.userId)).toBe(INVITATIONS_PER_DAY);
+
+    // A day later the inviter may invite again.
+    const start = t.clock.now();
+    try {
+      // (From the real time: the library stamps invitations with it, and the test clock started with the app.)
+      t.clock.set(new Date(Date.now() + 24 * 60 * 60 * 1000 + 60_000));
+      expect((await invite(owner, orgB.id, over)).status).toBe(200);
+    } finally {
+      t.clock.set(start);
+    }
+  });
+
+  it('a resend replaces the pending invitation with a new one (counted), and the old link dies', async () => {
+    const owner = await verifiedUser();
+    const org = await createOrg(owner, 'Resend Co');
+    const invitee = address('invitee');
+    const first_ = await invite(owner, org.id, invitee);
+    expect(first_.status).toBe(200);
+    const again = await invite(owner, org.id, invitee, { resend: true });
+    expect(again.status, again.text).toBe(200);
+    expect(again.body.id).not.toBe(first_.body.id);
+    expect(await invitationRows(owner.userId)).toBe(2);
+    const full = await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.id}`, { cookie: owner.cookie });
+    const statuses = Object.fromEntries(full.body.invitations.map((i: { id: string; status: string }) => [i.id, i.status]));
+    expect(statuses).toEqual({ [first_.body.id]: 'canceled', [again.body.id]: 'pending' });
+  });
+
+  it('accepting needs a verified email: an unverified account with the invitee\'s address gets 403, the verified owner joins', async () => {
+    const owner = await verifiedUser();
+    const org = await createOrg(owner, 'Join Co');
+    const joinerEmail = address('joiner');
+    const inv = await invite(owner, org.id, joinerEmail);
+    expect(inv.status).toBe(200);
+    // Anyone can sign up with any address; until its owner follows the verification link, it accepts nothing.
+    const joiner = await signUp(t, { email: joinerEmail });
+    const accept = () =>
+      t.http.post('/api/auth/organization/accept-invitation', { ...withOrigin(joiner.cookie), json: { invitationId: inv.body.id } });
+    const unverified = await accept();
     expect(unverified.status).toBe(403);
-    await sql`update "user" set "emailVerified" = true where id = ${joiner.userId}`.execute(t.db);
-    const accept = await t.http.post('/api/auth/organization/accept-invitation', {
-      ...withOrigin(joiner.cookie),
-      json: { invitationId: invite.body.id },
-    });
-    expect(accept.status, accept.text).toBe(200);
-    const full = await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.body.id}`, { cookie: joiner.cookie });
+    expect((await t.http.get(`/api/auth/organization/get-invitation?id=${inv.body.id}`, { cookie: joiner.cookie })).status).toBe(403);
+
+    const verification = (await mailsTo(t, joinerEmail)).find((m) => m.subject === 'Confirm your Agent Marketplace email address')!;
+    const link = linkIn(verification);
+    expect((await t.http.get(link.pathname + link.search)).status).toBe(302);
+    const accepted = await accept();
+    expect(accepted.status, accepted.text).toBe(200);
+    const full = await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.id}`, { cookie: joiner.cookie });
     expect(full.status).toBe(200);
     expect(full.body.members.map((m: { userId: string }) => m.userId).sort()).toEqual([owner.userId, joiner.userId].sort());
-  });
-
-  it('anonymous callers get 401; a non-member cannot read or invite', async () => {
-    const org = await t.http.post('/api/auth/organization/create', { ...withOrigin(owner.cookie), json: { name: 'Private Co', slug: 'private-co' } });
-    expect((await t.http.post('/api/auth/organization/create', { json: { name: 'X', slug: 'x-co' } })).status).toBe(401);
-    expect((await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.body.id}`)).status).toBe(401);
-    const stranger = await signUp(t);
-    const read = await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.body.id}`, { cookie: stranger.cookie });
-    expect(read.status).toBe(403);
-    const invite = await t.http.post('/api/auth/organization/invite-member', {
-      ...withOrigin(stranger.cookie),
-      json: { email: 'someone@example.test', role: 'member', organizationId: org.body.id },
-    });
-    // The library's answer for a caller who is not a member of the organization.
-    expect(invite.status).toBe(400);
-    expect(invite.body.code).toBe('MEMBER_NOT_FOUND');
-    expect(await mailsTo(t, 'someone@example.test')).toEqual([]);
+    expect((await signIn(t, joiner)).userId).toBe(joiner.userId);
   });
 });
