@@ -64,10 +64,12 @@ export const mutations: Mutation[] = [
   {
     rule: 5,
     name: 'the usage statement does not compare the token agent with the path agent',
-    file: 'supabase/migrations/20261123000100_agent_bound_tokens.sql',
+    file: 'supabase/migrations/20261123000500_reservations.sql',
     find: "  if v_status = 'ok' and p_token_agent_id is distinct from p_agent_id then",
     replace: '  if false then',
-    tests: [boundaries],
+    // only a token of no agent (the first-party client) reaches this check: an agent's token naming another agent is
+    // refused in process first
+    tests: [boundaries, 'tests/metering/reservations.test.ts'],
   },
   {
     rule: 5,

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { accessTokenFor } from '../support/oauth.ts';
+import { accessTokenFor, createFirstPartyClient } from '../support/oauth.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import {
   commit,
@@ -481,6 +481,23 @@ describe('who may hold and settle', () => {
     expect(await countReservations(t.db, sub.id)).toBe(1);
   });
 
+  it("the marketplace's first-party token (no agent; only the database statement catches it) gets 403; nothing changes", async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+    const sub = await subscribe(t, admin.userId, a.tierId);
+    const hold = (await reserve(t, admin, a.agentId, 'calls', { clientReqId: reqId(), amount: 6 })).body.data;
+    const firstParty = (await accessTokenFor(t, admin, { client: await createFirstPartyClient(t), scope: 'openid admin' })).accessToken;
+    const results = [
+      await t.http.post(reservePath(a.agentId, 'calls'), { bearer: firstParty, json: { clientReqId: reqId(), amount: 4 } }),
+      await t.http.post(reservationPath(a.agentId, hold.id, 'commit'), { bearer: firstParty, json: { amount: 6 } }),
+      await t.http.post(reservationPath(a.agentId, hold.id, 'release'), { bearer: firstParty }),
+      await t.http.get(reservationPath(a.agentId, hold.id), { bearer: firstParty }),
+      await t.http.post(usagePath(a.agentId, 'calls', 'increment'), { bearer: firstParty, json: { clientReqId: reqId(), amount: 4 } }),
+    ];
+    expect(results.map((r) => [r.status, r.body.error?.code])).toEqual(Array(5).fill([403, 'FORBIDDEN']));
+    expect((await getReservation(t, admin, a.agentId, hold.id)).body.data).toMatchObject({ status: 'held', usage: { used: 0, reserved: 6 } });
+    expect(await countReservations(t.db, sub.id)).toBe(1);
+  });
+
   it('without credentials: 401', async () => {
     const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
     const res = await t.http.post(reservePath(a.agentId, 'calls'), { json: { clientReqId: reqId(), amount: 1 } });
@@ -488,5 +505,44 @@ describe('who may hold and settle', () => {
     const id = '00000000-0000-4000-8000-000000000000';
     expect((await t.http.get(reservationPath(a.agentId, id))).status).toBe(401);
     expect((await t.http.post(reservationPath(a.agentId, id, 'release'))).status).toBe(401);
+  });
+});
+
+describe('reservations in /openapi.json', () => {
+  it('lists the four operations, bearer-only, with the schemas the handlers validate with; 409 on increment and decrement', async () => {
+    const doc = (await t.http.get('/openapi.json')).body;
+    const op = (path: string, method: string) => doc.paths[path]?.[method];
+    const ref = (schema: { $ref?: string }) => schema.$ref?.replace('#/components/schemas/', '');
+    const operations: Array<[string, string, string, string]> = [
+      ['reserveUsage', 'post', '/me/usage/{agentId}/{metricSlug}/reservations', '201'],
+      ['commitReservation', 'post', '/me/usage/{agentId}/reservations/{reservationId}/commit', '200'],
+      ['releaseReservation', 'post', '/me/usage/{agentId}/reservations/{reservationId}/release', '200'],
+      ['getReservation', 'get', '/me/usage/{agentId}/reservations/{reservationId}', '200'],
+    ];
+    for (const [operationId, method, path, status] of operations) {
+      const o = op(path, method);
+      expect(o?.operationId, `${method} ${path}`).toBe(operationId);
+      expect(o.security).toEqual([{ bearer: [] }]);
+      const data = o.responses[status].content['application/json'].schema.properties.data;
+      expect(ref(data), operationId).toBe('Reservation');
+    }
+    expect(ref(op(operations[0]![2], 'post').requestBody.content['application/json'].schema)).toBe('ReserveUsage');
+    expect(ref(op(operations[1]![2], 'post').requestBody.content['application/json'].schema)).toBe('CommitReservation');
+    expect(op(operations[2]![2], 'post').requestBody).toBeUndefined();
+    expect(op(operations[0]![2], 'post').responses['429']).toBeDefined();
+    expect(op(operations[1]![2], 'post').responses['409']).toBeDefined();
+
+    const schemas = doc.components.schemas;
+    expect(schemas.ReserveUsage.required.sort()).toEqual(['amount', 'clientReqId']);
+    expect(schemas.ReserveUsage.properties.ttlSeconds).toMatchObject({ minimum: 1, maximum: 3600 });
+    expect(schemas.CommitReservation.properties.amount).toMatchObject({ minimum: 0 });
+    expect(Object.keys(schemas.Reservation.properties).sort()).toEqual(
+      ['amount', 'committedAmount', 'createdAt', 'expiresAt', 'id', 'metric', 'status', 'usage'].sort(),
+    );
+    expect(schemas.Reservation.properties.status.enum).toEqual(['held', 'committed', 'released', 'expired']);
+    expect(schemas.UsageRecord.required).toContain('reserved');
+    for (const path of ['/me/usage/{agentId}/{metricSlug}/increment', '/me/usage/{agentId}/{metricSlug}/decrement']) {
+      expect(op(path, 'post').responses['409'].description, path).toContain('IDEMPOTENCY_CONFLICT');
+    }
   });
 });
