@@ -9,20 +9,33 @@
 -- the admin plugin's set-user-password, ADMIN_PASSWORD at start, a claim of an anonymous purchase) gets the same
 -- effect, in the same transaction as the new password.
 
--- Ends every way the user is signed in: sessions (their `grant:<sid>` revocations follow from the session trigger),
--- OAuth access and refresh tokens, and live JWT access tokens through `user:<id>` on the revocation list: every
--- token issued before now. The library stamps `iat` with the real time in whole seconds, hence now() (not a
--- service clock), and a token issued in the same second as this counts as before it.
+-- Ends every way the user is signed in, and every access token minted before this instant:
+--  * sessions (the session trigger writes `grant:<sid>`: every token bound to one of them, whenever minted);
+--  * every recorded access token still live (`jti:<jti>`; the token endpoint records each token it hands out);
+--  * OAuth access and refresh tokens of the library;
+--  * `user:<id>` with issued_before = the start of the current second: every token of an earlier second. The
+--    library stamps `iat` in whole seconds with the real time (hence now(), not a service clock), so an exact
+--    instant would also kill the tokens minted in the rest of this second AFTER the change (a user who resets and
+--    at once signs in to an agent would hold a token refused for its whole 10 h). Tokens of this second are covered
+--    by the two rules above instead: by their session or by their record.
 create function public.revoke_user_credentials(p_user_id text) returns void language plpgsql as $$
 begin
   delete from "session" where "userId" = p_user_id;
+  insert into public.revoked_tokens (key, expires_at)
+  select 'jti:' || t.jti, t.expires_at
+    from public.oauth_issued_access_tokens t
+   where t.user_id = p_user_id and t.expires_at > now()
+  on conflict (key) do nothing;
   delete from "oauthAccessToken" where "userId" = p_user_id;
   delete from "oauthRefreshToken" where "userId" = p_user_id;
   insert into public.revoked_tokens (key, expires_at, issued_before)
-  values ('user:' || p_user_id, now() + interval '10 hours 5 minutes', now())
+  values ('user:' || p_user_id, now() + interval '10 hours 5 minutes', date_trunc('second', now()))
   on conflict (key) do update set issued_before = excluded.issued_before, expires_at = excluded.expires_at;
 end
 $$;
+
+-- The user's recorded tokens, read by the function above on every ban and password change.
+create index oauth_issued_access_tokens_user_idx on public.oauth_issued_access_tokens (user_id, expires_at);
 
 create or replace function public.revoke_credentials_of_banned_user() returns trigger language plpgsql as $$
 begin

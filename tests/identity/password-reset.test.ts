@@ -180,9 +180,11 @@ describe('a password reset or change ends every credential the user had', () => 
     const sessions = await first<{ n: string }>(t.db, sql`select count(*) as n from "session" where "userId" = ${signed.user.userId}`);
     expect(Number(sessions!.n)).toBe(0);
 
-    // A new sign-in works.
+    // A new sign-in works, and so does a token an agent obtains right after (in the same second, most likely).
     const again = await signIn(t, { email: signed.user.email, password: 'reset ends all 1' });
     expect((await t.http.get('/me', { cookie: again.cookie })).status).toBe(200);
+    const fresh = await accessTokenFor(t, again);
+    expect((await t.http.get('/me', { bearer: fresh.accessToken })).status).toBe(200);
   });
 
   it('attack: after a password change, the old access token, refresh token and every old session (the caller\'s too) are refused; the caller gets a new session', async () => {
@@ -201,6 +203,8 @@ describe('a password reset or change ends every credential the user had', () => 
     expect((await t.http.post('/api/auth/sign-in/email', { json: { email: signed.user.email, password: signed.user.password } })).status).toBe(401);
     const again = await signIn(t, { email: signed.user.email, password: 'changed password 1' });
     expect((await t.http.get('/me', { cookie: again.cookie })).status).toBe(200);
+    const newToken = await accessTokenFor(t, again);
+    expect((await t.http.get('/me', { bearer: newToken.accessToken })).status).toBe(200);
   });
 
   it('a password an admin sets (the admin plugin\'s set-user-password) ends them too', async () => {
