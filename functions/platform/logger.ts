@@ -31,7 +31,9 @@ export function createLogger(options: { level?: LogLevel; write?: (line: string,
     ((line: string, level: LogLevel) => (level === 'warn' || level === 'error' ? console.error(line) : console.log(line)));
   const log = (level: LogLevel, msg: string, fields: Record<string, unknown> = {}) => {
     if (order[level] < min) return;
-    write(JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields }, safeReplacer), level);
+    const line: Record<string, unknown> = { time: new Date().toISOString(), level, msg: scrubSecrets(msg) };
+    for (const key in fields) line[key] = safeValue(key, fields[key], 0);
+    write(JSON.stringify(line), level);
   };
   return {
     log,
@@ -67,6 +69,10 @@ const secretInText = new RegExp(
 
 /** A string with every recognisable secret replaced by `[redacted]`. */
 export function scrubSecrets(text: string): string {
+  // Cheap first look (every request line passes here): each pattern needs one of these.
+  if (text.length < 8 || !(text.includes('=') || text.includes('eyJ') || text.includes('Bearer') || text.includes('reset-password/'))) {
+    return text;
+  }
   secretInText.lastIndex = 0;
   if (!secretInText.test(text)) return text;
   secretInText.lastIndex = 0;
@@ -76,14 +82,36 @@ export function scrubSecrets(text: string): string {
   });
 }
 
-function safeReplacer(key: string, value: unknown): unknown {
+/** Field names repeat (the request line has the same ten on every request): the verdict is remembered. */
+const fieldVerdicts = new Map<string, boolean>();
+function isSecretFieldName(key: string): boolean {
+  let secret = fieldVerdicts.get(key);
+  if (secret === undefined) {
+    secret = secretFieldName.test(key);
+    if (fieldVerdicts.size < 1000) fieldVerdicts.set(key, secret);
+  }
+  return secret;
+}
+
+/** The value as it may be logged: secret-named fields redacted, strings scrubbed, errors as plain objects. */
+function safeValue(key: string, value: unknown, depth: number): unknown {
+  if (value === null || value === undefined || typeof value === 'number' || typeof value === 'boolean') return value;
+  if (key !== '' && isSecretFieldName(key)) return REDACTED;
+  if (typeof value === 'string') return scrubSecrets(value);
+  if (typeof value !== 'object') return typeof value === 'bigint' ? String(value) : undefined;
+  if (depth > 8) return '[too deep]';
   if (value instanceof Error) {
-    return { name: value.name, message: value.message, stack: value.stack, code: (value as { code?: unknown }).code };
+    const err = value as Error & { code?: unknown; cause?: unknown };
+    return safeValue('', { name: err.name, message: err.message, stack: err.stack, code: err.code }, depth + 1);
   }
-  if (key !== '' && value !== null && value !== undefined && typeof value !== 'number' && typeof value !== 'boolean') {
-    if (secretFieldName.test(key)) return REDACTED;
+  // Dates, URLs, buffers...: what JSON.stringify would write for them.
+  if (typeof (value as { toJSON?: unknown }).toJSON === 'function') {
+    return safeValue(key, (value as { toJSON: () => unknown }).toJSON(), depth + 1);
   }
-  return typeof value === 'string' ? scrubSecrets(value) : value;
+  if (Array.isArray(value)) return value.map((item) => safeValue('', item, depth + 1));
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value as Record<string, unknown>)) out[k] = safeValue(k, v, depth + 1);
+  return out;
 }
 
 /** A logger that keeps lines in memory: tests read what was logged. */
