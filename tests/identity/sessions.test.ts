@@ -152,6 +152,23 @@ describe('email verification', () => {
     expect(session.body.user.emailVerified).toBe(false);
   });
 
+  it('with a FRONTEND_URL the verification link lands on the front end\'s sign-in page', async () => {
+    const withFrontEnd = await startTestApp({ env: { FRONTEND_URL: 'http://127.0.0.1:5173' } });
+    try {
+      const email = `fe-${Date.now()}@example.test`;
+      expect((await withFrontEnd.http.post('/api/auth/sign-up/email', { json: { email, password: 'front end pw', name: 'F' } })).status).toBe(200);
+      const link = linkIn((await mailsTo(withFrontEnd, email))[0]!);
+      expect(link.origin).toBe(withFrontEnd.baseUrl);
+      const res = await withFrontEnd.http.get(link.pathname + link.search);
+      expect(res.status).toBe(302);
+      expect(res.headers.get('location')).toBe('http://127.0.0.1:5173/sign-in?verified=true');
+      const [row] = await rows<{ verified: boolean }>(withFrontEnd.db, sql`select "emailVerified" as verified from "user" where email = ${email}`);
+      expect(row!.verified).toBe(true);
+    } finally {
+      await withFrontEnd.close();
+    }
+  });
+
   it('resending is limited per client IP (429 RATE_LIMITED with Retry-After)', async () => {
     const limited = await startTestApp({ env: { AUTH_RATE_LIMIT_PER_MINUTE: '2' } });
     try {
