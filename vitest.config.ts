@@ -4,6 +4,8 @@ import { configDefaults, defineConfig } from 'vitest/config';
 /**
  * Two projects run the same suite: `postgres` against a real PostgreSQL server (TEST_PG_URL, started by
  * scripts/test.ts) and `pglite` against the embedded database. scripts/test.ts picks which run.
+ * `*.pg-only.test.ts` need a server and run in `postgres` only; `*.once.test.ts` need no database at all (type
+ * check, Deno, a child process, the Stripe fake) and run once, in `pglite`, the project that always runs.
  */
 const common = {
   include: ['tests/**/*.test.ts'],
@@ -19,7 +21,7 @@ export default defineConfig({
     // test waits on the PostgreSQL server, Chromium or a child process. Two or more keep the cores busy.
     maxWorkers: Number(process.env.TEST_WORKERS) || Math.max(2, availableParallelism()),
     projects: [
-      { test: { ...common, name: 'postgres', env: { TEST_DB: 'postgres' } } },
+      { test: { ...common, name: 'postgres', env: { TEST_DB: 'postgres' }, exclude: [...configDefaults.exclude, 'tests/**/*.once.test.ts'] } },
       { test: { ...common, name: 'pglite', env: { TEST_DB: 'pglite' }, exclude: [...configDefaults.exclude, 'tests/**/*.pg-only.test.ts'] } },
     ],
   },

@@ -1,5 +1,5 @@
 /**
- * Run under Deno by webhook-deno.test.ts: verifies Stripe signatures with the app's own Stripe client
+ * Run under Deno by webhook-deno.once.test.ts: verifies Stripe signatures with the app's own Stripe client
  * (functions/platform/stripe.ts, resolved through the edge import map to the SDK's worker build) and prints
  * one line per case, so the test can check that the webhook's verification path works on the edge runtime.
  */

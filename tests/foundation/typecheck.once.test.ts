@@ -5,8 +5,8 @@ import { root } from '../../scripts/supabase-cli.ts';
 
 /**
  * The whole project (application, scripts, tests) compiles under `strict` TypeScript. Vitest and tsx strip
- * types without checking them, so without this a type error would only show in an editor. Run once (pg-only
- * names the tier it runs in; it needs no database).
+ * types without checking them, so without this a type error would only show in an editor. It needs no database,
+ * so it runs once (`.once`: in the pglite project only; see vitest.config.ts).
  */
 describe('npm run typecheck', () => {
   it('finds no type errors', () => {
