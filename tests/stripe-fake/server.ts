@@ -2,11 +2,26 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import Stripe from 'stripe';
 import { parseStripeForm } from './form.ts';
+import {
+  checkoutCustomerDetails,
+  checkoutSessionObject,
+  customerObject,
+  invoiceObject,
+  portalSessionObject,
+  priceObject,
+  productObject,
+  schedulePhaseObject,
+  setItemPrice,
+  subscriptionItemObject,
+  subscriptionObject,
+  subscriptionScheduleObject,
+} from './objects.ts';
 
 /**
  * A stateful, Stripe-compatible HTTP server for tests and benchmarks. The app reaches it through STRIPE_API_URL
  * with the real `stripe` SDK, so every request the app makes is a real SDK request (form-encoded, bearer key,
- * idempotency keys) and every answer has the shape of the pinned API version's objects.
+ * idempotency keys) and every answer has the shape of the pinned API version's objects (objects.ts builds them
+ * whole; openapi-shapes.once.test.ts checks them against the SDK's schemas).
  *
  * What it models (only what the marketplace uses): customers, products, prices, Checkout Sessions in
  * subscription mode, subscriptions with one item and `pending_update` (payment_behavior=pending_if_incomplete),
@@ -30,19 +45,22 @@ export interface FakeEvent {
   created: number;
   api_version: string;
   livemode: false;
+  pending_webhooks: number;
+  request: { id: string | null; idempotency_key: string | null };
   data: { object: Json };
 }
 
 export type PaymentMode = 'succeeds' | 'requires_action' | 'fails';
 
 class StripeApiError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly code = 'resource_missing',
-    readonly type = 'invalid_request_error',
-  ) {
+  readonly status: number;
+  readonly code: string;
+  readonly type: string;
+  constructor(status: number, message: string, code = 'resource_missing', type = 'invalid_request_error') {
     super(message);
+    this.status = status;
+    this.code = code;
+    this.type = type;
   }
 }
 
@@ -137,6 +155,8 @@ export class StripeFake {
       created: this.now(),
       api_version: Stripe.API_VERSION,
       livemode: false,
+      pending_webhooks: 1,
+      request: { id: null, idempotency_key: null },
       data: { object: structuredClone(object) },
     });
   }
@@ -170,7 +190,7 @@ export class StripeFake {
       payment_status: 'paid',
       customer: customerId,
       subscription: sub.id,
-      customer_details: { email: customer.email, name: customer.name },
+      customer_details: checkoutCustomerDetails(customer),
     });
     this.#emit('customer.subscription.created', sub);
     this.#emit('invoice.created', invoice);
@@ -192,7 +212,7 @@ export class StripeFake {
     if (!sub) return;
     if (sub.pending_update && sub.latest_invoice === invoice.id) {
       const item = sub.pending_update.subscription_items[0];
-      sub.items.data[0].price = structuredClone(item.price);
+      setItemPrice(sub.items.data[0], item.price);
       sub.pending_update = null;
       if (sub.status === 'past_due') sub.status = 'active';
       this.#emit('customer.subscription.updated', sub);
@@ -228,7 +248,7 @@ export class StripeFake {
     if (schedule) {
       const next = schedule.phases.find((p: Json) => p.start_date >= boundary);
       if (next) {
-        item.price = structuredClone(this.#get(this.prices, next.items[0].price, 'price'));
+        setItemPrice(item, this.#get(this.prices, next.items[0].price, 'price'));
         schedule.current_phase = { start_date: next.start_date, end_date: next.end_date };
         this.#emit('subscription_schedule.updated', schedule);
       } else {
@@ -304,7 +324,7 @@ export class StripeFake {
       case 'GET customers/:id':
         return this.#get(this.customers, id!, 'customer');
       case 'POST products': {
-        const product = { id: this.#id('prod'), object: 'product', name: body.name, active: true, metadata: body.metadata ?? {}, created: this.now() };
+        const product = productObject({ id: this.#id('prod'), name: body.name, metadata: body.metadata ?? {}, created: this.now() });
         this.products.set(product.id, product);
         return product;
       }
@@ -369,11 +389,12 @@ export class StripeFake {
     if (body.active !== undefined) object.active = body.active === 'true';
     if (body.metadata) object.metadata = { ...object.metadata, ...body.metadata };
     if (body.name) object.name = body.name;
+    if (object.object === 'product') object.updated = this.now();
     return object;
   }
 
   #createCustomer(fields: { email: string | null; name: string | null; metadata: Json }): Json {
-    const customer = { id: this.#id('cus'), object: 'customer', created: this.now(), ...fields };
+    const customer = customerObject({ id: this.#id('cus'), created: this.now(), ...fields });
     this.customers.set(customer.id, customer);
     this.#emit('customer.created', customer);
     return customer;
@@ -382,18 +403,15 @@ export class StripeFake {
   #createPrice(body: Json): Json {
     this.#get(this.products, body.product, 'product');
     if (!body.recurring?.interval) throw new StripeApiError(400, 'Missing required param: recurring[interval].', 'parameter_missing');
-    const price = {
+    const price = priceObject({
       id: this.#id('price'),
-      object: 'price',
       product: body.product,
       unit_amount: Number(body.unit_amount),
       currency: body.currency,
-      recurring: { interval: body.recurring.interval, interval_count: 1 },
-      type: 'recurring',
-      active: true,
+      interval: body.recurring.interval,
       metadata: body.metadata ?? {},
       created: this.now(),
-    };
+    });
     this.prices.set(price.id, price);
     return price;
   }
@@ -406,9 +424,10 @@ export class StripeFake {
     if (!price.active) throw new StripeApiError(400, 'The price specified is inactive.', 'price_inactive');
     if (body.customer) this.#get(this.customers, body.customer, 'customer');
     const id = this.#id('cs_test');
-    const session = {
+    const session = checkoutSessionObject({
       id,
-      object: 'checkout.session',
+      currency: price.currency,
+      amount: price.unit_amount * Number(lineItems[0]!.quantity ?? 1),
       mode: 'subscription',
       status: 'open',
       payment_status: 'unpaid',
@@ -425,7 +444,7 @@ export class StripeFake {
       expires_at: this.now() + DAY,
       _line_items: lineItems.map((l) => ({ price: l.price, quantity: Number(l.quantity ?? 1) })),
       _subscription_metadata: body.subscription_data?.metadata ?? {},
-    };
+    });
     this.sessions.set(id, session);
     return this.#sessionView(session);
   }
@@ -437,9 +456,9 @@ export class StripeFake {
 
   #createSubscription(customerId: string, price: Json, metadata: Json): Json {
     const start = this.now();
-    const sub = {
-      id: this.#id('sub'),
-      object: 'subscription',
+    const id = this.#id('sub');
+    const sub = subscriptionObject({
+      id,
       customer: customerId,
       status: 'active',
       created: start,
@@ -453,20 +472,17 @@ export class StripeFake {
       schedule: null,
       latest_invoice: null,
       currency: price.currency,
-      items: {
-        object: 'list',
-        data: [
-          {
-            id: this.#id('si'),
-            object: 'subscription_item',
-            price: structuredClone(price),
-            quantity: 1,
-            current_period_start: start,
-            current_period_end: addInterval(start, price.recurring.interval),
-          },
-        ],
-      },
-    };
+      items: [
+        subscriptionItemObject({
+          id: this.#id('si'),
+          created: start,
+          subscription: id,
+          price: structuredClone(price),
+          current_period_start: start,
+          current_period_end: addInterval(start, price.recurring.interval),
+        }),
+      ],
+    });
     this.subscriptions.set(sub.id, sub);
     return sub;
   }
@@ -480,10 +496,11 @@ export class StripeFake {
   }
 
   #createInvoice(sub: Json, amount: number, reason: string): Json {
-    const invoice = {
+    const item = sub.items.data[0];
+    const invoice = invoiceObject({
       id: this.#id('in'),
-      object: 'invoice',
-      customer: sub.customer,
+      customer: this.customers.get(sub.customer)!,
+      subscription: sub,
       status: 'open',
       amount_due: amount,
       amount_paid: 0,
@@ -491,8 +508,9 @@ export class StripeFake {
       attempt_count: 0,
       billing_reason: reason,
       created: this.now(),
-      parent: { type: 'subscription_details', subscription_details: { subscription: sub.id, metadata: { ...sub.metadata } } },
-    };
+      period_start: item.current_period_start,
+      period_end: item.current_period_end,
+    });
     this.invoices.set(invoice.id, invoice);
     return invoice;
   }
@@ -500,7 +518,10 @@ export class StripeFake {
   #markPaid(invoice: Json): void {
     invoice.status = 'paid';
     invoice.amount_paid = invoice.amount_due;
+    invoice.amount_remaining = 0;
     invoice.attempt_count += 1;
+    invoice.attempted = true;
+    invoice.status_transitions.paid_at = this.now();
   }
 
   #updateSubscription(id: string, body: Json): Json {
@@ -535,28 +556,29 @@ export class StripeFake {
         this.#emit('invoice.created', invoice);
         if (this.#paymentMode === 'succeeds') {
           this.#markPaid(invoice);
-          item.price = structuredClone(price);
+          setItemPrice(item, price);
           this.#emit('invoice.paid', invoice);
           this.#emit('invoice.payment_succeeded', invoice);
         } else if (pendingIfIncomplete) {
           sub.pending_update = {
             billing_cycle_anchor: null,
             cancel_at_period_end: null,
+            discount: null,
             discounts: null,
             expires_at: this.now() + DAY - 3600,
             metadata: null,
-            subscription_items: [{ ...structuredClone(item), price: structuredClone(price) }],
+            subscription_items: [pendingItem(item, price)],
             trial_end: null,
             trial_from_plan: null,
           };
           if (this.#paymentMode === 'fails') this.#emit('invoice.payment_failed', invoice);
         } else {
-          item.price = structuredClone(price);
+          setItemPrice(item, price);
           sub.status = 'past_due';
           this.#emit('invoice.payment_failed', invoice);
         }
       } else {
-        item.price = structuredClone(price);
+        setItemPrice(item, price);
       }
     }
     this.#emit('customer.subscription.updated', sub);
@@ -582,9 +604,8 @@ export class StripeFake {
     const sub = this.#get(this.subscriptions, body.from_subscription, 'subscription');
     if (sub.schedule) throw new StripeApiError(400, `The subscription \`${sub.id}\` is already attached to a schedule.`, 'resource_already_exists');
     const item = sub.items.data[0];
-    const schedule = {
+    const schedule = subscriptionScheduleObject({
       id: this.#id('sub_sched'),
-      object: 'subscription_schedule',
       customer: sub.customer,
       subscription: sub.id,
       status: 'active',
@@ -594,11 +615,11 @@ export class StripeFake {
       canceled_at: null,
       current_phase: { start_date: item.current_period_start, end_date: item.current_period_end },
       phases: [
-        { start_date: item.current_period_start, end_date: item.current_period_end, items: [{ price: item.price.id, quantity: 1 }] },
+        schedulePhaseObject({ start_date: item.current_period_start, end_date: item.current_period_end, price: item.price.id, quantity: 1, currency: sub.currency }),
       ],
       metadata: {},
       created: this.now(),
-    };
+    });
     this.schedules.set(schedule.id, schedule);
     sub.schedule = schedule.id;
     this.#emit('subscription_schedule.created', schedule);
@@ -617,7 +638,7 @@ export class StripeFake {
         const start = p.start_date && p.start_date !== 'now' ? Number(p.start_date) : cursor;
         const end = p.end_date ? Number(p.end_date) : addInterval(start, p.duration?.interval ?? price.recurring.interval, Number(p.duration?.interval_count ?? 1));
         cursor = end;
-        return { start_date: start, end_date: end, items: [{ price: price.id, quantity: Number(p.items[0].quantity ?? 1) }] };
+        return schedulePhaseObject({ start_date: start, end_date: end, price: price.id, quantity: Number(p.items[0].quantity ?? 1), currency: price.currency });
       });
     }
     this.#emit('subscription_schedule.updated', schedule);
@@ -645,6 +666,7 @@ export class StripeFake {
     const invoice = this.#get(this.invoices, id, 'invoice');
     if (invoice.status !== 'open') throw new StripeApiError(400, `You can only pass in open invoices. This invoice isn't open.`, 'invoice_not_open');
     invoice.status = 'void';
+    invoice.status_transitions.voided_at = this.now();
     this.#emit('invoice.voided', invoice);
     const sub = this.subscriptions.get(invoice.parent?.subscription_details?.subscription);
     if (sub?.pending_update && sub.latest_invoice === invoice.id) {
@@ -664,18 +686,37 @@ export class StripeFake {
       if (sub.customer !== body.customer) throw new StripeApiError(400, 'The subscription does not belong to this customer.', 'parameter_invalid');
     }
     const id = this.#id('bps');
-    const session = {
+    const session = portalSessionObject({
       id,
-      object: 'billing_portal.session',
       customer: body.customer,
       return_url: body.return_url ?? null,
       url: `${this.url}/portal/${id}`,
-      flow: flow ? { type: flow.type, subscription_cancel: flow.subscription_cancel ?? null } : null,
+      flow: flow ? portalFlow(flow) : null,
       created: this.now(),
-    };
+    });
     this.portalSessions.set(id, session);
     return session;
   }
+}
+
+/** The item a pending update would put in place: the current item with the new price. */
+function pendingItem(item: Json, price: Json): Json {
+  const next = structuredClone(item);
+  setItemPrice(next, price);
+  return next;
+}
+
+/** `flow` of a portal session, as Stripe echoes the requested flow_data back. */
+function portalFlow(flow: Json): Json {
+  return {
+    after_completion: { hosted_confirmation: null, redirect: null, type: 'portal_homepage' },
+    customer_update: null,
+    subscription_cancel: flow.subscription_cancel ? { retention: null, subscription: flow.subscription_cancel.subscription } : null,
+    subscription_pause: null,
+    subscription_update: null,
+    subscription_update_confirm: null,
+    type: flow.type,
+  };
 }
 
 function addInterval(unixSeconds: number, interval: string, count = 1): number {
