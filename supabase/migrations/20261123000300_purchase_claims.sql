@@ -70,16 +70,14 @@ begin
   update "user" u set "emailVerified" = true, "updatedAt" = p_now where u.id = p_user_id;
 
   if not v_verified then
+    -- The password trigger of 20261123000401 (account_password_change_revokes_credentials) ends every session,
+    -- OAuth token and live access token of the user in this transaction; an account without a credential row
+    -- gets the same through the function that trigger calls (resolved when this runs, after every migration).
     update account a set password = p_password_hash, "updatedAt" = p_now
      where a."userId" = p_user_id and a."providerId" = 'credential';
-    delete from "session" s where s."userId" = p_user_id;
-    delete from "oauthAccessToken" t where t."userId" = p_user_id;
-    delete from "oauthRefreshToken" t where t."userId" = p_user_id;
-    -- Live JWT access tokens: as for a ban, every token of the user issued before now (the library stamps `iat`
-    -- with the real time, hence now() rather than the service clock).
-    insert into public.revoked_tokens (key, expires_at, issued_before)
-    values ('user:' || p_user_id, now() + interval '10 hours 5 minutes', now())
-    on conflict (key) do update set issued_before = excluded.issued_before, expires_at = excluded.expires_at;
+    if not found then
+      perform public.revoke_user_credentials(p_user_id);
+    end if;
   end if;
 
   insert into public.billing_customers (user_id, stripe_customer_id, account_created, created_at)
