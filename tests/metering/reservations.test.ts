@@ -546,3 +546,86 @@ describe('reservations in /openapi.json', () => {
     }
   });
 });
+
+describe('agent webhooks from metering (the outbox, written with the change)', () => {
+  /** An endpoint row as the admin API stores it (delivery is the webhooks suite's business; here: what goes out). */
+  async function endpoint(agentId: string) {
+    const now = t.clock.now();
+    await sql`insert into webhook_endpoints (agent_id, url, events, secret_encrypted, created_at, updated_at)
+              values (${agentId}, 'http://127.0.0.1:9/hook', ${['usage.threshold_reached', 'reservation.expired']}::text[],
+                      'v1.test.test', ${now}, ${now})`.execute(t.db);
+  }
+  const events = async (agentId: string) =>
+    (
+      await sql<{ type: string; data: Record<string, unknown>; occurred_at: Date }>`
+        select type, data, occurred_at from webhook_events where agent_id = ${agentId} order by seq`.execute(t.db)
+    ).rows;
+
+  it('usage.threshold_reached at 80 and 100 % counting holds, once per period; denied calls and replays emit nothing', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+    await endpoint(a.agentId);
+    const u = await signUp(t);
+    const sub = await subscribe(t, u.userId, a.tierId);
+    expect((await meter(t, u, a.agentId, 'calls', 'increment', { clientReqId: reqId(), amount: 5 })).status).toBe(200);
+    expect(await events(a.agentId)).toEqual([]);
+
+    const key = reqId();
+    const hold = (await reserve(t, u, a.agentId, 'calls', { clientReqId: key, amount: 3 })).body.data; // 5 + 3 held = 80 %
+    const base = { subscriptionId: sub.id, userId: u.userId, metric: 'calls', limit: 10, periodStart: sub.currentPeriodStart };
+    expect((await events(a.agentId)).map((e) => [e.type, e.data])).toEqual([['usage.threshold_reached', { ...base, threshold: 80, used: 8 }]]);
+
+    // a replay, a denied increment and a denied reserve write no ledger row, so no event
+    await reserve(t, u, a.agentId, 'calls', { clientReqId: key, amount: 3 });
+    expect((await meter(t, u, a.agentId, 'calls', 'increment', { clientReqId: reqId(), amount: 3 })).status).toBe(429);
+    expect((await reserve(t, u, a.agentId, 'calls', { clientReqId: reqId(), amount: 3 })).status).toBe(429);
+    expect(await events(a.agentId)).toHaveLength(1);
+
+    expect((await meter(t, u, a.agentId, 'calls', 'increment', { clientReqId: reqId(), amount: 2 })).status).toBe(200); // 7 + 3 held
+    expect((await events(a.agentId)).map((e) => [e.type, e.data])).toEqual([
+      ['usage.threshold_reached', { ...base, threshold: 80, used: 8 }],
+      ['usage.threshold_reached', { ...base, threshold: 100, used: 10 }],
+    ]);
+    // committing less frees units; reaching 100 % again in the same period says nothing new
+    await commit(t, u, a.agentId, hold.id, 1);
+    expect((await meter(t, u, a.agentId, 'calls', 'increment', { clientReqId: reqId(), amount: 2 })).status).toBe(200);
+    expect(await events(a.agentId)).toHaveLength(2);
+    const { rows: mails } = await sql<{ n: number }>`select count(*)::int as n from mail_outbox where to_address = ${u.email}
+                                                     and subject like 'You have used all of your%'`.execute(t.db);
+    expect(mails[0]!.n).toBe(1);
+  });
+
+  it('reservation.expired once, when the expiry is noticed; settled holds emit nothing', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'tokens', kind: 'fixed', quota: 1000 }]);
+    await endpoint(a.agentId);
+    const u = await signUp(t);
+    const sub = await subscribe(t, u.userId, a.tierId);
+    const key = reqId();
+    const hold = (await reserve(t, u, a.agentId, 'tokens', { clientReqId: key, amount: 40, ttlSeconds: 30 })).body.data;
+    const done = (await reserve(t, u, a.agentId, 'tokens', { clientReqId: reqId(), amount: 10, ttlSeconds: 30 })).body.data;
+    await release(t, u, a.agentId, done.id);
+    t.clock.advance(30_000);
+    expect(await events(a.agentId)).toEqual([]); // nothing has looked at the hold yet
+
+    expect((await commit(t, u, a.agentId, hold.id, 40)).status).toBe(422);
+    await getReservation(t, u, a.agentId, hold.id);
+    await release(t, u, a.agentId, hold.id);
+    const sent = await events(a.agentId);
+    expect(sent.map((e) => [e.type, e.data])).toEqual([
+      [
+        'reservation.expired',
+        {
+          id: hold.id,
+          subscriptionId: sub.id,
+          userId: u.userId,
+          metric: 'tokens',
+          status: 'expired',
+          amount: 40,
+          clientReqId: key,
+          expiresAt: hold.expiresAt,
+          createdAt: hold.createdAt,
+        },
+      ],
+    ]);
+    expect(sent[0]!.occurred_at.toISOString()).toBe(t.clock.now().toISOString());
+  });
+});
