@@ -8,9 +8,10 @@ import type { MetricKind, OriginalRequest, UsageRecord, UsageResult } from './sc
 
 /**
  * Usage of a subscription's metrics: the check-and-increment hot path, decrement, and reads.
- * Increment and decrement are each ONE call of a SQL function (migration 20261122000500), one round trip and
- * one transaction: subscription, metric, idempotency record, counter and ledger row commit together or not at
- * all; with a bearer token the caller check rides in the same statement (migration 20261122000800).
+ * Increment and decrement are each ONE call of a SQL function (current versions in migration 20261123000500, which
+ * counts live reservations against the quota and answers a reused clientReqId of another request as a conflict), one
+ * round trip and one transaction: subscription, metric, idempotency record, counter and ledger row commit together or
+ * not at all; with a bearer token the caller check rides in the same statement (public.metering_call_as_bearer).
  * This module only maps the function's outcome to the API.
  */
 
