@@ -11,6 +11,7 @@ import { startRevocationListPruning } from './auth/revocation-list.ts';
 import { createPayments } from './platform/stripe.ts';
 import { createMailer, type MailTransport } from './platform/mailer.ts';
 import { createStorage, type FileStore } from './platform/storage.ts';
+import { createWebhookWorker } from './webhooks/drain.ts';
 
 /**
  * Builds the application's dependencies from configuration. Runtime-neutral: the Node entry, the Deno edge
@@ -33,7 +34,7 @@ export interface BuiltDeps extends AppDeps {
   /** Work to do once before serving (ensure the admin account, seed demo data). */
   startup?: () => Promise<void>;
   /**
-   * Stops what startup started (the mail loop, revocation-list pruning) and waits for work in flight. Call it
+   * Stops what startup started (the mail and webhook loops, revocation-list pruning) and waits for work in flight. Call it
    * before closing the database: a loop still polling a closed or dropped database fails noisily.
    */
   shutdown: () => Promise<void>;
@@ -45,6 +46,8 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
   const mailer = createMailer({ config, db: database.db, logger, clock, ...(options.mailTransport ? { transport: options.mailTransport } : {}) });
   const auth = createAuth({ config, database, logger, clock, mailer });
   const authenticator = createAuthenticator({ auth, db: database.db, config, clock, logger });
+  // Agent webhooks: drainWebhookOutbox does the work; this loop only calls it (tests call it themselves).
+  const webhookWorker = createWebhookWorker({ database, clock, logger, config });
   let stopPruning: (() => void) | undefined;
   return {
     config,
@@ -60,6 +63,7 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
       // Tests deliver mail explicitly (tests/support/mail.ts); everywhere else a loop drains the outbox.
       if (config.env !== 'test') {
         mailer.start();
+        webhookWorker.start();
         stopPruning = startRevocationListPruning(database.db, () => clock.now(), logger);
       }
     },
@@ -67,6 +71,7 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
       stopPruning?.();
       stopPruning = undefined;
       await mailer.stop();
+      await webhookWorker.stop();
     },
     cursors: new CursorSigner(config.authSecret),
     storage: createStorage(config, options.fileStore),

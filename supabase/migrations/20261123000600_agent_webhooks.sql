@@ -57,8 +57,16 @@ create table public.webhook_events (
 );
 create index webhook_events_agent_idx on public.webhook_events (agent_id, seq);
 
+-- Delivery ids sort like their creation (UUIDv7 layout as public.quota_ledger_id: the time, then a sequence), so
+-- deliveries made in the same millisecond still list newest first under the (created_at desc, id desc) keyset.
+create sequence public.webhook_deliveries_seq;
+create function public.webhook_delivery_id(p_at timestamptz) returns uuid language sql volatile as $$
+  select (lpad(to_hex(greatest(0, floor(extract(epoch from p_at) * 1000))::bigint), 12, '0')
+          || '7000' || '8' || lpad(to_hex(nextval('public.webhook_deliveries_seq')), 15, '0'))::uuid
+$$;
+
 create table public.webhook_deliveries (
-  id uuid primary key default gen_random_uuid(),
+  id uuid primary key,
   endpoint_id uuid not null references public.webhook_endpoints (id) on delete cascade,
   event_id uuid not null references public.webhook_events (id) on delete cascade,
   event_seq bigint not null,
@@ -114,6 +122,7 @@ alter table public.webhook_deliveries enable row level security;
 alter table public.webhook_delivery_attempts enable row level security;
 alter table public.usage_threshold_notices enable row level security;
 -- No policies: only the service (table owner) reads or writes them; the Data API's roles get nothing.
+revoke all on sequence public.webhook_deliveries_seq from anon, authenticated;
 revoke all on public.webhook_endpoints, public.webhook_events, public.webhook_deliveries,
   public.webhook_delivery_attempts, public.usage_threshold_notices from anon, authenticated;
 
@@ -150,8 +159,8 @@ begin
   insert into public.webhook_events (agent_id, type, data, occurred_at)
   values (p_agent_id, p_type, coalesce(p_data, '{}'::jsonb), coalesce(p_now, now()))
   returning id, seq into v_event_id, v_seq;
-  insert into public.webhook_deliveries (endpoint_id, event_id, event_seq, created_at)
-  select e.id, v_event_id, v_seq, coalesce(p_now, now())
+  insert into public.webhook_deliveries (id, endpoint_id, event_id, event_seq, created_at)
+  select public.webhook_delivery_id(coalesce(p_now, now())), e.id, v_event_id, v_seq, coalesce(p_now, now())
   from public.webhook_endpoints e
   where e.agent_id = p_agent_id and e.enabled and p_type = any (e.events);
   return v_event_id;
@@ -313,6 +322,7 @@ $$;
 
 -- Server-side only: the service (table owner) calls these; the Data API's roles have no business here.
 revoke execute on function public.webhook_emit(uuid, text, jsonb, timestamptz) from public, anon, authenticated;
+revoke execute on function public.webhook_delivery_id(timestamptz) from public, anon, authenticated;
 revoke execute on function public.metering_note_threshold(uuid, uuid, timestamptz, bigint, bigint, timestamptz)
   from public, anon, authenticated;
 revoke execute on function public.webhook_subscription_data(public.subscriptions) from public, anon, authenticated;

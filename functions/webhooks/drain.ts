@@ -1,0 +1,277 @@
+import { Webhook } from 'standardwebhooks';
+import type { Clock } from '../platform/clock.ts';
+import type { Config } from '../platform/config.ts';
+import { rows, sql, type Database } from '../platform/db.ts';
+import type { Logger } from '../platform/logger.ts';
+import { eventPayload } from './deliveries.ts';
+import { secretBox } from './endpoints.ts';
+import type { WebhookEventType } from './schemas.ts';
+import { SecretUnreadable } from './secrets.ts';
+
+/**
+ * The webhook outbox's delivery: `drainWebhookOutbox(deps, { limit })` sends what is due and returns. Any process
+ * may call it, any number at once (the Node entry's loop below, an internal endpoint a scheduler such as pg_cron
+ * calls, a test): deliveries are claimed with FOR UPDATE SKIP LOCKED and leased, so two drains never send the same
+ * delivery at the same time, and a drain that dies mid-send leaves its delivery to be retried when the lease ends.
+ *
+ * Rules (contract.md revision 2, "Agent webhooks"):
+ *   - Per endpoint in event order: a delivery is sent only when no earlier-numbered delivery to the same endpoint is
+ *     still pending (being retried, or in flight in another drain).
+ *   - Signed per Standard Webhooks with the `standardwebhooks` package: `webhook-id` = the event id (the same on
+ *     every attempt and redelivery: receivers deduplicate on it), `webhook-timestamp` = the send time in seconds,
+ *     `webhook-signature` = `v1,<base64 HMAC-SHA256>` (plus a second one with the previous secret for 24 h after a
+ *     rotation). Body: `{ type, timestamp, data }`.
+ *   - A 2xx answered within 10 s counts. Anything else (another status, a redirect, a timeout, no connection) is
+ *     retried with exponential backoff and jitter; an attempt that fails 24 h or more after the first attempt ends
+ *     the delivery as `failed` (an admin can redeliver it). Every attempt is logged with its status code, duration
+ *     and error.
+ * Nothing here runs inside a request: a slow or dead receiver slows only the drain.
+ * Runtime-neutral: fetch with AbortSignal.timeout and WebCrypto, the same on Node and Deno.
+ */
+
+export interface WebhookDrainDeps {
+  database: Database;
+  clock: Clock;
+  logger: Logger;
+  config: Pick<Config, 'authSecret'>;
+}
+
+export interface DrainOptions {
+  /** At most this many delivery attempts in this call (default 100). */
+  limit?: number;
+  /** Per-attempt time limit in ms (default 10 000, the contract's). */
+  timeoutMs?: number;
+}
+
+export interface DrainResult {
+  attempted: number;
+  delivered: number;
+  /** failed attempts that will be retried */
+  retrying: number;
+  /** deliveries given up on by this call (status `failed`) */
+  failed: number;
+}
+
+export const DELIVERY_TIMEOUT_MS = 10_000;
+/** Failures keep being retried until an attempt fails at least this long after the first one. */
+export const RETRY_WINDOW_MS = 24 * 60 * 60 * 1000;
+/** A claimed delivery is left alone by other drains this long (longer than an attempt can take). */
+const LEASE_MS = 60_000;
+const BATCH = 25;
+const FIRST_RETRY_MS = 10_000;
+const MAX_RETRY_MS = 2 * 60 * 60 * 1000;
+
+/**
+ * Delay before retry number `attempts` (1 = after the first failure): 10 s doubling up to 2 h, with "equal jitter"
+ * (half fixed, half random), so receivers coming back from an outage are not hit by every sender at once.
+ */
+export function retryDelayMs(attempts: number, random: () => number = Math.random): number {
+  const base = Math.min(FIRST_RETRY_MS * 2 ** Math.max(0, attempts - 1), MAX_RETRY_MS);
+  return Math.round(base / 2 + random() * (base / 2));
+}
+
+interface Claimed {
+  id: string;
+  endpointId: string;
+  eventId: string;
+  attempts: number;
+  firstAttemptAt: Date | string;
+  type: WebhookEventType;
+  occurredAt: Date | string;
+  data: Record<string, unknown>;
+  url: string;
+  secret: string;
+  previousSecret: string | null;
+  previousSecretExpiresAt: Date | string | null;
+}
+
+type Outcome = 'delivered' | 'retrying' | 'failed';
+
+export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainOptions = {}): Promise<DrainResult> {
+  const limit = Math.max(1, Math.min(options.limit ?? 100, 10_000));
+  const timeoutMs = options.timeoutMs ?? DELIVERY_TIMEOUT_MS;
+  const result: DrainResult = { attempted: 0, delivered: 0, retrying: 0, failed: 0 };
+  // Each round sends at most one delivery per endpoint (the earliest pending one); a delivered one lets the next
+  // delivery to that endpoint into the following round.
+  while (result.attempted < limit) {
+    const claimId = crypto.randomUUID();
+    const claimed = await claim(deps, claimId, Math.min(BATCH, limit - result.attempted));
+    if (claimed.length === 0) break;
+    result.attempted += claimed.length;
+    const outcomes = await Promise.all(claimed.map((d) => attempt(deps, claimId, d, timeoutMs)));
+    for (const o of outcomes) result[o] += 1;
+  }
+  return result;
+}
+
+async function claim(deps: WebhookDrainDeps, claimId: string, n: number): Promise<Claimed[]> {
+  const now = deps.clock.now();
+  return rows<Claimed>(
+    deps.database.db,
+    sql`with due as (
+          select d.id
+          from public.webhook_deliveries d
+          join public.webhook_endpoints e on e.id = d.endpoint_id
+          where d.status = 'pending' and d.next_attempt_at <= ${now} and e.enabled
+            and not exists (select 1 from public.webhook_deliveries p
+                             where p.endpoint_id = d.endpoint_id and p.status = 'pending' and p.event_seq < d.event_seq)
+          order by d.next_attempt_at, d.event_seq
+          limit ${n}
+          for update of d skip locked
+        )
+        update public.webhook_deliveries d
+           set claim_id = ${claimId},
+               attempts = d.attempts + 1,
+               next_attempt_at = ${new Date(now.getTime() + LEASE_MS)},
+               first_attempt_at = coalesce(d.first_attempt_at, ${now}),
+               last_attempt_at = ${now}
+          from due, public.webhook_events ev, public.webhook_endpoints e
+         where d.id = due.id and ev.id = d.event_id and e.id = d.endpoint_id
+        returning d.id, d.endpoint_id as "endpointId", d.event_id as "eventId", d.attempts,
+                  d.first_attempt_at as "firstAttemptAt", ev.type, ev.occurred_at as "occurredAt", ev.data, e.url,
+                  e.secret_encrypted as secret, e.previous_secret_encrypted as "previousSecret",
+                  e.previous_secret_expires_at as "previousSecretExpiresAt"`,
+  );
+}
+
+async function attempt(deps: WebhookDrainDeps, claimId: string, d: Claimed, timeoutMs: number): Promise<Outcome> {
+  const { clock, logger } = deps;
+  const sentAt = clock.now();
+  const started = performance.now();
+  let statusCode: number | null = null;
+  let error: string | null = null;
+  try {
+    const body = JSON.stringify(eventPayload(d.type, d.occurredAt, d.data));
+    const signature = (await signingSecrets(deps, d, sentAt)).map((s) => new Webhook(s).sign(d.eventId, sentAt, body)).join(' ');
+    const res = await fetch(d.url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'user-agent': 'agent-marketplace-webhooks/1',
+        'webhook-id': d.eventId,
+        'webhook-timestamp': String(Math.floor(sentAt.getTime() / 1000)),
+        'webhook-signature': signature,
+      },
+      body,
+      redirect: 'manual',
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    statusCode = res.status;
+    if (res.status >= 200 && res.status < 300) {
+      await res.body?.cancel().catch(() => {});
+    } else {
+      const snippet = await readSnippet(res, 200);
+      error = `answered HTTP ${res.status}${res.status >= 300 && res.status < 400 ? ' (redirects are not followed)' : ''}${snippet ? `: ${snippet}` : ''}`;
+    }
+  } catch (err) {
+    error = describeFailure(err, timeoutMs);
+  }
+  const durationMs = Math.max(0, Math.round(performance.now() - started));
+  const now = clock.now();
+
+  let outcome: Outcome;
+  let nextAttemptAt: Date;
+  if (error === null) {
+    outcome = 'delivered';
+    nextAttemptAt = now;
+  } else if (now.getTime() - new Date(d.firstAttemptAt).getTime() >= RETRY_WINDOW_MS) {
+    outcome = 'failed';
+    nextAttemptAt = now;
+  } else {
+    outcome = 'retrying';
+    nextAttemptAt = new Date(now.getTime() + retryDelayMs(d.attempts));
+  }
+
+  // The attempt is logged whatever happens; the delivery changes only if this drain still holds its claim (an
+  // endpoint deleted meanwhile took its deliveries with it; a redelivery or an expired lease handed it on).
+  await sql`with logged as (
+              insert into public.webhook_delivery_attempts (delivery_id, attempted_at, duration_ms, status_code, error)
+              select ${d.id}, ${sentAt}, ${durationMs}, ${statusCode}, ${error}
+              where exists (select 1 from public.webhook_deliveries where id = ${d.id})
+            )
+            update public.webhook_deliveries
+               set status = ${outcome === 'retrying' ? 'pending' : outcome},
+                   next_attempt_at = ${nextAttemptAt},
+                   delivered_at = ${outcome === 'delivered' ? now : null},
+                   last_status_code = ${statusCode},
+                   last_error = ${error},
+                   claim_id = null
+             where id = ${d.id} and claim_id = ${claimId}`.execute(deps.database.db);
+
+  if (outcome !== 'delivered') {
+    const fields = { deliveryId: d.id, webhookId: d.endpointId, eventId: d.eventId, attempts: d.attempts, statusCode, error };
+    if (outcome === 'failed') logger.warn('webhook delivery failed for good after its retry window; an admin can redeliver it', fields);
+    else logger.warn('webhook delivery attempt failed; retrying', { ...fields, nextAttemptAt: nextAttemptAt.toISOString() });
+  }
+  return outcome;
+}
+
+/** The current secret, and the previous one while its grace period after a rotation lasts. */
+async function signingSecrets(deps: WebhookDrainDeps, d: Claimed, at: Date): Promise<string[]> {
+  const box = secretBox(deps.config.authSecret);
+  const secrets = [await box.open(d.secret, d.endpointId)];
+  if (d.previousSecret && d.previousSecretExpiresAt && new Date(d.previousSecretExpiresAt) > at) {
+    const previous = await box.open(d.previousSecret, d.endpointId).catch(() => null);
+    if (previous) secrets.push(previous);
+  }
+  return secrets;
+}
+
+function describeFailure(err: unknown, timeoutMs: number): string {
+  if (err instanceof SecretUnreadable) return err.message;
+  const e = err as { name?: string; message?: string; cause?: { code?: string; message?: string } };
+  if (e?.name === 'TimeoutError' || e?.name === 'AbortError') return `no answer within ${timeoutMs / 1000} s`;
+  const cause = e?.cause?.code ?? e?.cause?.message;
+  return `${e?.message ?? String(err)}${cause ? ` (${cause})` : ''}`.slice(0, 500);
+}
+
+/** The start of an error answer's body, for the attempt log (bounded: a receiver cannot make us read megabytes). */
+async function readSnippet(res: Response, max: number): Promise<string> {
+  if (!res.body) return '';
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  try {
+    while (text.length < max) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+    }
+  } catch {
+    // a body cut short or too slow: what arrived is enough
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+  return text.replace(/\s+/g, ' ').trim().slice(0, max);
+}
+
+/**
+ * A loop that drains the outbox every `pollMs` in this process: the Node entry's convenience (functions/deps.ts
+ * starts it outside tests). Nothing depends on it: a scheduler calling drainWebhookOutbox does the same work.
+ */
+export function createWebhookWorker(deps: WebhookDrainDeps, options: { pollMs?: number } = {}) {
+  const pollMs = options.pollMs ?? 1000;
+  let timer: ReturnType<typeof setInterval> | undefined;
+  let running: Promise<DrainResult> | undefined;
+
+  const drain = (): Promise<DrainResult> => {
+    running ??= drainWebhookOutbox(deps).finally(() => (running = undefined));
+    return running;
+  };
+  const tick = () => void drain().catch((err) => deps.logger.error('webhook delivery loop failed', { err }));
+
+  return {
+    drain,
+    start() {
+      if (timer) return;
+      timer = setInterval(tick, pollMs);
+      (timer as { unref?: () => void }).unref?.();
+    },
+    /** Stops the loop and waits (bounded) for a drain already running, so the database can be closed after it. */
+    async stop() {
+      if (timer) clearInterval(timer);
+      timer = undefined;
+      await Promise.race([running?.catch(() => {}), new Promise((r) => (setTimeout(r, 12_000) as { unref?: () => void }).unref?.())]);
+    },
+  };
+}

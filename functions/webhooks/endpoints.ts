@@ -1,0 +1,142 @@
+import type { AppDeps } from '../app.ts';
+import { notFound } from '../http/errors.ts';
+import { first, rows, sql, type Db } from '../platform/db.ts';
+import type { Webhook, WebhookEventType, WebhookWithSecret } from './schemas.ts';
+import { newWebhookSecret, SecretBox } from './secrets.ts';
+
+/**
+ * An agent's webhook endpoints, managed by platform admins: where the marketplace sends the agent's events, which
+ * event types each wants, and the secret that signs them (stored encrypted, shown only when made: secrets.ts).
+ */
+
+type Deps = Pick<AppDeps, 'database' | 'clock' | 'config'>;
+
+/** How long the previous secret keeps signing (as a second signature) after a rotation. */
+export const PREVIOUS_SECRET_GRACE_MS = 24 * 60 * 60 * 1000;
+
+interface Row {
+  id: string;
+  agentId: string;
+  url: string;
+  events: WebhookEventType[];
+  enabled: boolean;
+  createdAt: Date | string;
+  updatedAt: Date | string;
+}
+
+const columns = sql`e.id, e.agent_id as "agentId", e.url, to_jsonb(e.events) as events, e.enabled,
+  e.created_at as "createdAt", e.updated_at as "updatedAt"`;
+
+const iso = (v: Date | string) => new Date(v).toISOString();
+const toWebhook = (r: Row): Webhook => ({ ...r, createdAt: iso(r.createdAt), updatedAt: iso(r.updatedAt) });
+
+/** A text[] parameter that binds the same way on both drivers. */
+const textArray = (values: readonly string[]) => sql`array(select jsonb_array_elements_text(${JSON.stringify(values)}::text::jsonb))`;
+
+const boxes = new Map<string, SecretBox>();
+/** The secret box of this AUTH_SECRET (the key is derived once per process). */
+export function secretBox(authSecret: string): SecretBox {
+  let box = boxes.get(authSecret);
+  if (!box) boxes.set(authSecret, (box = new SecretBox(authSecret)));
+  return box;
+}
+
+async function requireAgent(db: Db, agentId: string): Promise<void> {
+  const agent = await first(db, sql`select 1 from public.agents where id = ${agentId}`);
+  if (!agent) throw notFound('Agent', { agentId });
+}
+
+export async function listWebhooks(deps: Deps, agentId: string): Promise<Webhook[]> {
+  const db = deps.database.db;
+  await requireAgent(db, agentId);
+  const found = await rows<Row>(
+    db,
+    sql`select ${columns} from public.webhook_endpoints e where e.agent_id = ${agentId} order by e.created_at desc, e.id desc`,
+  );
+  return found.map(toWebhook);
+}
+
+/** The endpoint, only when it belongs to the agent (another agent's endpoint is not found). */
+export async function getWebhook(deps: Deps, agentId: string, webhookId: string): Promise<Webhook> {
+  const row = await first<Row>(
+    deps.database.db,
+    sql`select ${columns} from public.webhook_endpoints e where e.id = ${webhookId} and e.agent_id = ${agentId}`,
+  );
+  if (!row) throw notFound('Webhook', { agentId, webhookId });
+  return toWebhook(row);
+}
+
+export async function createWebhook(
+  deps: Deps,
+  agentId: string,
+  input: { url: string; events: WebhookEventType[] },
+): Promise<WebhookWithSecret> {
+  const db = deps.database.db;
+  await requireAgent(db, agentId);
+  const id = crypto.randomUUID();
+  const secret = newWebhookSecret();
+  const sealed = await secretBox(deps.config.authSecret).seal(secret, id);
+  const now = deps.clock.now();
+  const row = await first<Row>(
+    db,
+    sql`insert into public.webhook_endpoints as e (id, agent_id, url, events, enabled, secret_encrypted, created_at, updated_at)
+        select ${id}, a.id, ${input.url}, ${textArray(input.events)}, true, ${sealed}, ${now}, ${now}
+        from public.agents a where a.id = ${agentId}
+        returning ${columns}`,
+  );
+  // The agent was deleted between the check and the insert.
+  if (!row) throw notFound('Agent', { agentId });
+  return { ...toWebhook(row), secret };
+}
+
+export async function updateWebhook(
+  deps: Deps,
+  agentId: string,
+  webhookId: string,
+  patch: { url?: string | undefined; events?: WebhookEventType[] | undefined; enabled?: boolean | undefined },
+): Promise<Webhook> {
+  const row = await first<Row>(
+    deps.database.db,
+    sql`update public.webhook_endpoints e set
+          url = coalesce(${patch.url ?? null}, e.url),
+          events = case when ${patch.events !== undefined} then ${textArray(patch.events ?? [])} else e.events end,
+          enabled = coalesce(${patch.enabled ?? null}::boolean, e.enabled),
+          updated_at = ${deps.clock.now()}
+        where e.id = ${webhookId} and e.agent_id = ${agentId}
+        returning ${columns}`,
+  );
+  if (!row) throw notFound('Webhook', { agentId, webhookId });
+  return toWebhook(row);
+}
+
+/** Deletes the endpoint and its deliveries (pending ones are never sent). */
+export async function deleteWebhook(deps: Deps, agentId: string, webhookId: string): Promise<{ id: string }> {
+  const row = await first<{ id: string }>(
+    deps.database.db,
+    sql`delete from public.webhook_endpoints where id = ${webhookId} and agent_id = ${agentId} returning id`,
+  );
+  if (!row) throw notFound('Webhook', { agentId, webhookId });
+  return row;
+}
+
+/**
+ * A new secret, shown once. The previous one keeps signing as a second `v1,` signature for 24 hours, so a receiver
+ * that has not switched yet still verifies (Standard Webhooks receivers accept any listed signature).
+ */
+export async function rotateWebhookSecret(deps: Deps, agentId: string, webhookId: string): Promise<WebhookWithSecret> {
+  const secret = newWebhookSecret();
+  const sealed = await secretBox(deps.config.authSecret).seal(secret, webhookId);
+  const now = deps.clock.now();
+  const row = await first<Row>(
+    deps.database.db,
+    sql`update public.webhook_endpoints e set
+          previous_secret_encrypted = e.secret_encrypted,
+          previous_secret_expires_at = ${new Date(now.getTime() + PREVIOUS_SECRET_GRACE_MS)},
+          secret_encrypted = ${sealed},
+          updated_at = ${now}
+        where e.id = ${webhookId} and e.agent_id = ${agentId}
+        returning ${columns}`,
+  );
+  if (!row) throw notFound('Webhook', { agentId, webhookId });
+  return { ...toWebhook(row), secret };
+}
