@@ -15,6 +15,10 @@ import type { Config } from '../../platform/config.ts';
  * - Access tokens live 10 h and carry `role: "authenticated"` (the PostgREST/Supabase role a signed-in user
  *   acts as), whatever the user's marketplace role is: agents act as the user, never as an administrator.
  * - Dynamic registration stays off: every client belongs to an agent and is created by provisionAgentClient.
+ * - The library's client and resource registry is closed to everyone, platform admins included (contract.md, Trust
+ *   boundaries): closed-endpoints.ts refuses its endpoints before the library sees them, and the privilege hooks
+ *   below refuse every action, so an endpoint a library upgrade adds stays closed too. Our own code writes clients
+ *   and resources in SQL (agent-clients.ts, public.ensure_agent_resource), never through these endpoints.
  */
 
 export const ACCESS_TOKEN_TTL_SECONDS = 10 * 60 * 60;
@@ -48,6 +52,10 @@ export function oauthProviderOptions(config: Config): OAuthOptions<Scope[]> {
     scopes: [...OAUTH_SCOPES, ADMIN_SCOPE],
     allowDynamicClientRegistration: false,
     allowUnauthenticatedClientRegistration: false,
+    // Every action of the client and resource endpoints (create, read, list, update, delete, rotate, link, ...) is
+    // refused for every session: see the header.
+    clientPrivileges: () => false,
+    resourcePrivileges: () => false,
     accessTokenExpiresIn: ACCESS_TOKEN_TTL_SECONDS,
     refreshTokenExpiresIn: REFRESH_TOKEN_TTL_SECONDS,
     // Any reuse of a rotated refresh token is treated as theft (no grace window for retries).
