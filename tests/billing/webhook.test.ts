@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { first, sql } from '../../functions/platform/db.ts';
+import { first, rows, sql } from '../../functions/platform/db.ts';
 import { signUp } from '../support/users.ts';
+import { CONTRACT_STRIPE_EVENTS } from '../support/contract.ts';
 import { activeAgent, buyPaidTier, countRows, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /** POST /webhooks/stripe: signatures, once-only processing, notifications re-read from Stripe, failures retried. */
@@ -162,18 +163,78 @@ describe('processing', () => {
     expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).body.data.status).toBe('active');
   });
 
-  it('lets every event type of the contract through and converges on Stripe', async () => {
+  it('handles every event type the contract lists (none answered "ignored"), records each, and converges on Stripe', async () => {
+    // One subscription driven through everything that makes Stripe send the contract's events: a purchase, an
+    // upgrade withdrawn (its invoice voided), an upgrade whose payment fails and then succeeds, a downgrade
+    // withdrawn (schedule released), a downgrade that takes effect at renewal, and an immediate cancellation.
     const agent = await activeAgent(w);
-    const tier = await paidTier(w, agent.id, { priceCents: 1000 });
+    const small = await paidTier(w, agent.id, { priceCents: 500 });
+    const medium = await paidTier(w, agent.id, { priceCents: 1000 });
+    const large = await paidTier(w, agent.id, { priceCents: 2000 });
     const user = await signUp(w.t);
-    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
-    w.fake.advancePeriod(stripeSubscriptionId);
-    const events = w.fake.takeEvents();
-    await deliver(w, events);
-    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
-    const item = w.fake.subscriptions.get(stripeSubscriptionId)!.items.data[0];
-    expect(mine.body.data.currentPeriodStart).toBe(new Date(item.current_period_start * 1000).toISOString());
-    expect(mine.body.data.currentPeriodEnd).toBe(new Date(item.current_period_end * 1000).toISOString());
+    const outcomes: Array<{ type: string; id: string; status: number; outcome: string }> = [];
+    const deliverAll = async () => {
+      for (const event of w.fake.takeEvents()) {
+        const res = await w.fake.deliver(w.webhookUrl, event);
+        const body = await res.json();
+        outcomes.push({ type: event.type, id: event.id, status: res.status, outcome: body.data?.outcome });
+      }
+    };
+    const admin = (method: 'post' | 'delete', path: string, json?: unknown) =>
+      w.t.http[method](`/admin/subscriptions/${subscriptionId}${path}`, { cookie: w.admin.cookie, ...(json ? { json } : {}) });
+
+    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: medium.id } });
+    w.fake.takeEvents();
+    const stripeSub = w.fake.completeCheckout(checkout.body.data.sessionId);
+    await deliverAll();
+    const subscriptionId = (await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).body.data.id as string;
+
+    w.fake.setPaymentMode('requires_action');
+    try {
+      expect((await admin('post', '/change-tier', { tierId: large.id })).status).toBe(200);
+      await deliverAll();
+      expect((await admin('delete', '/pending-change')).status).toBe(200); // voids the proration invoice
+      await deliverAll();
+      expect((await admin('post', '/change-tier', { tierId: large.id })).status).toBe(200);
+      await deliverAll();
+      const invoice = w.fake.subscriptions.get(stripeSub.id)!.latest_invoice;
+      w.fake.failInvoice(invoice);
+      w.fake.payInvoice(invoice); // the pending update applies
+      await deliverAll();
+    } finally {
+      w.fake.setPaymentMode('succeeds');
+    }
+    expect((await admin('post', '/change-tier', { tierId: small.id })).status).toBe(200); // a schedule
+    await deliverAll();
+    expect((await admin('delete', '/pending-change')).status).toBe(200); // released
+    await deliverAll();
+    expect((await admin('post', '/change-tier', { tierId: small.id })).status).toBe(200);
+    w.fake.advancePeriod(stripeSub.id); // the schedule's next phase: the downgrade takes effect
+    await deliverAll();
+    // The fake does not model a schedule reaching its end by itself; Stripe's event for it carries the schedule.
+    const schedule = w.fake.schedules.get(w.fake.subscriptions.get(stripeSub.id)!.schedule)!;
+    const completed = { ...w.fake.events.at(-1)!, id: 'evt_schedule_completed_1', type: 'subscription_schedule.completed', data: { object: { ...structuredClone(schedule), status: 'completed', completed_at: w.fake.now() } } };
+    const completedRes = await w.fake.deliver(w.webhookUrl, completed);
+    outcomes.push({ type: completed.type, id: completed.id, status: completedRes.status, outcome: (await completedRes.json()).data?.outcome });
+    expect((await admin('post', '/cancel', { immediate: true })).status).toBe(200); // subscription deleted, schedule canceled
+    await deliverAll();
+
+    const handled = outcomes.filter((o) => (CONTRACT_STRIPE_EVENTS as readonly string[]).includes(o.type));
+    expect(CONTRACT_STRIPE_EVENTS.filter((type) => !handled.some((o) => o.type === type))).toEqual([]);
+    for (const o of handled) {
+      expect(o, JSON.stringify(o)).toMatchObject({ status: 200 });
+      expect(['ignored', 'duplicate', undefined], JSON.stringify(o)).not.toContain(o.outcome);
+    }
+    const recorded = new Set((await rows<{ id: string }>(w.t.db, sql`select id from stripe_events`)).map((r) => r.id));
+    expect(handled.filter((o) => !recorded.has(o.id)).map((o) => o.type)).toEqual([]);
+    // what the service shows is what Stripe holds
+    const mine = await w.t.http.get(`/admin/subscriptions?userId=${user.userId}`, { cookie: w.admin.cookie });
+    const local = mine.body.data.find((s: { id: string }) => s.id === subscriptionId);
+    const remote = w.fake.subscriptions.get(stripeSub.id)!;
+    expect(local).toMatchObject({ status: 'canceled', tierId: small.id, pendingTierId: null });
+    expect(remote).toMatchObject({ status: 'canceled' });
+    expect(remote.items.data[0].price.id).toBe(small.stripePriceId);
+    expect(local.currentPeriodEnd).toBe(new Date(remote.items.data[0].current_period_end * 1000).toISOString());
   });
 });
 
