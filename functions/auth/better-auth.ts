@@ -12,6 +12,7 @@ import type { Mailer } from '../platform/mailer.ts';
 import { existingAccountSignUpMail, invitationMail, pagesOrigin, verificationLink, verificationMail } from './account-mails.ts';
 import { assertMayInvite } from './invitation-rules.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
+import { CLOSED_ENDPOINTS } from './oauth/closed-endpoints.ts';
 
 export { pagesOrigin };
 
@@ -63,6 +64,9 @@ export function authOptions(deps: AuthDeps) {
       transaction: database.kind === 'postgres',
     },
     telemetry: { enabled: false },
+    // Also refused by the library itself (404), should a request ever reach it past closed-endpoints.ts: the
+    // client-management and session-JWT endpoints nobody may call (the parameterised ones have no exact path).
+    disabledPaths: CLOSED_ENDPOINTS.filter((e) => !e.path.includes(':')).map((e) => e.path),
     trustedOrigins: trustedOrigins(config),
     // Our own limiter (functions/http/rate-limit.ts) answers 429 in the API envelope with Retry-After.
     rateLimit: { enabled: false },

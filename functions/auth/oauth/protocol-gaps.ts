@@ -1,6 +1,5 @@
 import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../../http/context.ts';
-import { ApiError } from '../../http/errors.ts';
 import { first, sql, type Db } from '../../platform/db.ts';
 import type { Config } from '../../platform/config.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
@@ -31,7 +30,6 @@ import {
  * | POST oauth2/token | `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; a reused code or refresh token also revokes the live access tokens of its grant / family |
  * | POST oauth2/revoke | JWT access tokens revoked through the revocation list (the library refuses); revoking a refresh token also revokes its family's access tokens; unknown tokens -> 200 |
  * | POST oauth2/introspect, GET/POST oauth2/userinfo | a revoked token, revoked grant or banned user is inactive / 401, as on every other route |
- * | POST oauth2/register | 401 UNAUTHORIZED envelope (the library answers 403) |
  * | GET /.well-known/oauth-authorization-server/api/auth | RFC 8414 path-suffixed metadata location, outside /api/auth |
  * | the three metadata documents | advertise the client authentication our clients can use (secret basic/post) |
  * | token, introspect, revoke | client_secret_post accepted as well as client_secret_basic (the library binds a client to one method) |
@@ -216,11 +214,6 @@ export function oauthProtocolRoutes() {
       );
     }
     return library(c, forwarded);
-  });
-
-  // Every OAuth client belongs to an agent and is created with it; nobody registers clients on their own.
-  router.post('/api/auth/oauth2/register', () => {
-    throw new ApiError('UNAUTHORIZED', 'Dynamic client registration is not available: OAuth clients are created with their agent by a platform admin');
   });
 
   // RFC 8414 §3: for an issuer with a path, the metadata lives at /.well-known/oauth-authorization-server/<path>;
