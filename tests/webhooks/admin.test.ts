@@ -1,0 +1,239 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from '../../functions/platform/db.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { insertAgent } from '../support/fixtures.ts';
+import { accessTokenFor } from '../support/oauth.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { meteredAgent } from '../metering/support.ts';
+import { drain, Receiver } from './support.ts';
+
+/**
+ * The agent-webhook admin routes over HTTP: who may call them, what they refuse, the secret shown once, pagination
+ * and the status filter of deliveries, and the OpenAPI document.
+ */
+
+let t: TestApp;
+let admin: TestUser;
+let user: TestUser;
+let agentId: string;
+let hook: Receiver;
+
+beforeAll(async () => {
+  t = await startTestApp();
+  admin = await createAdmin(t);
+  user = await signUp(t);
+  agentId = (await insertAgent(t.db)).id;
+  hook = await Receiver.start();
+});
+afterAll(async () => {
+  await hook.close();
+  await t.close();
+});
+
+const base = (id = agentId) => `/admin/agents/${id}/webhooks`;
+const ALL = ['subscription.created', 'subscription.updated', 'subscription.canceled', 'usage.threshold_reached', 'reservation.expired'];
+
+async function create(json: unknown = { url: 'https://agent.example.com/hooks', events: ALL }) {
+  return t.http.post(base(), { cookie: admin.cookie, json });
+}
+
+describe('access', () => {
+  it('answers 401 signed out, 403 to a user, 403 to any agent bearer token (even an admin’s), on every route', async () => {
+    const made = await create();
+    expect(made.status).toBe(201);
+    const webhookId = made.body.data.id;
+    await sql`insert into public.webhook_events (id, agent_id, type, data, occurred_at)
+              values ('00000000-0000-4000-8000-00000000e001', ${agentId}, 'subscription.created', '{}', now())`.execute(t.db);
+    await sql`insert into public.webhook_deliveries (id, endpoint_id, event_id, event_seq, status, created_at)
+              select public.webhook_delivery_id(now()), ${webhookId}, e.id, e.seq, 'failed', now()
+              from public.webhook_events e where e.id = '00000000-0000-4000-8000-00000000e001'`.execute(t.db);
+    const deliveryId = (await sql<{ id: string }>`select id from public.webhook_deliveries where endpoint_id = ${webhookId}`.execute(t.db))
+      .rows[0]!.id;
+
+    const calls: Array<[string, string, unknown?]> = [
+      ['GET', base()],
+      ['POST', base(), { url: 'https://x.example.com/h', events: ['subscription.created'] }],
+      ['PATCH', `${base()}/${webhookId}`, { enabled: false }],
+      ['POST', `${base()}/${webhookId}/rotate-secret`],
+      ['GET', `${base()}/${webhookId}/deliveries`],
+      ['POST', `/admin/webhook-deliveries/${deliveryId}/redeliver`],
+      ['DELETE', `${base()}/${webhookId}`],
+    ];
+    const agentTokenOfAdmin = (await accessTokenFor(t, admin, { agentId })).accessToken;
+    const agentTokenOfUser = (await accessTokenFor(t, user, { agentId })).accessToken;
+    for (const [method, path, json] of calls) {
+      const anonymous = await t.http.call(method, path, { json });
+      expect(anonymous.status, `${method} ${path} signed out`).toBe(401);
+      expect(anonymous.body.error.code).toBe('UNAUTHORIZED');
+      const asUser = await t.http.call(method, path, { cookie: user.cookie, json });
+      expect(asUser.status, `${method} ${path} as a user`).toBe(403);
+      for (const bearer of [agentTokenOfAdmin, agentTokenOfUser]) {
+        const asAgent = await t.http.call(method, path, { bearer, json });
+        expect(asAgent.status, `${method} ${path} with an agent's token`).toBe(403);
+        expect(asAgent.body.error.code).toBe('FORBIDDEN');
+      }
+    }
+    // nothing changed
+    const after = await t.http.get(`${base()}`, { cookie: admin.cookie });
+    expect(after.body.data.find((w: { id: string }) => w.id === webhookId)).toMatchObject({ enabled: true });
+    const delivery = await sql<{ status: string }>`select status from public.webhook_deliveries where id = ${deliveryId}`.execute(t.db);
+    expect(delivery.rows[0]!.status).toBe('failed');
+  });
+});
+
+describe('endpoints', () => {
+  it('shows the secret once: in the create answer, never in lists or updates, never in the database or the logs in clear', async () => {
+    const made = await create({ url: 'https://agent.example.com/once', events: ['subscription.created'] });
+    expect(made.status).toBe(201);
+    const { secret, id } = made.body.data;
+    expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    expect(made.body.data).toMatchObject({ agentId, url: 'https://agent.example.com/once', events: ['subscription.created'], enabled: true });
+
+    const listed = await t.http.get(base(), { cookie: admin.cookie });
+    expect(listed.status).toBe(200);
+    expect(listed.text).not.toContain(secret);
+    expect(listed.body.data.find((w: { id: string }) => w.id === id)).not.toHaveProperty('secret');
+    const patched = await t.http.patch(`${base()}/${id}`, { cookie: admin.cookie, json: { events: ALL } });
+    expect(patched.status).toBe(200);
+    expect(patched.body.data).not.toHaveProperty('secret');
+    expect(patched.body.data.events).toEqual(ALL);
+
+    const stored = await sql<{ secret_encrypted: string }>`select secret_encrypted from public.webhook_endpoints where id = ${id}`.execute(t.db);
+    expect(stored.rows[0]!.secret_encrypted).toMatch(/^v1\./);
+    expect(stored.rows[0]!.secret_encrypted).not.toContain(secret.slice(6));
+    expect(JSON.stringify(t.logs)).not.toContain(secret.slice(6));
+
+    const rotated = await t.http.post(`${base()}/${id}/rotate-secret`, { cookie: admin.cookie });
+    expect(rotated.status).toBe(200);
+    expect(rotated.body.data.secret).toMatch(/^whsec_/);
+    expect(rotated.body.data.secret).not.toBe(secret);
+    expect(JSON.stringify(t.logs)).not.toContain(rotated.body.data.secret.slice(6));
+  });
+
+  it('refuses bad urls and event lists with 400', async () => {
+    const bad: unknown[] = [
+      { url: 'http://agent.example.com/hooks', events: ALL }, // plain http off loopback
+      { url: 'ftp://agent.example.com/hooks', events: ALL },
+      { url: 'not a url', events: ALL },
+      { url: 'https://user:pass@agent.example.com/hooks', events: ALL },
+      { url: `https://agent.example.com/${'a'.repeat(2100)}`, events: ALL },
+      { url: 'https://agent.example.com/hooks', events: [] },
+      { url: 'https://agent.example.com/hooks', events: ['subscription.deleted'] },
+      { url: 'https://agent.example.com/hooks', events: ['subscription.created', 'subscription.created'] },
+      { url: 'https://agent.example.com/hooks' },
+      { events: ALL },
+      { url: 'https://agent.example.com/hooks', events: ALL, secret: 'whsec_mine' },
+    ];
+    for (const json of bad) {
+      const res = await create(json);
+      expect(res.status, JSON.stringify(json)).toBe(400);
+      expect(res.body.error.code).toBe('VALIDATION_ERROR');
+    }
+    const made = await create();
+    const patch = await t.http.patch(`${base()}/${made.body.data.id}`, { cookie: admin.cookie, json: { url: 'http://10.0.0.1/h' } });
+    expect(patch.status).toBe(400);
+    // loopback http is fine (a backend on the same machine)
+    for (const url of ['http://127.0.0.1:8080/h', 'http://localhost/h', 'http://[::1]:9/h']) {
+      expect((await create({ url, events: ALL })).status, url).toBe(201);
+    }
+  });
+
+  it('answers 404 for unknown agents, webhooks and deliveries, and for another agent’s webhook', async () => {
+    const unknown = '00000000-0000-4000-8000-000000000000';
+    expect((await t.http.get(base(unknown), { cookie: admin.cookie })).status).toBe(404);
+    expect((await t.http.post(base(unknown), { cookie: admin.cookie, json: { url: 'https://a.example.com/h', events: ALL } })).status).toBe(404);
+    const made = await create();
+    const other = (await insertAgent(t.db)).id;
+    for (const path of [`${base(other)}/${made.body.data.id}`, `${base()}/${unknown}`]) {
+      expect((await t.http.patch(path, { cookie: admin.cookie, json: { enabled: false } })).status).toBe(404);
+      expect((await t.http.post(`${path}/rotate-secret`, { cookie: admin.cookie })).status).toBe(404);
+      expect((await t.http.get(`${path}/deliveries`, { cookie: admin.cookie })).status).toBe(404);
+      expect((await t.http.call('DELETE', path, { cookie: admin.cookie })).status).toBe(404);
+    }
+    const redeliver = await t.http.post(`/admin/webhook-deliveries/${unknown}/redeliver`, { cookie: admin.cookie });
+    expect(redeliver.status).toBe(404);
+    expect(redeliver.body.error.code).toBe('NOT_FOUND');
+    expect((await t.http.get(`${base('not-a-uuid')}`, { cookie: admin.cookie })).status).toBe(400);
+    expect((await t.http.post(`/admin/webhook-deliveries/nope/redeliver`, { cookie: admin.cookie })).status).toBe(400);
+
+    const deleted = await t.http.call('DELETE', `${base()}/${made.body.data.id}`, { cookie: admin.cookie });
+    expect(deleted.status).toBe(200);
+    expect(deleted.body.data).toEqual({ id: made.body.data.id });
+    expect((await t.http.call('DELETE', `${base()}/${made.body.data.id}`, { cookie: admin.cookie })).status).toBe(404);
+  });
+});
+
+describe('deliveries', () => {
+  it('lists newest first in signed pages, filters by status, and refuses another list’s cursor', async () => {
+    const agent = await meteredAgent(t.db, []);
+    const made = await t.http.post(base(agent.agentId), {
+      cookie: admin.cookie,
+      json: { url: hook.url, events: ['subscription.created', 'subscription.canceled'] },
+    });
+    hook.secrets = [made.body.data.secret];
+    const webhookId = made.body.data.id;
+    const subscriptionIds: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const u = await signUp(t);
+      const res = await t.http.post('/me/checkout', { cookie: u.cookie, json: { tierId: agent.tierId } });
+      subscriptionIds.push(res.body.data.subscription.id);
+    }
+    // the first two are delivered; the receiver then fails the third, which blocks the rest
+    hook.mode = { status: 200 };
+    await drain(t, { limit: 2 });
+    hook.mode = { status: 500 };
+    await drain(t, { limit: 1 });
+
+    const path = `${base(agent.agentId)}/${webhookId}/deliveries`;
+    const seen: Array<Record<string, any>> = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 4; page++) {
+      const res = await t.http.get(`${path}?limit=2${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { cookie: admin.cookie });
+      expect(res.status, res.text).toBe(200);
+      seen.push(...res.body.data);
+      if (!res.body.pagination.hasMore) break;
+      cursor = res.body.pagination.cursor;
+    }
+    expect(seen.map((d) => d.payload.data.id)).toEqual([...subscriptionIds].reverse());
+    expect(seen.map((d) => d.status)).toEqual(['pending', 'pending', 'pending', 'delivered', 'delivered']);
+    expect(seen[2]).toMatchObject({ attempts: 1, lastStatusCode: 500 });
+    expect(seen[0]).toMatchObject({ webhookId, eventType: 'subscription.created', attempts: 0, attemptLog: [] });
+
+    const pending = await t.http.get(`${path}?status=pending`, { cookie: admin.cookie });
+    expect(pending.body.data).toHaveLength(3);
+    const delivered = await t.http.get(`${path}?status=delivered&limit=1`, { cookie: admin.cookie });
+    expect(delivered.body.data).toHaveLength(1);
+    // a cursor of the filtered list is not valid for the unfiltered one
+    const wrong = await t.http.get(`${path}?cursor=${encodeURIComponent(delivered.body.pagination.cursor)}`, { cookie: admin.cookie });
+    expect(wrong.status).toBe(400);
+    expect(wrong.body.error.code).toBe('INVALID_CURSOR');
+    expect((await t.http.get(`${path}?status=lost`, { cookie: admin.cookie })).status).toBe(400);
+    expect((await t.http.get(`${path}?limit=0`, { cookie: admin.cookie })).status).toBe(400);
+
+    // a pending delivery cannot be redelivered; a delivered one can
+    expect((await t.http.post(`/admin/webhook-deliveries/${seen[0]!.id}/redeliver`, { cookie: admin.cookie })).status).toBe(422);
+    const again = await t.http.post(`/admin/webhook-deliveries/${seen[4]!.id}/redeliver`, { cookie: admin.cookie });
+    expect(again.status).toBe(200);
+    expect(again.body.data).toMatchObject({ id: seen[4]!.id, status: 'pending', attempts: 0 });
+  });
+});
+
+describe('OpenAPI', () => {
+  it('lists the seven operations with the contract’s paths and methods', async () => {
+    const doc = (await t.http.get('/openapi.json')).body;
+    const ops: Record<string, [string, string]> = {};
+    for (const [path, item] of Object.entries<Record<string, { operationId?: string }>>(doc.paths)) {
+      for (const [method, op] of Object.entries(item)) if (op.operationId) ops[op.operationId] = [method, path];
+    }
+    expect(ops).toMatchObject({
+      listAgentWebhooks: ['get', '/admin/agents/{agentId}/webhooks'],
+      createAgentWebhook: ['post', '/admin/agents/{agentId}/webhooks'],
+      updateAgentWebhook: ['patch', '/admin/agents/{agentId}/webhooks/{webhookId}'],
+      deleteAgentWebhook: ['delete', '/admin/agents/{agentId}/webhooks/{webhookId}'],
+      rotateAgentWebhookSecret: ['post', '/admin/agents/{agentId}/webhooks/{webhookId}/rotate-secret'],
+      listWebhookDeliveries: ['get', '/admin/agents/{agentId}/webhooks/{webhookId}/deliveries'],
+      redeliverWebhook: ['post', '/admin/webhook-deliveries/{deliveryId}/redeliver'],
+    });
+    expect(doc.paths['/admin/agents/{agentId}/webhooks'].post.responses['201']).toBeDefined();
+  });
+});
