@@ -2,6 +2,7 @@ import { findActiveSubscription } from '../billing/subscriptions.ts';
 import type { BearerCheck, Principal } from '../http/context.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { otherAgent } from '../http/access.ts';
+import { meterInBatch } from './group-commit.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { MetricKind, OriginalRequest, UsageRecord, UsageResult } from './schemas.ts';
@@ -67,13 +68,16 @@ export async function meterUsageAsBearer(
   check: BearerCheck,
   call: Omit<UsageCall, 'userId'>,
 ): Promise<{ principal: Principal; result: UsageResult }> {
-  const row = await first<UsageCallRow & BearerCallerColumns>(
-    db,
-    sql`select * from public.metering_call_as_bearer(${operation}, ${check.userId}, ${check.tokenKeys}::text[], ${check.issuedAt},
-                                                     ${check.clientId}, ${check.agentId},
-                                                     ${call.agentId}, ${call.metricSlug}, ${call.clientReqId ?? null}, ${call.amount},
-                                                     ${clock.now()})`,
-  );
+  // Through group commit: concurrent calls share one statement, one transaction and one commit (group-commit.ts).
+  const row = (await meterInBatch(db, {
+    operation,
+    check,
+    agentId: call.agentId,
+    metricSlug: call.metricSlug,
+    clientReqId: call.clientReqId,
+    amount: call.amount,
+    now: clock.now(),
+  })) as unknown as UsageCallRow & BearerCallerColumns;
   // A live caller whose token is not the path agent's own: nothing was counted.
   if (row!.caller_status === 'other_agent') throw otherAgent();
   const principal = check.principal({

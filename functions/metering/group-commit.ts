@@ -1,0 +1,126 @@
+import type { BearerCheck } from '../http/context.ts';
+import { isConnectionLost, rows, sql, type Db } from '../platform/db.ts';
+
+/**
+ * Group commit of the agent backends' usage writes (issue 16; migration 20261123000800).
+ *
+ * Calls that arrive while a batch is in flight wait for it and then go out together as the next batch: ONE call of
+ * public.metering_batch_as_bearer, one transaction, one commit, one round trip. No timers: when fewer than
+ * `MAX_IN_FLIGHT` batches are out, a call leaves at once (a lone call waits for nothing); under load the batches grow
+ * by themselves, and so does the number of calls per commit. Each call keeps exactly its own semantics (the SQL
+ * function runs the per-call function for each, in a global lock order).
+ *
+ * Failures: if a batch fails as a whole (a bug or a constraint nobody expected), its calls are retried one by one,
+ * so one bad call never fails the others; every call carries its clientReqId, so a retry never counts twice. A lost
+ * connection fails every call of the batch with that error (503 UNAVAILABLE with Retry-After to each caller).
+ */
+
+/** One usage write, as public.metering_call_as_bearer takes it. */
+export interface BatchedCall {
+  operation: 'increment' | 'decrement';
+  check: BearerCheck;
+  agentId: string;
+  metricSlug: string;
+  clientReqId: string | undefined;
+  amount: number;
+  now: Date;
+}
+
+/** A row of public.metering_call_as_bearer (the caller columns and the usage outcome). */
+export type CallRow = Record<string, unknown> & { caller_status: string };
+
+/** Batches in flight at once per database: the next batch fills while one executes and another commits. */
+const MAX_IN_FLIGHT = 2;
+/** An upper bound on one statement's arrays; more calls wait for the next batch. */
+const MAX_BATCH = 500;
+
+interface Pending {
+  call: BatchedCall;
+  resolve: (row: CallRow) => void;
+  reject: (err: unknown) => void;
+}
+
+class UsageBatcher {
+  #queue: Pending[] = [];
+  #inFlight = 0;
+  readonly #db: Db;
+
+  constructor(db: Db) {
+    this.#db = db;
+  }
+
+  submit(call: BatchedCall): Promise<CallRow> {
+    return new Promise<CallRow>((resolve, reject) => {
+      this.#queue.push({ call, resolve, reject });
+      this.#pump();
+    });
+  }
+
+  #pump(): void {
+    while (this.#inFlight < MAX_IN_FLIGHT && this.#queue.length > 0) {
+      const batch = this.#queue.splice(0, MAX_BATCH);
+      this.#inFlight++;
+      void this.#run(batch).finally(() => {
+        this.#inFlight--;
+        this.#pump();
+      });
+    }
+  }
+
+  async #run(batch: Pending[]): Promise<void> {
+    let results: CallRow[];
+    try {
+      results = await runBatch(this.#db, batch.map((p) => p.call));
+    } catch (err) {
+      if (isConnectionLost(err) || batch.length === 1) {
+        for (const p of batch) p.reject(err);
+        return;
+      }
+      // The batch failed as a whole: one call at a time, so only a bad call fails (its own clientReqId keeps the
+      // others from counting twice, and the failed transaction wrote nothing).
+      await Promise.all(
+        batch.map((p) =>
+          runBatch(this.#db, [p.call]).then(
+            ([row]) => p.resolve(row!),
+            (e) => p.reject(e),
+          ),
+        ),
+      );
+      return;
+    }
+    batch.forEach((p, i) => p.resolve(results[i]!));
+  }
+}
+
+async function runBatch(db: Db, calls: BatchedCall[]): Promise<CallRow[]> {
+  const found = await rows<CallRow & { call_index: number }>(
+    db,
+    sql`select * from public.metering_batch_as_bearer(
+          ${calls.map((c) => c.operation)}::text[],
+          ${calls.map((c) => c.check.userId)}::text[],
+          ${calls.map((c) => c.check.tokenKeys.join(' '))}::text[],
+          ${calls.map((c) => c.check.issuedAt.toISOString())}::text[]::timestamptz[],
+          ${calls.map((c) => c.check.clientId)}::text[],
+          ${calls.map((c) => c.check.agentId)}::text[]::uuid[],
+          ${calls.map((c) => c.agentId)}::text[]::uuid[],
+          ${calls.map((c) => c.metricSlug)}::text[],
+          ${calls.map((c) => c.clientReqId ?? null)}::text[],
+          ${calls.map((c) => String(c.amount))}::text[]::bigint[],
+          ${calls.map((c) => c.now.toISOString())}::text[]::timestamptz[])`,
+  );
+  const byIndex: CallRow[] = new Array(calls.length);
+  for (const row of found) byIndex[Number(row.call_index) - 1] = row;
+  return byIndex;
+}
+
+const batchers = new WeakMap<Db, UsageBatcher>();
+
+/**
+ * Runs one usage write through the database's batcher (one per database handle). On the embedded database, with its
+ * single connection, the second batch in flight simply queues behind the first in the driver.
+ */
+export function meterInBatch(db: Db, call: BatchedCall): Promise<CallRow> {
+  let batcher = batchers.get(db);
+  if (!batcher) batchers.set(db, (batcher = new UsageBatcher(db)));
+  return batcher.submit(call);
+}
