@@ -113,7 +113,11 @@ test('a wrong password shows an error and stays on the sign-in page', async () =
   await page.fill('#email', user.email);
   await page.fill('#password', 'not-the-password');
   await page.click('#submit');
-  await expect.poll(() => page.textContent('#status')).not.toBe('');
+  // the page shows what the sign-in endpoint says for these credentials: the wrong password, not another failure
+  const api = await t.http.post('/api/auth/sign-in/email', { json: { email: user.email, password: 'not-the-password' }, headers: { origin: t.baseUrl } });
+  expect(api.status).toBe(401);
+  expect(api.body.message).toMatch(/invalid email or password/i);
+  await expect.poll(() => page.textContent('#status')).toBe(api.body.message);
   expect(new URL(page.url()).pathname).toBe('/sign-in');
 });
 

@@ -3,7 +3,7 @@ import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { insertAgent, insertTier } from '../support/fixtures.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
-import { reqId, subscribe, usagePath } from './support.ts';
+import { meter, reqId, subscribe, usagePath } from './support.ts';
 
 /** Metric definitions and tier quotas over HTTP. */
 
@@ -116,7 +116,7 @@ describe('metric definitions', () => {
     const used = await createMetric(agent.id, { slug: 'used', name: 'Used', kind: 'rolling' });
     await t.http.put(quotasPath(agent.id, tier.id, used.id), { cookie: admin.cookie, json: { quotaLimit: 5 } });
     await subscribe(t, user.userId, tier.id);
-    expect((await t.http.post(usagePath(agent.id, 'used', 'increment'), { cookie: user.cookie, json: { clientReqId: reqId() } })).status).toBe(200);
+    expect((await meter(t, user, agent.id, 'used', 'increment', { clientReqId: reqId() })).status).toBe(200);
     const refused = await t.http.delete(metricsPath(agent.id, used.id), { cookie: admin.cookie });
     expect(refused.status).toBe(422);
     expect(refused.body.error.code).toBe('METRIC_IN_USE');
@@ -130,6 +130,24 @@ describe('metric definitions', () => {
         .status,
     ).toBe(201);
     expect((await t.http.delete(metricsPath(agent.id, addonOnly.id), { cookie: admin.cookie })).status).toBe(422);
+
+    // ledger rows alone (no counter, no addon) keep a metric too. Setting its quota on a tier with a live
+    // subscription writes that subscription's ledger (quota_changed); the API writes a counter with it, so the
+    // counter is removed here to leave the history as the only reference.
+    const ledgerOnly = await createMetric(agent.id, { slug: 'ledger-only', name: 'Ledger only', kind: 'fixed' });
+    expect((await t.http.put(quotasPath(agent.id, tier.id, ledgerOnly.id), { cookie: admin.cookie, json: { quotaLimit: 3 } })).status).toBe(201);
+    await sql`delete from public.usage_counters where metric_id = ${ledgerOnly.id}`.execute(t.db);
+    const refs = async (table: 'usage_counters' | 'usage_addons' | 'quota_ledger') =>
+      (await sql<{ n: number }>`select count(*)::int as n from ${sql.table(`public.${table}`)} where metric_id = ${ledgerOnly.id}`.execute(t.db)).rows[0]!.n;
+    expect({ counters: await refs('usage_counters'), addons: await refs('usage_addons'), ledger: await refs('quota_ledger') }).toEqual({
+      counters: 0,
+      addons: 0,
+      ledger: expect.any(Number),
+    });
+    expect(await refs('quota_ledger')).toBeGreaterThan(0);
+    const kept = await t.http.delete(metricsPath(agent.id, ledgerOnly.id), { cookie: admin.cookie });
+    expect(kept.status).toBe(422);
+    expect(kept.body.error.code).toBe('METRIC_IN_USE');
   });
 
   it('hides the metrics and quotas of draft and inactive agents from everyone but admins (404)', async () => {
@@ -199,7 +217,7 @@ describe('tier quotas', () => {
     const calls = await createMetric(agent.id, { slug: 'calls', name: 'Calls', kind: 'rolling' });
     const u = await signUp(t);
     const sub = await subscribe(t, u.userId, tier.id);
-    const inc = () => t.http.post(usagePath(agent.id, 'calls', 'increment'), { cookie: u.cookie, json: { clientReqId: reqId() } });
+    const inc = () => meter(t, u, agent.id, 'calls', 'increment', { clientReqId: reqId() });
     expect((await inc()).status).toBe(429); // no quota row: deny
     await t.http.put(quotasPath(agent.id, tier.id, calls.id), { cookie: admin.cookie, json: { quotaLimit: 1 } });
     expect((await inc()).status).toBe(200);

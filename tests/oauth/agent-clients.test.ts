@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { provisionAgentClient } from '../../functions/auth/agent-clients.ts';
 import { first, sql } from '../../functions/platform/db.ts';
@@ -87,8 +88,9 @@ describe('provisionAgentClient', () => {
     expect((await attempt(['https://ok.example/cb']).catch((e) => e)).code).toBe('CONFLICT');
   });
 
-  test('stores only a hash of the secret', async () => {
+  test('stores only a hash of the secret: SHA-256, base64url, the form the auth library checks it against', async () => {
     const row = await first<{ clientSecret: string }>(t.db, sql`select "clientSecret" from "oauthClient" where "clientId" = ${agent.clientId}`);
+    expect(row!.clientSecret).toBe(createHash('sha256').update(agent.clientSecret).digest('base64url'));
     expect(row!.clientSecret).not.toContain(agent.clientSecret);
   });
 });
