@@ -16,6 +16,8 @@ import { signInUrls } from '../platform/config.ts';
  * that does not ask for HTML gets the API's JSON error envelope instead.
  *
  * The page's own query (`?from&to&agentId`) is passed on to the analytics endpoint, so a link can open a window.
+ * With an agent named, it also lists the agent's webhook endpoints and their latest deliveries (the agent-webhook
+ * admin routes, functions/webhooks/routes.ts).
  */
 export async function adminPage(c: Context<AppEnv>): Promise<Response> {
   const wantsHtml = (c.req.header('accept') ?? '').includes('text/html');
@@ -61,6 +63,11 @@ function dashboard(nonce: string): string {
   <section>
     <h2>Per agent</h2>
     <table id="per-agent"><thead><tr><th>Agent</th><th>Purchased</th><th>Activated</th><th>Used</th></tr></thead><tbody></tbody></table>
+  </section>
+  <section id="webhooks" hidden>
+    <h2>Agent webhooks <small>endpoints of the agent above, with their latest deliveries</small></h2>
+    <p id="webhooks-status" role="status"></p>
+    <div id="webhook-list"></div>
   </section>
   <script nonce="${nonce}">
   (() => {
@@ -135,7 +142,83 @@ function dashboard(nonce: string): string {
       }
     }
 
+    async function getData(path) {
+      const res = await fetch(path, { credentials: 'same-origin', headers: { accept: 'application/json' } });
+      const body = await res.json().catch(() => null);
+      if (!res.ok || !body || body.status !== 'success') {
+        throw new Error((body && body.error && body.error.message) || 'Request failed (' + res.status + ')');
+      }
+      return body.data;
+    }
+
+    function cell(row, text, className) {
+      const td = document.createElement('td');
+      td.textContent = text === null || text === undefined ? '' : String(text);
+      if (className) td.className = className;
+      row.append(td);
+    }
+
+    // The agent's webhook endpoints (GET /admin/agents/{id}/webhooks) and each one's latest deliveries
+    // (GET .../deliveries?limit=10), shown when the form names an agent. Text only: nothing from the API becomes HTML.
+    async function loadWebhooks(agentId) {
+      const section = $('webhooks');
+      const list = $('webhook-list');
+      list.replaceChildren();
+      section.hidden = !agentId;
+      if (!agentId) return;
+      section.dataset.state = 'loading';
+      $('webhooks-status').textContent = 'Loading…';
+      try {
+        const base = '/admin/agents/' + encodeURIComponent(agentId) + '/webhooks';
+        const hooks = await getData(base);
+        for (const hook of hooks) {
+          const deliveries = await getData(base + '/' + encodeURIComponent(hook.id) + '/deliveries?limit=10');
+          const box = document.createElement('div');
+          box.className = 'webhook';
+          box.dataset.webhookId = hook.id;
+          const title = document.createElement('h3');
+          title.textContent = hook.url + (hook.enabled ? '' : ' (disabled)');
+          const events = document.createElement('p');
+          events.className = 'events';
+          events.textContent = 'Events: ' + hook.events.join(', ');
+          const table = document.createElement('table');
+          table.className = 'deliveries';
+          const head = table.createTHead().insertRow();
+          for (const h of ['Created', 'Event', 'Status', 'Attempts', 'Last answer', 'Next attempt']) {
+            const th = document.createElement('th');
+            th.textContent = h;
+            head.append(th);
+          }
+          const tbody = table.createTBody();
+          for (const d of deliveries) {
+            const row = tbody.insertRow();
+            row.dataset.deliveryId = d.id;
+            row.dataset.status = d.status;
+            cell(row, d.createdAt.replace('T', ' ').slice(0, 19));
+            cell(row, d.eventType);
+            cell(row, d.status, 'status ' + d.status);
+            cell(row, d.attempts);
+            cell(row, d.lastError || (d.lastStatusCode !== null ? d.lastStatusCode : ''));
+            cell(row, d.nextAttemptAt ? d.nextAttemptAt.replace('T', ' ').slice(0, 19) : '');
+          }
+          if (!deliveries.length) {
+            const row = tbody.insertRow();
+            cell(row, 'No deliveries yet');
+            row.cells[0].colSpan = 6;
+          }
+          box.append(title, events, table);
+          list.append(box);
+        }
+        $('webhooks-status').textContent = hooks.length ? '' : 'This agent has no webhook endpoints.';
+        section.dataset.state = 'ready';
+      } catch (err) {
+        $('webhooks-status').textContent = err.message;
+        section.dataset.state = 'error';
+      }
+    }
+
     async function load(query) {
+      loadWebhooks(new URLSearchParams(query).get('agentId'));
       document.body.dataset.state = 'loading';
       $('status').textContent = 'Loading…';
       const res = await fetch('/admin/analytics' + (query ? '?' + query : ''), { credentials: 'same-origin', headers: { accept: 'application/json' } });
@@ -192,4 +275,6 @@ const STYLE = `    body { font-family: system-ui, sans-serif; max-width: 760px; 
     .legend { font-size: .85rem; } .key { display: inline-block; width: .8rem; height: .8rem; margin: 0 .3rem 0 .9rem; vertical-align: middle; }
     .key.new { background: #2e9d6a; } .key.cancel { background: #c8452f; } .key.active { background: #3b4cca; }
     table { border-collapse: collapse; width: 100%; font-size: .9rem; }
-    th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid #e4e4ea; }`;
+    th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid #e4e4ea; }
+    .webhook h3 { font-size: 1rem; margin: 1.2rem 0 .2rem; word-break: break-all; } .webhook .events { margin: 0 0 .4rem; font-size: .85rem; color: #555; }
+    td.status.delivered { color: #2e9d6a; } td.status.failed { color: #b3261e; } td.status.pending { color: #8a6d00; }`;
