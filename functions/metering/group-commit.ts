@@ -40,9 +40,13 @@ interface Pending {
   reject: (err: unknown) => void;
 }
 
+/** How many batches of each size went out (size -> count): what the benchmark prints. */
+export type BatchSizes = Map<number, number>;
+
 class UsageBatcher {
   #queue: Pending[] = [];
   #inFlight = 0;
+  readonly sizes: BatchSizes = new Map();
   readonly #db: Db;
 
   constructor(db: Db) {
@@ -59,6 +63,7 @@ class UsageBatcher {
   #pump(): void {
     while (this.#inFlight < MAX_IN_FLIGHT && this.#queue.length > 0) {
       const batch = this.#queue.splice(0, MAX_BATCH);
+      this.sizes.set(batch.length, (this.sizes.get(batch.length) ?? 0) + 1);
       this.#inFlight++;
       void this.#run(batch).finally(() => {
         this.#inFlight--;
@@ -123,4 +128,9 @@ export function meterInBatch(db: Db, call: BatchedCall): Promise<CallRow> {
   let batcher = batchers.get(db);
   if (!batcher) batchers.set(db, (batcher = new UsageBatcher(db)));
   return batcher.submit(call);
+}
+
+/** Sizes of the batches sent so far through this database handle (empty when none). */
+export function batchSizes(db: Db): BatchSizes {
+  return batchers.get(db)?.sizes ?? new Map();
 }
