@@ -64,36 +64,39 @@ describe('notification recipients', () => {
 describe('demo requests', () => {
   it('answers 202, records the interaction for the caller and mails every recipient once', async () => {
     const app = await startTestApp();
-    const appAdmin = await createAdmin(app);
-    const buyer = await signUp(app, { name: 'Dana Buyer' });
-    for (const email of ['a@example.test', 'b@example.test']) {
-      await app.http.post('/admin/notification-recipients', { cookie: appAdmin.cookie, json: { email } });
-    }
-    const agent = await createAgent(app, appAdmin, { name: 'Support Copilot' });
-    const res = await app.http.post(`/agents/${agent.id}/demo-requests`, { cookie: buyer.cookie, json: { message: 'Tuesday?' } });
-    expect(res.status).toBe(202);
-    expect(res.body.data).toMatchObject({ type: 'demo_request', agentId: agent.id });
+    try {
+      const appAdmin = await createAdmin(app);
+      const buyer = await signUp(app, { name: 'Dana Buyer' });
+      for (const email of ['a@example.test', 'b@example.test']) {
+        await app.http.post('/admin/notification-recipients', { cookie: appAdmin.cookie, json: { email } });
+      }
+      const agent = await createAgent(app, appAdmin, { name: 'Support Copilot' });
+      const res = await app.http.post(`/agents/${agent.id}/demo-requests`, { cookie: buyer.cookie, json: { message: 'Tuesday?' } });
+      expect(res.status).toBe(202);
+      expect(res.body.data).toMatchObject({ type: 'demo_request', agentId: agent.id });
 
-    const feed = await app.http.get('/admin/interactions?type=demo_request', { cookie: appAdmin.cookie });
-    expect(feed.body.data).toHaveLength(1);
-    expect(feed.body.data[0]).toMatchObject({
-      id: res.body.data.id,
-      userId: buyer.userId,
-      agentId: agent.id,
-      metadata: { email: buyer.email, name: 'Dana Buyer', message: 'Tuesday?' },
-    });
-    for (const email of ['a@example.test', 'b@example.test']) {
-      const mails = await mailsTo(app, email);
-      expect(mails).toHaveLength(1);
-      expect(mails[0]!.subject).toBe('Demo request: Support Copilot');
-      expect(mails[0]!.text).toContain(buyer.email);
-      expect(mails[0]!.text).toContain('Tuesday?');
+      const feed = await app.http.get('/admin/interactions?type=demo_request', { cookie: appAdmin.cookie });
+      expect(feed.body.data).toHaveLength(1);
+      expect(feed.body.data[0]).toMatchObject({
+        id: res.body.data.id,
+        userId: buyer.userId,
+        agentId: agent.id,
+        metadata: { email: buyer.email, name: 'Dana Buyer', message: 'Tuesday?' },
+      });
+      for (const email of ['a@example.test', 'b@example.test']) {
+        const mails = await mailsTo(app, email);
+        expect(mails).toHaveLength(1);
+        expect(mails[0]!.subject).toBe('Demo request: Support Copilot');
+        expect(mails[0]!.text).toContain(buyer.email);
+        expect(mails[0]!.text).toContain('Tuesday?');
+      }
+      // Without a message, or without any body, it is still a request.
+      expect((await app.http.post(`/agents/${agent.id}/demo-requests`, { cookie: buyer.cookie, json: {} })).status).toBe(202);
+      expect((await app.http.post(`/agents/${agent.id}/demo-requests`, { cookie: buyer.cookie })).status).toBe(202);
+      expect((await app.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie: buyer.cookie })).status).toBe(202);
+    } finally {
+      await app.close();
     }
-    // Without a message, or without any body, it is still a request.
-    expect((await app.http.post(`/agents/${agent.id}/demo-requests`, { cookie: buyer.cookie, json: {} })).status).toBe(202);
-    expect((await app.http.post(`/agents/${agent.id}/demo-requests`, { cookie: buyer.cookie })).status).toBe(202);
-    expect((await app.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie: buyer.cookie })).status).toBe(202);
-    await app.close();
   });
 
   it('needs a signed-in user and a published agent; nothing recorded otherwise', async () => {
@@ -183,18 +186,21 @@ describe('waitlist', () => {
 
   it('is rate limited per client as a public write', async () => {
     const limited = await startTestApp({ env: { AUTH_RATE_LIMIT_PER_MINUTE: '3' } });
-    const agent = await insertAgent(limited.db, { status: 'coming_soon' });
-    const statuses: number[] = [];
-    for (let i = 0; i < 4; i++) {
-      statuses.push((await limited.http.post(`/agents/${agent.id}/waitlist`, { json: { email: `p${i}@example.test` } })).status);
+    try {
+      const agent = await insertAgent(limited.db, { status: 'coming_soon' });
+      const statuses: number[] = [];
+      for (let i = 0; i < 4; i++) {
+        statuses.push((await limited.http.post(`/agents/${agent.id}/waitlist`, { json: { email: `p${i}@example.test` } })).status);
+      }
+      expect(statuses).toEqual([201, 201, 201, 429]);
+      const last = await limited.http.post(`/agents/${agent.id}/waitlist`, { json: { email: 'late@example.test' } });
+      expectError(last, 429, 'RATE_LIMITED');
+      expect(last.headers.get('retry-after')).toMatch(/^\d+$/);
+      limited.clock.advance(61_000);
+      expect((await limited.http.post(`/agents/${agent.id}/waitlist`, { json: { email: 'late@example.test' } })).status).toBe(201);
+    } finally {
+      await limited.close();
     }
-    expect(statuses).toEqual([201, 201, 201, 429]);
-    const last = await limited.http.post(`/agents/${agent.id}/waitlist`, { json: { email: 'late@example.test' } });
-    expectError(last, 429, 'RATE_LIMITED');
-    expect(last.headers.get('retry-after')).toMatch(/^\d+$/);
-    limited.clock.advance(61_000);
-    expect((await limited.http.post(`/agents/${agent.id}/waitlist`, { json: { email: 'late@example.test' } })).status).toBe(201);
-    await limited.close();
   });
 });
 
@@ -209,35 +215,38 @@ describe('telemetry', () => {
 describe('GET /admin/interactions', () => {
   it('lists every interaction newest first, page by page, filtered by type within the pages', async () => {
     const app = await startTestApp();
-    const appAdmin = await createAdmin(app);
-    const agent = await createAgent(app, appAdmin);
-    const buyers: TestUser[] = [];
-    for (let i = 0; i < 3; i++) {
-      app.clock.advance(1000);
-      const buyer = await signUp(app);
-      buyers.push(buyer);
-      app.clock.advance(1000);
-      await app.http.post(`/agents/${agent.id}/install`, { cookie: buyer.cookie });
-      app.clock.advance(1000);
-      await app.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie: buyer.cookie, json: {} });
-    }
-    const all = await walk(app, '/admin/interactions', { limit: 2, cookie: appAdmin.cookie });
-    expect(new Set(all.map((i) => i.id)).size).toBe(all.length);
-    const times = all.map((i) => i.createdAt);
-    expect([...times].sort().reverse()).toEqual(times);
-    expect(all.filter((i) => i.type === 'install')).toHaveLength(3);
-    expect(all.filter((i) => i.type === 'enterprise_inquiry')).toHaveLength(3);
+    try {
+      const appAdmin = await createAdmin(app);
+      const agent = await createAgent(app, appAdmin);
+      const buyers: TestUser[] = [];
+      for (let i = 0; i < 3; i++) {
+        app.clock.advance(1000);
+        const buyer = await signUp(app);
+        buyers.push(buyer);
+        app.clock.advance(1000);
+        await app.http.post(`/agents/${agent.id}/install`, { cookie: buyer.cookie });
+        app.clock.advance(1000);
+        await app.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie: buyer.cookie, json: {} });
+      }
+      const all = await walk(app, '/admin/interactions', { limit: 2, cookie: appAdmin.cookie });
+      expect(new Set(all.map((i) => i.id)).size).toBe(all.length);
+      const times = all.map((i) => i.createdAt);
+      expect([...times].sort().reverse()).toEqual(times);
+      expect(all.filter((i) => i.type === 'install')).toHaveLength(3);
+      expect(all.filter((i) => i.type === 'enterprise_inquiry')).toHaveLength(3);
 
-    const installs = await walk(app, '/admin/interactions?type=install', { limit: 2, cookie: appAdmin.cookie });
-    expect(installs.map((i) => i.userId)).toEqual(buyers.map((b) => b.userId).reverse());
-    const page = await app.http.get('/admin/interactions?limit=2', { cookie: appAdmin.cookie });
-    expectError(
-      await app.http.get(`/admin/interactions?type=install&cursor=${page.body.pagination.cursor}`, { cookie: appAdmin.cookie }),
-      400,
-      'INVALID_CURSOR',
-    );
-    expectError(await app.http.get('/admin/interactions?type=purchase', { cookie: appAdmin.cookie }), 400, 'VALIDATION_ERROR');
-    await app.close();
+      const installs = await walk(app, '/admin/interactions?type=install', { limit: 2, cookie: appAdmin.cookie });
+      expect(installs.map((i) => i.userId)).toEqual(buyers.map((b) => b.userId).reverse());
+      const page = await app.http.get('/admin/interactions?limit=2', { cookie: appAdmin.cookie });
+      expectError(
+        await app.http.get(`/admin/interactions?type=install&cursor=${page.body.pagination.cursor}`, { cookie: appAdmin.cookie }),
+        400,
+        'INVALID_CURSOR',
+      );
+      expectError(await app.http.get('/admin/interactions?type=purchase', { cookie: appAdmin.cookie }), 400, 'VALIDATION_ERROR');
+    } finally {
+      await app.close();
+    }
   });
 
   it('is admin only', async () => {

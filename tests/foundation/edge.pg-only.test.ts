@@ -100,6 +100,44 @@ describe('serving under Deno', () => {
     await database?.drop();
   });
 
+  /** The first JSON log line of the edge process that matches, as soon as it has been written. */
+  function logLine(match: (line: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
+    const find = () =>
+      output
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => {
+          try {
+            return JSON.parse(l) as Record<string, unknown>;
+          } catch {
+            return undefined; // a line still being written
+          }
+        })
+        .find((l) => l !== undefined && match(l));
+    return new Promise((resolve, reject) => {
+      const stop = () => {
+        child!.stdout!.off('data', check);
+        child!.stderr!.off('data', check);
+        child!.off('exit', exited);
+      };
+      const check = () => {
+        const found = find();
+        if (found) {
+          stop();
+          resolve(found);
+        }
+      };
+      const exited = () => {
+        stop();
+        reject(new Error(`the edge process exited before logging the line:\n${output}`));
+      };
+      child!.stdout!.on('data', check);
+      child!.stderr!.on('data', check);
+      child!.once('exit', exited);
+      check();
+    });
+  }
+
   it('GET /health answers the health record (the function name prefix is stripped)', async () => {
     const res = await http.get('/api/health');
     expect(res.status).toBe(200);
@@ -128,12 +166,8 @@ describe('serving under Deno', () => {
     const res = await http.get('/api/no/such/route', { headers: { 'x-request-id': 'edge-404' } });
     expect(res.status).toBe(404);
     expect(res.body.error.code).toBe('NOT_FOUND');
-    await new Promise((r) => setTimeout(r, 100));
-    const line = output
-      .split('\n')
-      .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l))
-      .find((l) => l.requestId === 'edge-404');
+    // The line may reach us after the response: wait for it to arrive (no fixed delay).
+    const line = await logLine((l) => l.requestId === 'edge-404');
     expect(line).toMatchObject({ msg: 'request', method: 'GET', status: 404, path: '/no/such/route' });
   });
 });
