@@ -240,6 +240,19 @@ describe('delivery', () => {
     expect(await drain(t)).toMatchObject({ delivered: 1 });
   });
 
+  it('counts only a 2xx: a redirect is not followed and is retried like any failure', async () => {
+    const agent = await agentWithTiers();
+    const hook = await receiver();
+    const endpoint = await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created']);
+    hook.mode = { status: 302 };
+    await startFree(await signUp(t), agent.tierId);
+    expect(await drain(t)).toMatchObject({ attempted: 1, retrying: 1 });
+    expect(hook.received).toHaveLength(1); // the redirect was not followed
+    const [d] = await deliveries(t, admin, agent.agentId, endpoint.id);
+    expect(d).toMatchObject({ status: 'pending', lastStatusCode: 302 });
+    expect(d!.lastError).toMatch(/redirects are not followed/);
+  });
+
   it('retries for at least 24 hours with growing delays, then fails; an admin redelivers', async () => {
     const agent = await agentWithTiers();
     const hook = await receiver();
