@@ -24,6 +24,7 @@ import type { Payments } from './platform/stripe.ts';
 import { billingRoutes } from './billing/routes.ts';
 import { adminRoutes } from './admin/routes.ts';
 import { webhookRoutes } from './webhooks/routes.ts';
+import { internalRoutes } from './internal/routes.ts';
 import type { Config } from './platform/config.ts';
 import { signInUrls } from './platform/config.ts';
 import type { Clock } from './platform/clock.ts';
@@ -96,6 +97,7 @@ export function createApp(deps: AppDeps) {
   app.route('/', billingRoutes());
   app.route('/', adminRoutes());
   app.route('/', webhookRoutes());
+  app.route('/', internalRoutes());
   app.route('/', oauthRoutes(deps.config));
   // Last of the /api/auth routes: wrappers that must answer first (OAuth) are mounted above this line.
   app.route('/', authLibraryRoutes());

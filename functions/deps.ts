@@ -28,6 +28,12 @@ export interface BuildOptions {
   mailTransport?: MailTransport;
   /** Disk for local uploads when no S3 is configured (Node entry and tests; the edge has none). */
   fileStore?: FileStore;
+  /**
+   * Whether startup() starts the in-process loops (mail, webhooks, revocation pruning). Default: outside tests. The
+   * edge entry passes false: an isolate lives for a request or a few minutes, so its work is run by the scheduler
+   * (POST /internal/drain, functions/internal/), never by a loop.
+   */
+  backgroundLoops?: boolean;
 }
 
 export interface BuiltDeps extends AppDeps {
@@ -60,8 +66,9 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
     authenticator,
     startup: async () => {
       if (config.admin) await ensureAdmin({ auth, database, logger, clock }, config.admin);
-      // Tests deliver mail explicitly (tests/support/mail.ts); everywhere else a loop drains the outbox.
-      if (config.env !== 'test') {
+      // The Node entry's convenience loops. Tests deliver explicitly (tests/support/mail.ts); the edge leaves the
+      // work to the scheduler (backgroundLoops: false).
+      if (options.backgroundLoops ?? config.env !== 'test') {
         mailer.start();
         webhookWorker.start();
         stopPruning = startRevocationListPruning(database.db, () => clock.now(), logger);

@@ -1,5 +1,5 @@
 import { spawnSync, execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, chmodSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, chmodSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +14,10 @@ export interface PostgresServer {
   port: number;
   dir: string;
   stop(): void;
+  /** Kills the postmaster and every backend with SIGKILL (a crash: no shutdown checkpoint, crash recovery on start). */
+  crash(): void;
+  /** Starts the same cluster again on the same port (after crash(); waits until it accepts connections). */
+  start(): void;
 }
 
 export function findPostgresBin(): string | undefined {
@@ -39,7 +43,18 @@ export async function freePort(): Promise<number> {
   });
 }
 
-export async function startPostgres(options: { durable?: boolean; maxConnections?: number } = {}): Promise<PostgresServer> {
+export interface PostgresServerOptions {
+  /** fsync and synchronous commit on (the fault drill's database must survive kill -9); off by default, for speed. */
+  durable?: boolean;
+  maxConnections?: number;
+  /**
+   * Server settings (`-c name=value`), e.g. `{ shared_preload_libraries: 'pg_cron', 'cron.database_name': 'app' }`
+   * for a cluster that runs pg_cron jobs. Values must not contain spaces.
+   */
+  settings?: Record<string, string>;
+}
+
+export async function startPostgres(options: PostgresServerOptions = {}): Promise<PostgresServer> {
   const bin = findPostgresBin();
   if (!bin) throw new Error('PostgreSQL server binaries not found (install postgresql, or set DATABASE_URL)');
   const isRoot = process.getuid?.() === 0;
@@ -62,13 +77,43 @@ export async function startPostgres(options: { durable?: boolean; maxConnections
     `-c listen_addresses=127.0.0.1`,
     `-c max_connections=${options.maxConnections ?? 200}`,
     ...(options.durable ? [] : ['-c fsync=off', '-c synchronous_commit=off', '-c full_page_writes=off']),
+    ...Object.entries(options.settings ?? {}).map(([name, value]) => {
+      if (/\s/.test(value) || /\s/.test(name)) throw new Error(`postgres setting ${name}: no spaces allowed`);
+      return `-c ${name}=${value}`;
+    }),
   ].join(' ');
-  run('pg_ctl', ['-D', dataDir, '-o', settings, '-l', join(dir, 'server.log'), '-w', '-t', '60', 'start']);
+  const start = () => run('pg_ctl', ['-D', dataDir, '-o', settings, '-l', join(dir, 'server.log'), '-w', '-t', '60', 'start']);
+  start();
   let stopped = false;
   return {
     url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
     port,
     dir,
+    start,
+    crash() {
+      const pidFile = join(dataDir, 'postmaster.pid');
+      if (!existsSync(pidFile)) return;
+      const postmaster = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+      const children = spawnSync('pgrep', ['-P', String(postmaster)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).map(Number);
+      for (const pid of [postmaster, ...children]) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      // Wait until the processes are gone, so a start() right after does not meet their shared memory.
+      for (const pid of [postmaster, ...children]) {
+        for (;;) {
+          try {
+            process.kill(pid, 0);
+          } catch {
+            break;
+          }
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+        }
+      }
+    },
     stop() {
       if (stopped) return;
       stopped = true;

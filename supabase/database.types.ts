@@ -1568,8 +1568,9 @@ export type Database = {
           "tier_id": string;
           "updated_at": string;
           "user_id": string;
+          "webhook_subscription_data": Json | null;
         };
-        ComputedFields: never;
+        ComputedFields: "webhook_subscription_data";
         Insert: {
           "agent_id": string;
           "cancel_at_period_end"?: boolean;
@@ -1955,6 +1956,52 @@ export type Database = {
           },
         ];
       };
+      "usage_threshold_notices": {
+        Row: {
+          "metric_id": string;
+          "period_start": string;
+          "quota_limit": number;
+          "reached_at": string;
+          "subscription_id": string;
+          "threshold": number;
+          "used": number;
+        };
+        ComputedFields: never;
+        Insert: {
+          "metric_id": string;
+          "period_start": string;
+          "quota_limit": number;
+          "reached_at": string;
+          "subscription_id": string;
+          "threshold": number;
+          "used": number;
+        };
+        Update: {
+          "metric_id"?: string;
+          "period_start"?: string;
+          "quota_limit"?: number;
+          "reached_at"?: string;
+          "subscription_id"?: string;
+          "threshold"?: number;
+          "used"?: number;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "usage_threshold_notices_metric_id_fkey";
+            columns: ["metric_id"];
+            isOneToOne: false;
+            referencedRelation: "metric_definitions";
+            referencedColumns: ["id"];
+          },
+          {
+            foreignKeyName: "usage_threshold_notices_subscription_id_fkey";
+            columns: ["subscription_id"];
+            isOneToOne: false;
+            referencedRelation: "subscriptions";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
       "user": {
         Row: {
           "banExpires": string | null;
@@ -2059,6 +2106,207 @@ export type Database = {
           },
           {
             foreignKeyName: "waitlist_entries_agent_id_fkey";
+            columns: ["agent_id"];
+            isOneToOne: false;
+            referencedRelation: "catalog_agents";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
+      "webhook_deliveries": {
+        Row: {
+          "attempts": number;
+          "claim_id": string | null;
+          "created_at": string;
+          "delivered_at": string | null;
+          "endpoint_id": string;
+          "event_id": string;
+          "event_seq": number;
+          "first_attempt_at": string | null;
+          "id": string;
+          "last_attempt_at": string | null;
+          "last_error": string | null;
+          "last_status_code": number | null;
+          "next_attempt_at": string;
+          "status": string;
+        };
+        ComputedFields: never;
+        Insert: {
+          "attempts"?: number;
+          "claim_id"?: string | null;
+          "created_at": string;
+          "delivered_at"?: string | null;
+          "endpoint_id": string;
+          "event_id": string;
+          "event_seq": number;
+          "first_attempt_at"?: string | null;
+          "id": string;
+          "last_attempt_at"?: string | null;
+          "last_error"?: string | null;
+          "last_status_code"?: number | null;
+          "next_attempt_at"?: string;
+          "status"?: string;
+        };
+        Update: {
+          "attempts"?: number;
+          "claim_id"?: string | null;
+          "created_at"?: string;
+          "delivered_at"?: string | null;
+          "endpoint_id"?: string;
+          "event_id"?: string;
+          "event_seq"?: number;
+          "first_attempt_at"?: string | null;
+          "id"?: string;
+          "last_attempt_at"?: string | null;
+          "last_error"?: string | null;
+          "last_status_code"?: number | null;
+          "next_attempt_at"?: string;
+          "status"?: string;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "webhook_deliveries_endpoint_id_fkey";
+            columns: ["endpoint_id"];
+            isOneToOne: false;
+            referencedRelation: "webhook_endpoints";
+            referencedColumns: ["id"];
+          },
+          {
+            foreignKeyName: "webhook_deliveries_event_id_fkey";
+            columns: ["event_id"];
+            isOneToOne: false;
+            referencedRelation: "webhook_events";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
+      "webhook_delivery_attempts": {
+        Row: {
+          "attempted_at": string;
+          "delivery_id": string;
+          "duration_ms": number;
+          "error": string | null;
+          "id": string;
+          "status_code": number | null;
+        };
+        ComputedFields: never;
+        Insert: {
+          "attempted_at": string;
+          "delivery_id": string;
+          "duration_ms": number;
+          "error"?: string | null;
+          "id"?: string;
+          "status_code"?: number | null;
+        };
+        Update: {
+          "attempted_at"?: string;
+          "delivery_id"?: string;
+          "duration_ms"?: number;
+          "error"?: string | null;
+          "id"?: string;
+          "status_code"?: number | null;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "webhook_delivery_attempts_delivery_id_fkey";
+            columns: ["delivery_id"];
+            isOneToOne: false;
+            referencedRelation: "webhook_deliveries";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
+      "webhook_endpoints": {
+        Row: {
+          "agent_id": string;
+          "created_at": string;
+          "enabled": boolean;
+          "events": (string)[];
+          "id": string;
+          "previous_secret_encrypted": string | null;
+          "previous_secret_expires_at": string | null;
+          "secret_encrypted": string;
+          "updated_at": string;
+          "url": string;
+        };
+        ComputedFields: never;
+        Insert: {
+          "agent_id": string;
+          "created_at": string;
+          "enabled"?: boolean;
+          "events": (string)[];
+          "id"?: string;
+          "previous_secret_encrypted"?: string | null;
+          "previous_secret_expires_at"?: string | null;
+          "secret_encrypted": string;
+          "updated_at": string;
+          "url": string;
+        };
+        Update: {
+          "agent_id"?: string;
+          "created_at"?: string;
+          "enabled"?: boolean;
+          "events"?: (string)[];
+          "id"?: string;
+          "previous_secret_encrypted"?: string | null;
+          "previous_secret_expires_at"?: string | null;
+          "secret_encrypted"?: string;
+          "updated_at"?: string;
+          "url"?: string;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "webhook_endpoints_agent_id_fkey";
+            columns: ["agent_id"];
+            isOneToOne: false;
+            referencedRelation: "agents";
+            referencedColumns: ["id"];
+          },
+          {
+            foreignKeyName: "webhook_endpoints_agent_id_fkey";
+            columns: ["agent_id"];
+            isOneToOne: false;
+            referencedRelation: "catalog_agents";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
+      "webhook_events": {
+        Row: {
+          "agent_id": string;
+          "data": NonNullable<Json>;
+          "id": string;
+          "occurred_at": string;
+          "seq": number;
+          "type": string;
+        };
+        ComputedFields: never;
+        Insert: {
+          "agent_id": string;
+          "data": NonNullable<Json>;
+          "id"?: string;
+          "occurred_at": string;
+          "seq"?: never;
+          "type": string;
+        };
+        Update: {
+          "agent_id"?: string;
+          "data"?: NonNullable<Json>;
+          "id"?: string;
+          "occurred_at"?: string;
+          "seq"?: never;
+          "type"?: string;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "webhook_events_agent_id_fkey";
+            columns: ["agent_id"];
+            isOneToOne: false;
+            referencedRelation: "agents";
+            referencedColumns: ["id"];
+          },
+          {
+            foreignKeyName: "webhook_events_agent_id_fkey";
             columns: ["agent_id"];
             isOneToOne: false;
             referencedRelation: "catalog_agents";
@@ -2269,6 +2517,7 @@ export type Database = {
           "week": string;
         }[];
       };
+      "background_housekeeping": { Args: { "p_now": string }; Returns: Json };
       "banned_at": {
         Args: { "p_at": string; "p_ban_expires": string; "p_banned": boolean };
         Returns: boolean;
@@ -2340,6 +2589,39 @@ export type Database = {
       "ensure_agent_resource": {
         Args: { "p_base_url": string; "p_client_id": string; "p_now": string };
         Returns: string;
+      };
+      "metering_batch_as_bearer": {
+        Args: {
+          "p_agent_ids": (string)[];
+          "p_amounts": (number)[];
+          "p_client_ids": (string)[];
+          "p_client_req_ids": (string)[];
+          "p_issued_ats": (string)[];
+          "p_metric_slugs": (string)[];
+          "p_nows": (string)[];
+          "p_operations": (string)[];
+          "p_token_agent_ids": (string)[];
+          "p_token_keys": (string)[];
+          "p_user_ids": (string)[];
+        };
+        Returns: {
+          "call_index": number;
+          "caller_created_at": string;
+          "caller_email": string;
+          "caller_name": string;
+          "caller_role": string;
+          "caller_status": string;
+          "kind": string;
+          "original": Json;
+          "outcome": string;
+          "period_end": string;
+          "period_start": string;
+          "quota_limit": number;
+          "replayed": boolean;
+          "requested": number;
+          "reserved": number;
+          "used": number;
+        }[];
       };
       "metering_call_as_bearer": {
         Args: {
@@ -2459,6 +2741,17 @@ export type Database = {
           "p_subscription_ids": (string)[];
         };
         Returns: undefined;
+      };
+      "metering_note_threshold": {
+        Args: {
+          "p_limit": number;
+          "p_metric_id": string;
+          "p_now": string;
+          "p_period_start": string;
+          "p_subscription_id": string;
+          "p_used": number;
+        };
+        Returns: (number)[];
       };
       "metering_original_request": {
         Args: { "p_amount": number; "p_details": Json; "p_event": string };
@@ -2630,9 +2923,17 @@ export type Database = {
         Args: { "p_key": string; "p_now": string };
         Returns: undefined;
       };
+      "request_background_drain": {
+        Args: Record<PropertyKey, never>;
+        Returns: number;
+      };
       "revoke_user_credentials": {
         Args: { "p_user_id": string };
         Returns: undefined;
+      };
+      "schedule_background_jobs": {
+        Args: Record<PropertyKey, never>;
+        Returns: (string)[];
       };
       "usage_writer": {
         Args: {
@@ -2651,6 +2952,26 @@ export type Database = {
           "role": string;
           "status": string;
         }[];
+      };
+      "webhook_delivery_id": { Args: { "p_at": string }; Returns: string };
+      "webhook_emit": {
+        Args: {
+          "p_agent_id": string;
+          "p_data": Json;
+          "p_now": string;
+          "p_type": string;
+        };
+        Returns: string;
+      };
+      "webhook_iso": { Args: { "p_at": string }; Returns: string };
+      "webhook_subscription_data": {
+        Args: {
+          "s": Omit<
+            Database["public"]["Tables"]["subscriptions"]["Row"],
+            Database["public"]["Tables"]["subscriptions"]["ComputedFields"]
+          >;
+        };
+        Returns: Json;
       };
     };
     Enums: {

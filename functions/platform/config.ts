@@ -80,6 +80,9 @@ const envSchema = z.object({
     .optional()
     .transform((v) => (v === undefined || v === '' ? 10 : Number(v)))
     .refine((n) => Number.isInteger(n) && n >= 0, { message: 'must be a non-negative integer (0 disables)' }),
+  DRAIN_TOKEN: optionalString.refine((v) => v === undefined || v.length >= 32, {
+    message: 'must be at least 32 characters (a random secret shared with the scheduler that calls POST /internal/drain)',
+  }),
   GIT_SHA: optionalString,
   RELEASE_VERSION: optionalString,
   DATA_DIR: optionalString,
@@ -110,6 +113,11 @@ export interface Config {
   trustedProxies: IpRange[];
   /** Failed sign-ins per account per 15 minutes before 429 (AUTH_FAILED_SIGNINS_PER_ACCOUNT); 0 disables. */
   authFailedSigninsPerAccount: number;
+  /**
+   * Bearer token of POST /internal/drain (DRAIN_TOKEN), the endpoint a scheduler calls to run the background work
+   * (mail and webhook outboxes, housekeeping); undefined: the endpoint is off.
+   */
+  drainToken: string | undefined;
   gitSha: string;
   releaseVersion: string;
   /** Where the embedded database, generated secret and local uploads live (Node only). */
@@ -172,6 +180,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     authRateLimitPerMinute: e.AUTH_RATE_LIMIT_PER_MINUTE,
     trustedProxies: e.TRUSTED_PROXIES ? parseIpRangeList(e.TRUSTED_PROXIES).ranges : [],
     authFailedSigninsPerAccount: e.AUTH_FAILED_SIGNINS_PER_ACCOUNT,
+    drainToken: e.DRAIN_TOKEN,
     gitSha: e.GIT_SHA ?? 'dev',
     releaseVersion: e.RELEASE_VERSION ?? 'dev',
     dataDir: e.DATA_DIR ?? '.data',

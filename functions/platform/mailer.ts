@@ -8,9 +8,16 @@ import type { Logger } from './logger.ts';
  *
  * `enqueue(db, mail)` is one INSERT on whatever handle the caller passes, so a mail commits or rolls back with
  * the caller's transaction (an invitation mail never goes out for an invitation that was rolled back).
- * A delivery loop then sends what is pending: over SMTP (nodemailer, loaded lazily so the edge bundle never
- * sees it) when SMTP_URL is set, else it only logs the mail. Failed sends are retried with backoff; nothing is
- * lost while the mail server is down.
+ * `deliverPending()` then sends what is due: over SMTP (nodemailer, loaded lazily so the edge bundle never sees it)
+ * when SMTP_URL is set, else it only logs the mail. Failed sends are retried with backoff; nothing is lost while the
+ * mail server is down. Whoever runs the background work calls it: the scheduled drain (POST /internal/drain, see
+ * functions/internal/), or the Node entry's loop (`start()`), a convenience nothing depends on.
+ *
+ * Any number of processes may deliver at once and none sends a mail another one holds: a pass claims due mail with
+ * FOR UPDATE SKIP LOCKED and leases it (next_attempt_at moves LEASE_MS ahead) in one statement. The lease outlasts
+ * the longest a pass can hold a mail: a pass starts no send after PASS_BUDGET_MS (the rest of its claim is handed
+ * back at once) and one send is bounded by the SMTP timeouts, so a lease never runs out under a send still going.
+ * A process that dies mid-send leaves its claim to be retried when the lease ends (at least once, as SMTP is).
  *
  * Secrets in mails (password reset links, invitation links): the log line carries the recipient and subject,
  * and the body only outside production, where a developer needs the reset link. In production without SMTP the
@@ -27,8 +34,11 @@ export interface Mail {
 export interface Mailer {
   /** Writes the mail to the outbox inside the caller's transaction (pass `trx` when in one). */
   enqueue(db: Db, mail: Mail): Promise<{ id: string }>;
-  /** Sends (or logs) the mails that are due now; returns how many were handled. */
-  deliverPending(): Promise<number>;
+  /**
+   * Sends (or logs) mail that is due now, up to `limit` mails (default one batch of 20) in passes of 20; returns how
+   * many were handled. One pass at a time per process (a second caller shares it).
+   */
+  deliverPending(options?: { limit?: number }): Promise<number>;
   /** Starts the background delivery loop (Node entry and tests; idempotent). */
   start(): void;
   /** Stops the loop and waits for a delivery pass already running, so the database can be closed after it. */
@@ -53,6 +63,12 @@ export interface MailerOptions {
 
 const MAX_ATTEMPTS = 8;
 const BATCH = 20;
+/** How long a claimed mail is left alone by other processes. */
+const LEASE_MS = 120_000;
+/** A pass starts no new send after this long; what it still holds goes back to the outbox, due at once. */
+const PASS_BUDGET_MS = 20_000;
+/** SMTP timeouts (ms): together well under LEASE_MS - PASS_BUDGET_MS, so a send never outlives its lease. */
+export const SMTP_TIMEOUTS = { connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: 30_000 } as const;
 
 export function createMailer(options: MailerOptions): Mailer {
   const { config, db, logger, clock } = options;
@@ -63,7 +79,7 @@ export function createMailer(options: MailerOptions): Mailer {
   let running: Promise<number> | undefined;
   let kickTimer: ReturnType<typeof setTimeout> | undefined;
 
-  async function deliverOnce(): Promise<number> {
+  async function deliverOnce(want: number, startedAt: number): Promise<number> {
     const now = clock.now();
     // Claim due mail: pushing next_attempt_at forward first means a crash mid-send retries later instead of
     // never, and a second process skips what this one holds.
@@ -71,15 +87,24 @@ export function createMailer(options: MailerOptions): Mailer {
       db,
       sql`update mail_outbox o
              set attempts = o.attempts + 1,
-                 next_attempt_at = ${new Date(now.getTime() + 60_000)}
+                 next_attempt_at = ${new Date(now.getTime() + LEASE_MS)}
            where o.id in (select id from mail_outbox
                            where status = 'pending' and next_attempt_at <= ${now}
                            order by next_attempt_at
-                           limit ${BATCH}
+                           limit ${want}
                            for update skip locked)
        returning o.id, o.to_address, o.subject, o.text_body, o.html_body, o.attempts`,
     );
+    let handled = 0;
     for (const m of due) {
+      if (performance.now() - startedAt > PASS_BUDGET_MS) {
+        // Out of time (a slow mail server): hand the rest back, due at once, as if never claimed.
+        const rest = due.slice(handled).map((r) => r.id);
+        await sql`update mail_outbox set attempts = attempts - 1, next_attempt_at = ${clock.now()}
+                   where id = any(${rest}::uuid[]) and status = 'pending'`.execute(db);
+        break;
+      }
+      handled += 1;
       try {
         await transport.send({ from, to: m.to_address, subject: m.subject, text: m.text_body, html: m.html_body ?? undefined });
         await sql`update mail_outbox set status = ${transport.kind === 'smtp' ? 'sent' : 'logged'}, sent_at = ${clock.now()}, last_error = null
@@ -95,12 +120,25 @@ export function createMailer(options: MailerOptions): Mailer {
                    where id = ${m.id}`.execute(db);
       }
     }
-    return due.length;
+    return handled;
   }
 
-  function deliverPending(): Promise<number> {
+  async function deliverUpTo(limit: number): Promise<number> {
+    const startedAt = performance.now();
+    let total = 0;
+    while (total < limit) {
+      const want = Math.min(limit - total, BATCH);
+      const handled = await deliverOnce(want, startedAt);
+      total += handled;
+      // Fewer than asked: nothing more is due (or the time is up).
+      if (handled < want || performance.now() - startedAt > PASS_BUDGET_MS) break;
+    }
+    return total;
+  }
+
+  function deliverPending(options: { limit?: number } = {}): Promise<number> {
     // One delivery pass at a time in this process.
-    running ??= deliverOnce().finally(() => (running = undefined));
+    running ??= deliverUpTo(Math.max(1, Math.floor(options.limit ?? BATCH))).finally(() => (running = undefined));
     return running;
   }
 
@@ -155,7 +193,7 @@ function smtpTransport(url: string): MailTransport {
     kind: 'smtp',
     async send(mail) {
       // nodemailer is Node-only: loaded on first send, never by the edge bundle's static graph.
-      transporter ??= import('nodemailer').then((m) => m.default.createTransport(url));
+      transporter ??= import('nodemailer').then((m) => m.default.createTransport({ url, ...SMTP_TIMEOUTS }));
       await (await transporter).sendMail({ from: mail.from, to: mail.to, subject: mail.subject, text: mail.text, html: mail.html });
     },
   };

@@ -33,7 +33,8 @@ if (!config.databaseUrl) {
 }
 // Few connections per isolate: Supabase runs many isolates against one database.
 const database = openPostgres(config.databaseUrl, { max: 3 });
-const deps = await buildDeps({ config, database, logger });
+// No loops in an isolate: the scheduler runs the background work (pg_cron -> POST /internal/drain; README.md).
+const deps = await buildDeps({ config, database, logger, backgroundLoops: false });
 const app = createApp(deps);
 await deps.startup?.();
 

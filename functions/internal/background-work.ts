@@ -1,0 +1,69 @@
+import type { AppDeps } from '../app.ts';
+import { first, sql } from '../platform/db.ts';
+import { drainWebhookOutbox, type DrainResult } from '../webhooks/drain.ts';
+
+/**
+ * The service's background work, as one bounded call that any process may make at any time, any number at once:
+ *   - housekeeping, in SQL (public.background_housekeeping, migration 20261123000700): expired revocation-list rows,
+ *     ended rate-limit windows, expired usage reservations (whose ledger rows and reservation.expired webhooks
+ *     otherwise wait for the next read of their counter);
+ *   - the mail outbox (platform/mailer.ts) and the agent-webhook outbox (webhooks/drain.ts), each claiming what it
+ *     sends with FOR UPDATE SKIP LOCKED under a lease, so concurrent drains never send the same mail or delivery.
+ *
+ * Production runs no long-lived process of ours: on Supabase, pg_cron runs the housekeeping in SQL and asks the
+ * Edge Function to drain the outboxes through pg_net (POST /internal/drain, routes.ts beside this file); on a plain
+ * server an external scheduler calls the same endpoint, or the Node entry's loops do the outboxes. See README.md,
+ * "Background work".
+ */
+
+export interface HousekeepingReport {
+  revokedTokensPruned: number;
+  rateLimitsPruned: number;
+  reservationsExpired: number;
+}
+
+export interface BackgroundWorkReport {
+  housekeeping: HousekeepingReport;
+  mail: { handled: number };
+  webhooks: DrainResult;
+  durationMs: number;
+}
+
+export const DEFAULT_DRAIN_LIMIT = 100;
+
+type Deps = Pick<AppDeps, 'database' | 'clock' | 'logger' | 'config' | 'mailer'>;
+
+/** One bounded round: housekeeping, then up to `limit` mails and `limit` webhook attempts (sent side by side). */
+export async function runBackgroundWork(deps: Deps, options: { limit?: number } = {}): Promise<BackgroundWorkReport> {
+  const started = performance.now();
+  const limit = options.limit ?? DEFAULT_DRAIN_LIMIT;
+  const housekeeping = await runHousekeeping(deps);
+  const [mailHandled, webhooks] = await Promise.all([
+    deps.mailer.deliverPending({ limit }),
+    drainWebhookOutbox(deps, { limit }),
+  ]);
+  return { housekeeping, mail: { handled: mailHandled }, webhooks, durationMs: Math.round(performance.now() - started) };
+}
+
+/** The SQL housekeeping at the service's clock (the pg_cron job runs the same function at the database's clock). */
+export async function runHousekeeping(deps: Pick<AppDeps, 'database' | 'clock'>): Promise<HousekeepingReport> {
+  const row = await first<{ report: HousekeepingReport | string }>(
+    deps.database.db,
+    sql`select public.background_housekeeping(${deps.clock.now()})::text as report`,
+  );
+  return JSON.parse(String(row!.report)) as HousekeepingReport;
+}
+
+/** Whether `presented` is the configured token, compared in constant time (digests of equal length). */
+export async function isDrainToken(presented: string, expected: string): Promise<boolean> {
+  const encoder = new TextEncoder();
+  const [a, b] = await Promise.all([
+    crypto.subtle.digest('SHA-256', encoder.encode(presented)),
+    crypto.subtle.digest('SHA-256', encoder.encode(expected)),
+  ]);
+  const x = new Uint8Array(a);
+  const y = new Uint8Array(b);
+  let difference = 0;
+  for (let i = 0; i < x.length; i++) difference |= x[i]! ^ y[i]!;
+  return difference === 0;
+}

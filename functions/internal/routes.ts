@@ -1,0 +1,84 @@
+import { createRoute, z } from '@hono/zod-openapi';
+import { envelopeOf, ok } from '../http/envelope.ts';
+import { ApiError } from '../http/errors.ts';
+import { errors, jsonResponse, newRouter } from '../http/router.ts';
+import { DEFAULT_DRAIN_LIMIT, isDrainToken, runBackgroundWork } from './background-work.ts';
+
+/**
+ * POST /internal/drain: the background work for a scheduler (pg_cron through pg_net on Supabase, or any cron that can
+ * send an HTTP request). Not part of the marketplace's API for users: the caller proves it is the scheduler with
+ * `Authorization: Bearer <DRAIN_TOKEN>` (compared in constant time; the token is never logged: the request log keeps
+ * no headers and the logger redacts bearer credentials anywhere). Without DRAIN_TOKEN the endpoint does not exist
+ * (404), so a deployment that schedules its work otherwise exposes nothing.
+ */
+
+const drainBody = z
+  .object({
+    limit: z
+      .int()
+      .min(1)
+      .max(1000)
+      .optional()
+      .openapi({ description: `At most this many mails and this many webhook attempts in this call (default ${DEFAULT_DRAIN_LIMIT})` }),
+  })
+  .strict()
+  .openapi('DrainRequest');
+
+const drainReport = z
+  .object({
+    housekeeping: z.object({
+      revokedTokensPruned: z.int(),
+      rateLimitsPruned: z.int(),
+      reservationsExpired: z.int(),
+    }),
+    mail: z.object({ handled: z.int().openapi({ description: 'mails sent, logged or rescheduled after a failed attempt' }) }),
+    webhooks: z.object({ attempted: z.int(), delivered: z.int(), retrying: z.int(), failed: z.int() }),
+    durationMs: z.int(),
+  })
+  .openapi('DrainReport');
+
+const drainRoute = createRoute({
+  operationId: 'drainBackgroundWork',
+  method: 'post',
+  path: '/internal/drain',
+  tags: ['Internal'],
+  summary: 'For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes)',
+  description:
+    'Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails and ' +
+    'webhook deliveries are claimed with FOR UPDATE SKIP LOCKED, so none is sent twice by concurrent calls. The body ' +
+    'may be absent or `{}`; `limit` bounds the batch. 404 when DRAIN_TOKEN is not configured.',
+  security: [{ bearer: [] }],
+  request: { body: { required: false, content: { 'application/json': { schema: drainBody } } } },
+  responses: {
+    200: jsonResponse(envelopeOf(drainReport), 'What this call did'),
+    ...errors(400, 401, 404, 503),
+  },
+});
+
+export function internalRoutes() {
+  const router = newRouter();
+
+  // Before the body is validated: an unauthenticated caller learns nothing but 401 (or 404 when the endpoint is off).
+  router.use('/internal/drain', async (c, next) => {
+    const expected = c.var.deps.config.drainToken;
+    if (!expected) throw new ApiError('NOT_FOUND', `No route for ${c.req.method} ${c.req.path}`);
+    const presented = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '')?.[1];
+    if (!presented || !(await isDrainToken(presented, expected))) {
+      throw new ApiError('UNAUTHORIZED', 'POST /internal/drain needs Authorization: Bearer <DRAIN_TOKEN>');
+    }
+    await next();
+  });
+
+  router.openapi(drainRoute, async (c) => {
+    // Authenticated by the middleware above (the scheduler's shared token), not a user route.
+    const body = c.req.valid('json') as z.infer<typeof drainBody> | undefined;
+    const report = await runBackgroundWork(c.var.deps, { limit: body?.limit });
+    const { mail, webhooks } = report;
+    if (mail.handled > 0 || webhooks.attempted > 0) {
+      c.var.deps.logger.info('background work drained', { requestId: c.var.requestId, ...report });
+    }
+    return c.json(ok(report), 200);
+  });
+
+  return router;
+}

@@ -1,0 +1,192 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, rows, sql } from '../../functions/platform/db.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { insertAgent } from '../support/fixtures.ts';
+import { mailsTo } from '../support/mail.ts';
+import { startSmtpServer, type TestSmtpServer } from '../support/smtp.ts';
+import { createAdmin, type TestUser } from '../support/users.ts';
+import { addEndpoint, Receiver } from '../webhooks/support.ts';
+
+/**
+ * POST /internal/drain (functions/internal/): the background work a scheduler triggers, so that nothing depends on a
+ * long-lived process (issue 14). The test apps start no loop (NODE_ENV=test), so every mail and webhook here leaves
+ * only because a drain was called: over real SMTP and to a real webhook receiver. Concurrency: any number of drains at
+ * once, through three app instances on one database, send each mail and each delivery exactly once.
+ */
+
+const TOKEN = 'drain-token-for-tests-0123456789abcdef';
+
+let t: TestApp;
+let smtp: TestSmtpServer;
+let admin: TestUser;
+const receivers: Receiver[] = [];
+
+beforeAll(async () => {
+  smtp = await startSmtpServer();
+  t = await startTestApp({ env: { SMTP_URL: smtp.url, DRAIN_TOKEN: TOKEN } });
+  admin = await createAdmin(t);
+});
+afterAll(async () => {
+  await Promise.all(receivers.map((r) => r.close()));
+  await t?.close();
+  await smtp?.close();
+});
+
+async function receiver(): Promise<Receiver> {
+  const r = await Receiver.start();
+  receivers.push(r);
+  return r;
+}
+
+const drain = (app: TestApp, token: string | null = TOKEN, json: unknown = undefined) =>
+  app.http.post('/internal/drain', { ...(token ? { bearer: token } : {}), ...(json === undefined ? {} : { json }) });
+
+/** An agent with a webhook endpoint at a fresh receiver; `emit` writes an event to the outbox as metering and billing do. */
+async function agentWithEndpoint(app: TestApp) {
+  const agent = await insertAgent(app.db);
+  const hook = await receiver();
+  await addEndpoint(app, admin, agent.id, hook, ['subscription.created']);
+  const emit = (n: number) =>
+    sql`select public.webhook_emit(${agent.id}, 'subscription.created', jsonb_build_object('n', ${n}::int), ${app.clock.now()})`.execute(app.db);
+  return { agentId: agent.id, hook, emit };
+}
+
+describe('who may call it', () => {
+  it('does not exist without DRAIN_TOKEN: 404 NOT_FOUND, whatever the credentials', async () => {
+    const off = await startTestApp({ testDatabase: { database: t.database, url: t.databaseUrl, drop: async () => {} } });
+    try {
+      for (const token of [null, TOKEN, 'x']) {
+        const res = await drain(off, token);
+        expect(res.status, res.text).toBe(404);
+        expect(res.body.error.code).toBe('NOT_FOUND');
+      }
+    } finally {
+      await off.close();
+    }
+  });
+
+  it('refuses a missing, wrong, truncated or extended token and a signed-in admin: 401, and runs nothing', async () => {
+    await t.deps.mailer.enqueue(t.db, { to: 'not-yet@example.test', subject: 'Not by a stranger', text: 'x' });
+    const before = smtp.received.length;
+    for (const res of [
+      await drain(t, null),
+      await drain(t, 'wrong-token-wrong-token-wrong-token-00'),
+      await drain(t, TOKEN.slice(0, -1)),
+      await drain(t, `${TOKEN}x`),
+      await t.http.post('/internal/drain', { headers: { authorization: `Basic ${TOKEN}` } }),
+      await t.http.post('/internal/drain', { cookie: admin.cookie }),
+    ]) {
+      expect(res.status, res.text).toBe(401);
+      expect(res.body.error.code).toBe('UNAUTHORIZED');
+    }
+    expect(smtp.received.length).toBe(before);
+    expect((await mailsTo(t, 'not-yet@example.test'))[0]).toMatchObject({ status: 'pending', attempts: 0 });
+  });
+
+  it('validates the body after the token: 400 for a bad limit, never for an empty body', async () => {
+    const bad = await drain(t, TOKEN, { limit: 0 });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.code).toBe('VALIDATION_ERROR');
+    expect((await drain(t, TOKEN, { surprise: 1 })).status).toBe(400);
+    expect((await drain(t, TOKEN, {})).status).toBe(200);
+    expect((await drain(t, TOKEN)).status).toBe(200);
+  });
+
+  it('never writes the token to the log', () => {
+    expect(JSON.stringify(t.logs)).not.toContain(TOKEN);
+    expect(JSON.stringify(t.logs)).not.toContain(TOKEN.slice(0, 16));
+  });
+});
+
+describe('what a drain does', () => {
+  it('sends queued mail over SMTP and queued webhooks to their receiver, and reports it', async () => {
+    const { hook, emit } = await agentWithEndpoint(t);
+    await t.deps.mailer.enqueue(t.db, { to: 'drained@example.test', subject: 'Sent by the drain', text: 'hello' });
+    await emit(1);
+    const before = smtp.received.length;
+    const res = await drain(t);
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data.mail.handled).toBeGreaterThanOrEqual(1);
+    expect(res.body.data.webhooks).toMatchObject({ attempted: 1, delivered: 1, retrying: 0, failed: 0 });
+    expect(smtp.received.slice(before).filter((m) => m.to.includes('drained@example.test'))).toHaveLength(1);
+    expect((await mailsTo(t, 'drained@example.test'))[0]).toMatchObject({ status: 'sent', attempts: 1 });
+    expect(hook.accepted()).toEqual([expect.objectContaining({ type: 'subscription.created', data: { n: 1 } })]);
+    // Nothing left: a second drain sends nothing again.
+    const again = await drain(t);
+    expect(again.body.data.webhooks.attempted).toBe(0);
+    expect(smtp.received.filter((m) => m.to.includes('drained@example.test'))).toHaveLength(1);
+  });
+
+  it('prunes ended rate-limit windows and expired revocation-list rows at the service clock', async () => {
+    const now = t.clock.now();
+    const past = new Date(now.getTime() - 60_000);
+    const future = new Date(now.getTime() + 60 * 60_000);
+    await sql`insert into public.rate_limits (key, window_start, window_end, hits)
+              values ('drain-test|ended', ${past}, ${past}, 3), ('drain-test|open', ${past}, ${future}, 1)`.execute(t.db);
+    await sql`insert into public.revoked_tokens (key, expires_at)
+              values ('jti:drain-test-expired', ${past}), ('jti:drain-test-live', ${future})`.execute(t.db);
+    const res = await drain(t);
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data.housekeeping.rateLimitsPruned).toBeGreaterThanOrEqual(1);
+    expect(res.body.data.housekeeping.revokedTokensPruned).toBeGreaterThanOrEqual(1);
+    const keys = await rows<{ key: string }>(t.db, sql`select key from public.rate_limits where key like 'drain-test|%' order by key`);
+    expect(keys.map((k) => k.key)).toEqual(['drain-test|open']);
+    const revoked = await rows<{ key: string }>(t.db, sql`select key from public.revoked_tokens where key like 'jti:drain-test-%'`);
+    expect(revoked.map((k) => k.key)).toEqual(['jti:drain-test-live']);
+  });
+
+  it('keeps a mail the server refuses pending for a later drain (the outbox survives an SMTP outage)', async () => {
+    smtp.setFailing(true);
+    try {
+      await t.deps.mailer.enqueue(t.db, { to: 'outage@example.test', subject: 'Later', text: 'x' });
+      expect((await drain(t)).status).toBe(200);
+      expect((await mailsTo(t, 'outage@example.test'))[0]).toMatchObject({ status: 'pending', attempts: 1 });
+    } finally {
+      smtp.setFailing(false);
+    }
+    t.clock.advance(10 * 60_000);
+    try {
+      expect((await drain(t)).status).toBe(200);
+      expect((await mailsTo(t, 'outage@example.test'))[0]).toMatchObject({ status: 'sent', attempts: 2 });
+    } finally {
+      // receivers check webhook-timestamp against their own clock
+      t.clock.set(new Date());
+    }
+  });
+});
+
+describe('concurrent drains', () => {
+  it('through three instances on one database, 12 drains at once send each mail and each delivery exactly once', async () => {
+    const shared = { database: t.database, url: t.databaseUrl, drop: async () => {} };
+    const instances = [t, ...(await Promise.all([1, 2].map(() => startTestApp({ testDatabase: shared, env: { SMTP_URL: smtp.url, DRAIN_TOKEN: TOKEN } }))))];
+    try {
+      const endpoints = await Promise.all([1, 2, 3].map(() => agentWithEndpoint(t)));
+      const mails = Array.from({ length: 45 }, (_, i) => `concurrent-${i}@example.test`);
+      for (const to of mails) await t.deps.mailer.enqueue(t.db, { to, subject: `Concurrent ${to}`, text: 'once' });
+      for (let n = 0; n < 6; n++) for (const e of endpoints) await e.emit(n);
+      const before = smtp.received.length;
+
+      // Small batches, so that the drains really share the work; rounds until a whole round finds nothing to do.
+      for (;;) {
+        const round = await Promise.all(Array.from({ length: 12 }, (_, i) => drain(instances[i % 3]!, TOKEN, { limit: 4 })));
+        for (const res of round) expect(res.status, res.text).toBe(200);
+        if (round.every((r) => r.body.data.mail.handled === 0 && r.body.data.webhooks.attempted === 0)) break;
+      }
+
+      const received = smtp.received.slice(before).flatMap((m) => m.to);
+      for (const to of mails) expect(received.filter((r) => r === to), to).toHaveLength(1);
+      const statuses = await rows<{ status: string }>(t.db, sql`select status from mail_outbox where to_address like 'concurrent-%'`);
+      expect(statuses.map((s) => s.status)).toEqual(Array(45).fill('sent'));
+      for (const e of endpoints) {
+        const ids = e.hook.received.map((r) => r.headers['webhook-id']);
+        expect(new Set(ids).size, 'one request per event').toBe(ids.length);
+        // in order per endpoint, each once
+        expect(e.hook.accepted().map((p) => p.data.n)).toEqual([0, 1, 2, 3, 4, 5]);
+      }
+      const pending = await first<{ n: number }>(t.db, sql`select count(*)::int as n from public.webhook_deliveries where status <> 'delivered'`);
+      expect(pending!.n).toBe(0);
+    } finally {
+      await Promise.all(instances.slice(1).map((i) => i.close()));
+    }
+  });
+});
