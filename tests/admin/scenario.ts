@@ -1,3 +1,4 @@
+import { accessTokenFor } from '../support/oauth.ts';
 import { randomUUID } from 'node:crypto';
 import { first, sql } from '../../functions/platform/db.ts';
 import type { TestApp } from '../support/app.ts';
@@ -147,7 +148,9 @@ export async function seedScenario(t: TestApp): Promise<Scenario> {
   const canceled = await t.http.post(`/me/subscriptions/${alpha.id}/cancel`, { cookie: users.u4.cookie });
   if (canceled.status !== 200) throw new Error(`cancel failed: ${canceled.status} ${canceled.text}`);
   t.clock.set('2026-10-25T10:00:00Z');
-  const used = await t.http.post(`/me/usage/${alpha.id}/runs/increment`, { cookie: users.u5.cookie, json: { clientReqId: 'run-1' } });
+  // as alpha's backend does it: u5's token of alpha's own client (usage writes take nothing else)
+  const { accessToken } = await accessTokenFor(t, users.u5, { agentId: alpha.id });
+  const used = await t.http.post(`/me/usage/${alpha.id}/runs/increment`, { bearer: accessToken, json: { clientReqId: 'run-1' } });
   if (used.status !== 200) throw new Error(`increment failed: ${used.status} ${used.text}`);
   t.clock.set(NOW);
 

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
-import { meteredAgent, reqId, subscribe, usagePath } from './support.ts';
+import { meteredAgent, reqId, subscribe, usagePath, meter } from './support.ts';
 
 /** Admin metering of a subscription over HTTP: addons, the quota ledger, usage of every metric. */
 
@@ -26,7 +26,7 @@ async function setup(metrics: Parameters<typeof meteredAgent>[1]) {
   const a = await meteredAgent(t.db, metrics);
   const sub = await subscribe(t, u.userId, a.tierId);
   const inc = (slug: string, amount = 1) =>
-    t.http.post(usagePath(a.agentId, slug, 'increment'), { cookie: u.cookie, json: { clientReqId: reqId(), amount } });
+    meter(t, u, a.agentId, slug, 'increment', { clientReqId: reqId(), amount });
   return { u, a, sub, inc };
 }
 
@@ -93,7 +93,7 @@ describe('addons', () => {
       expect(list.body.data[0]).toMatchObject({ status: 'active', inEffect: false });
       const usage = await t.http.get(`/admin/subscriptions/${sub.id}/usage`, { cookie: admin.cookie });
       expect(usage.body.data).toEqual([
-        { metric: 'calls', kind: 'rolling', used: 1, limit: 1, remaining: 0, periodStart: '2026-02-28T10:00:00.000Z', periodEnd: '2026-03-31T10:00:00.000Z' },
+        { metric: 'calls', kind: 'rolling', used: 1, reserved: 0, limit: 1, remaining: 0, periodStart: '2026-02-28T10:00:00.000Z', periodEnd: '2026-03-31T10:00:00.000Z' },
       ]);
     } finally {
       t.clock.set('2026-01-31T10:00:00.000Z');
@@ -136,12 +136,12 @@ describe('quota ledger', () => {
       { slug: 'sites', kind: 'fixed', quota: 5 },
     ]);
     const key = reqId();
-    await t.http.post(usagePath(a.agentId, 'calls', 'increment'), { cookie: u.cookie, json: { clientReqId: key, amount: 2 } });
+    await meter(t, u, a.agentId, 'calls', 'increment', { clientReqId: key, amount: 2 });
     await inc('calls'); // denied
     const granted = await grant(sub.id, { metricSlug: 'calls', amount: 1, duration: 'permanent' });
     await revoke(sub.id, granted.body.data.id);
     await inc('sites', 3);
-    await t.http.post(usagePath(a.agentId, 'sites', 'decrement'), { cookie: u.cookie, json: { amount: 1 } });
+    await meter(t, u, a.agentId, 'sites', 'decrement', { amount: 1 });
 
     const all: Array<Record<string, unknown>> = [];
     let cursor: string | undefined;
@@ -192,8 +192,8 @@ describe('subscription usage (admin)', () => {
     const res = await t.http.get(`/admin/subscriptions/${sub.id}/usage`, { cookie: admin.cookie });
     expect(res.status).toBe(200);
     expect(res.body.data).toEqual([
-      { metric: 'calls', kind: 'rolling', used: 7, limit: null, remaining: null, periodStart: sub.currentPeriodStart, periodEnd: sub.currentPeriodEnd },
-      { metric: 'sites', kind: 'fixed', used: 0, limit: 0, remaining: 0, periodStart: sub.createdAt, periodEnd: null },
+      { metric: 'calls', kind: 'rolling', used: 7, reserved: 0, limit: null, remaining: null, periodStart: sub.currentPeriodStart, periodEnd: sub.currentPeriodEnd },
+      { metric: 'sites', kind: 'fixed', used: 0, reserved: 0, limit: 0, remaining: 0, periodStart: sub.createdAt, periodEnd: null },
     ]);
     expect((await t.http.get(`/admin/subscriptions/00000000-0000-4000-8000-000000000000/usage`, { cookie: admin.cookie })).status).toBe(404);
   });

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
-import { ledgerAgreesWithCounters, meteredAgent, reqId, subscribe, usagePath } from './support.ts';
+import { ledgerAgreesWithCounters, meteredAgent, reqId, subscribe, usagePath, meter } from './support.ts';
 
 /**
  * Check-and-increment under concurrency, over HTTP. On the postgres tier the requests really run in parallel
@@ -21,7 +21,7 @@ beforeAll(async () => {
 afterAll(() => t.close());
 
 const increment = (agentId: string, slug: string, clientReqId: string, amount = 1) =>
-  t.http.post(usagePath(agentId, slug, 'increment'), { cookie: user.cookie, json: { clientReqId, amount } });
+  meter(t, user, agentId, slug, 'increment', { clientReqId, amount });
 
 describe('parallel increments', () => {
   it('admits exactly the 10 units left out of 60 parallel increments (20 rounds)', { timeout: 180_000 }, async () => {

@@ -3,9 +3,12 @@ import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { accessTokenFor, postForm } from '../support/oauth.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
-import { ledgerAgreesWithCounters, meteredAgent, reqId, setQuota, subscribe, usagePath } from './support.ts';
+import { ledgerAgreesWithCounters, meter, meteredAgent, reqId, setQuota, subscribe, usagePath } from './support.ts';
 
-/** /me/usage over HTTP with cookie sessions: increment, decrement, reads, and their errors. */
+/**
+ * /me/usage over HTTP: increment and decrement as the agent backend makes them (the user's bearer token of the
+ * agent's own client: the only credential usage writes take), reads with the user's cookie, and their errors.
+ */
 
 let t: TestApp;
 let user: TestUser;
@@ -15,10 +18,8 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
-const increment = (u: TestUser, agentId: string, slug: string, body: Record<string, unknown>) =>
-  t.http.post(usagePath(agentId, slug, 'increment'), { cookie: u.cookie, json: body });
-const decrement = (u: TestUser, agentId: string, slug: string, body: Record<string, unknown> = {}) =>
-  t.http.post(usagePath(agentId, slug, 'decrement'), { cookie: u.cookie, json: body });
+const increment = (u: TestUser, agentId: string, slug: string, body: Record<string, unknown>) => meter(t, u, agentId, slug, 'increment', body);
+const decrement = (u: TestUser, agentId: string, slug: string, body: Record<string, unknown> = {}) => meter(t, u, agentId, slug, 'decrement', body);
 
 describe('incrementUsage', () => {
   it('counts, answers the usage record with replayed: false and the quota headers', async () => {
@@ -34,6 +35,7 @@ describe('incrementUsage', () => {
         kind: 'rolling',
         used: 2,
         limit: 5,
+        reserved: 0,
         remaining: 3,
         periodStart: sub.currentPeriodStart,
         periodEnd: sub.currentPeriodEnd,
@@ -96,7 +98,7 @@ describe('incrementUsage', () => {
     expect((await increment(user, a.agentId, 'seats', { clientReqId: reqId(), amount: 3 })).status).toBe(200);
     const over = await increment(user, a.agentId, 'seats', { clientReqId: reqId() });
     expect(over.status).toBe(429);
-    expect(over.body.error.details).toEqual({ metric: 'seats', used: 3, limit: 3, requested: 1, replayed: false });
+    expect(over.body.error.details).toMatchObject({ metric: 'seats', used: 3, reserved: 0, limit: 3, requested: 1, replayed: false });
   });
 
   it('treats a null tier quota as unlimited, 0 as deny, and a missing quota row as deny', async () => {
@@ -156,14 +158,17 @@ describe('incrementUsage', () => {
     expect(usage.body.data.used).toBe(0);
   });
 
-  it('answers 422 INVALID_STATE when a clientReqId of a decrement is reused for an increment', async () => {
+  it('answers 409 IDEMPOTENCY_CONFLICT when a clientReqId of a decrement is reused for an increment, and changes nothing', async () => {
     const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 5 }]);
     await subscribe(t, user.userId, a.tierId);
     const key = reqId();
+    expect((await increment(user, a.agentId, 'sites', { clientReqId: reqId(), amount: 2 })).status).toBe(200);
     expect((await decrement(user, a.agentId, 'sites', { clientReqId: key })).status).toBe(200);
     const res = await increment(user, a.agentId, 'sites', { clientReqId: key });
-    expect(res.status).toBe(422);
-    expect(res.body.error.code).toBe('INVALID_STATE');
+    expect(res.status).toBe(409);
+    expect(res.body.error.code).toBe('IDEMPOTENCY_CONFLICT');
+    expect(res.body.error.details.original).toMatchObject({ operation: 'decrement', amount: 1 });
+    expect((await t.http.get(usagePath(a.agentId, 'sites'), { cookie: user.cookie })).body.data.used).toBe(1);
   });
 
   it('requires a signed-in caller (401 with sign-in links)', async () => {
@@ -198,7 +203,7 @@ describe('bearer access tokens (agent backends)', () => {
     const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
     const u = await signUp(t);
     await subscribe(t, u.userId, a.tierId);
-    const { accessToken } = await accessTokenFor(t, u);
+    const { accessToken } = await accessTokenFor(t, u, { agentId: a.agentId });
     const res = await t.http.post(usagePath(a.agentId, 'calls', 'increment'), { bearer: accessToken, json: { clientReqId: reqId(), amount: 2 } });
     expect(res.status).toBe(200);
     expect(res.body.data).toMatchObject({ used: 2, remaining: 3, replayed: false });
@@ -212,7 +217,7 @@ describe('bearer access tokens (agent backends)', () => {
     const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
     const u = await signUp(t);
     await subscribe(t, u.userId, a.tierId);
-    const tokens = await accessTokenFor(t, u);
+    const tokens = await accessTokenFor(t, u, { agentId: a.agentId });
     const bad = await t.http.post(usagePath(a.agentId, 'calls', 'increment'), { bearer: `${tokens.accessToken}x`, json: { clientReqId: reqId() } });
     expect(bad.status).toBe(401);
     const revoked = await postForm(t, '/api/auth/oauth2/revoke', tokens, { token: tokens.accessToken, token_type_hint: 'access_token' });
@@ -229,7 +234,7 @@ describe('bearer access tokens (agent backends)', () => {
     const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 5 }]);
     const u = await signUp(t);
     await subscribe(t, u.userId, a.tierId);
-    const { accessToken } = await accessTokenFor(t, u);
+    const { accessToken } = await accessTokenFor(t, u, { agentId: a.agentId });
     const call = (op: 'increment' | 'decrement') =>
       t.http.post(usagePath(a.agentId, 'sites', op), { bearer: accessToken, json: { clientReqId: reqId() } });
     expect((await call('increment')).status).toBe(200);
@@ -259,16 +264,16 @@ describe('bearer access tokens (agent backends)', () => {
     expect(gone.body.error.message).toBe('The access token belongs to no user');
   });
 
-  it('takes the session cookie over a bearer token sent with it, as every route does', async () => {
+  it("refuses a cookie on a usage write, even with a valid bearer token beside it (the cookie wins and cannot write)", async () => {
     const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
     const owner = await signUp(t);
-    const other = await signUp(t);
     await subscribe(t, owner.userId, a.tierId);
-    const { accessToken } = await accessTokenFor(t, other);
-    // other's (valid) token, owner's cookie: counted on owner's subscription
+    const { accessToken } = await accessTokenFor(t, owner, { agentId: a.agentId });
     const res = await t.http.post(usagePath(a.agentId, 'calls', 'increment'), { cookie: owner.cookie, bearer: accessToken, json: { clientReqId: reqId() } });
-    expect(res.status).toBe(200);
-    expect((await t.http.get(usagePath(a.agentId, 'calls'), { cookie: owner.cookie })).body.data.used).toBe(1);
+    expect([res.status, res.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+    expect((await t.http.get(usagePath(a.agentId, 'calls'), { cookie: owner.cookie })).body.data.used).toBe(0);
+    const alone = await t.http.post(usagePath(a.agentId, 'calls', 'increment'), { bearer: accessToken, json: { clientReqId: reqId() } });
+    expect(alone.status).toBe(200);
   });
 });
 
@@ -304,11 +309,12 @@ describe('rolling and fixed periods', () => {
         kind: 'rolling',
         used: 1,
         limit: 3,
+        reserved: 0,
         remaining: 2,
         periodStart: '2026-02-28T10:00:00.000Z',
         periodEnd: '2026-03-31T10:00:00.000Z',
       },
-      { metric: 'sites', kind: 'fixed', used: 2, limit: 3, remaining: 1, periodStart: sub.createdAt, periodEnd: null },
+      { metric: 'sites', kind: 'fixed', used: 2, reserved: 0, limit: 3, remaining: 1, periodStart: sub.createdAt, periodEnd: null },
     ]);
     // moving the clock back into the first period shows that period's counter again: nothing was reset
     t.clock.set('2026-02-01T00:00:00.000Z');
@@ -329,6 +335,7 @@ describe('decrementUsage', () => {
       kind: 'fixed',
       used: 1,
       limit: 5,
+      reserved: 0,
       remaining: 4,
       periodStart: sub.createdAt,
       periodEnd: null,
@@ -387,7 +394,7 @@ describe('listMyUsage / getMyUsage', () => {
     const list = await t.http.get(usagePath(a.agentId), { cookie: user.cookie });
     expect(list.status).toBe(200);
     expect(list.body.data.map((u: { metric: string }) => u.metric)).toEqual(['a-rolling', 'b-fixed']);
-    expect(list.body.data[1]).toEqual({ metric: 'b-fixed', kind: 'fixed', used: 0, limit: 0, remaining: 0, periodStart: sub.createdAt, periodEnd: null });
+    expect(list.body.data[1]).toEqual({ metric: 'b-fixed', kind: 'fixed', used: 0, reserved: 0, limit: 0, remaining: 0, periodStart: sub.createdAt, periodEnd: null });
     const one = await t.http.get(usagePath(a.agentId, 'a-rolling'), { cookie: user.cookie });
     expect(one.body.data).toMatchObject({ metric: 'a-rolling', used: 0, limit: 7, remaining: 7 });
   });
