@@ -5,6 +5,8 @@ import { first, sql } from '../../functions/platform/db.ts';
 import { pruneRevokedTokens } from '../../functions/auth/revocation-list.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { insertAgent, type AgentRow } from '../support/fixtures.ts';
+import { clientOfAgent, createFirstPartyClient } from '../support/oauth.ts';
 
 /**
  * The Authenticator's bearer rules, each on its own: issuer, audience, expiry, `typ`, algorithm and key.
@@ -16,6 +18,9 @@ let t: TestApp;
 let user: TestUser;
 let admin: TestUser;
 let privateKey: CryptoKey;
+let agent: AgentRow;
+let agentClientId: string;
+let firstPartyClientId: string;
 const kid = `test-${randomUUID()}`;
 
 beforeAll(async () => {
@@ -27,6 +32,9 @@ beforeAll(async () => {
             values (${kid}, ${JSON.stringify(jwk)}, 'held by the test', now(), 'EdDSA', 'Ed25519')`.execute(t.db);
   user = await signUp(t);
   admin = await createAdmin(t);
+  agent = await insertAgent(t.db);
+  agentClientId = (await clientOfAgent(t, agent.id)).clientId;
+  firstPartyClientId = (await createFirstPartyClient(t)).clientId;
 });
 afterAll(() => t.close());
 
@@ -38,14 +46,18 @@ interface TokenOptions {
   expiresInSec?: number;
 }
 
-async function token(sub: string, options: TokenOptions = {}): Promise<string> {
+/**
+ * A token as the token endpoint mints them for an agent's client (aud: the agent's resource, client_id: its client),
+ * unless the claims say otherwise; `firstParty` makes it the marketplace's first-party admin token (aud: the API).
+ */
+async function token(sub: string, options: TokenOptions & { firstParty?: boolean } = {}): Promise<string> {
   const now = Math.floor(t.clock.now().getTime() / 1000);
   return new SignJWT({
     sub,
     iss: `${t.baseUrl}/api/auth`,
-    aud: t.baseUrl,
-    client_id: 'test-client',
-    scope: 'openid',
+    aud: options.firstParty ? t.baseUrl : [`${t.baseUrl}/agents/${agent.id}`, `${t.baseUrl}/api/auth/oauth2/userinfo`],
+    client_id: options.firstParty ? firstPartyClientId : agentClientId,
+    scope: options.firstParty ? 'openid admin' : 'openid',
     sid: randomUUID(),
     jti: randomUUID(),
     role: 'authenticated',
@@ -60,15 +72,36 @@ async function token(sub: string, options: TokenOptions = {}): Promise<string> {
 const me = (bearer: string) => t.http.get('/me', { bearer });
 
 describe('bearer access tokens', () => {
-  it('a valid token of this server authenticates the user on /me', async () => {
+  it('a valid token of this server authenticates the user on /me (an agent sees id, email and name)', async () => {
     const res = await me(await token(user.userId));
     expect(res.status).toBe(200);
-    expect(res.body.data).toMatchObject({ id: user.userId, email: user.email, role: 'user' });
+    expect(res.body.data).toEqual({ id: user.userId, email: user.email, name: expect.any(String) });
   });
 
   it('the role comes from the user row, not from the token', async () => {
-    const res = await me(await token(admin.userId, { claims: { role: 'user' } }));
+    const res = await me(await token(admin.userId, { firstParty: true, claims: { role: 'user' } }));
     expect(res.body.data.role).toBe('platform_admin');
+    const plain = await me(await token(user.userId, { firstParty: true, claims: { role: 'platform_admin' } }));
+    expect(plain.body.data.role).toBe('user');
+  });
+
+  it("rejects an audience that names no agent, two agents, or an agent whose client the token does not carry", async () => {
+    const other = await insertAgent(t.db);
+    const otherClientId = (await clientOfAgent(t, other.id)).clientId;
+    const base = `${t.baseUrl}/agents/`;
+    for (const claims of [
+      { aud: `${base}not-a-uuid` },
+      { aud: [`${base}${agent.id}`, `${base}${other.id}`] },
+      { aud: [`${base}${agent.id}`, t.baseUrl] },
+      { aud: `${base}${agent.id}`, client_id: otherClientId },
+      { aud: t.baseUrl, client_id: agentClientId },
+      { client_id: undefined },
+    ]) {
+      const res = await me(await token(user.userId, { claims }));
+      expect([res.status, res.body.error?.code], JSON.stringify(claims)).toEqual([401, 'UNAUTHORIZED']);
+    }
+    const wrong = await me(await token(user.userId, { claims: { aud: `${base}${agent.id}`, client_id: otherClientId } }));
+    expect(wrong.body.error.message).toBe('The access token was not issued to a client of the agent it names');
   });
 
   it('rejects a token signed by a key this server never issued (same kid)', async () => {
@@ -170,12 +203,18 @@ describe('bearer access tokens', () => {
     expect(res.body.data.id).toBe(admin.userId);
   });
 
-  it('a bearer-authenticated write needs no Origin (agent backends are not browsers)', async () => {
+  it("a bearer-authenticated write needs no Origin (automation is not a browser); an agent's token is never admin", async () => {
     const target = await signUp(t);
-    const res = await t.http.put(`/admin/users/${target.userId}/role`, {
+    const asAgent = await t.http.put(`/admin/users/${target.userId}/role`, {
       bearer: await token(admin.userId),
-      json: { role: 'user' },
+      json: { role: 'platform_admin' },
       headers: { origin: 'https://agent-backend.example' },
+    });
+    expect([asAgent.status, asAgent.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+    const res = await t.http.put(`/admin/users/${target.userId}/role`, {
+      bearer: await token(admin.userId, { firstParty: true }),
+      json: { role: 'user' },
+      headers: { origin: 'https://back-office.example' },
     });
     expect(res.status).toBe(200);
   });
