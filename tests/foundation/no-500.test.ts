@@ -1,7 +1,8 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { accessTokenFor } from '../support/oauth.ts';
+import { createAdmin, signIn, signUp, type TestUser } from '../support/users.ts';
 
 /**
  * "A 500 on any client input is a bug": every operation in /openapi.json, called by an admin, an ordinary user
@@ -88,4 +89,91 @@ describe('no client input produces a 5xx', () => {
       { numRuns: 150 },
     );
   }, 240_000);
+});
+
+/**
+ * Every route the app actually mounts, not only those /openapi.json documents: Hono's route table (our routes,
+ * the built-in pages, /files, /internal, /webhooks) and every endpoint of the auth library under /api/auth (its
+ * `api` object: sessions, admin, organizations, OAuth client management, consents, ...), each called with
+ * malformed path values and bodies by an anonymous caller, a user, an admin and an agent's bearer token.
+ */
+describe('no client input produces a 5xx on any mounted route', () => {
+  interface Route {
+    method: string;
+    path: string;
+  }
+
+  function mountedRoutes(): Route[] {
+    const routes = new Map<string, Route>();
+    const add = (method: string, path: string) => {
+      const methods = method === 'ALL' ? ['GET', 'POST'] : [method.toUpperCase()];
+      for (const m of methods) routes.set(`${m} ${path}`, { method: m, path });
+    };
+    for (const r of t.app.routes as Array<{ method: string; path: string }>) {
+      if (r.path === '/*') continue; // the middleware every request passes anyway
+      add(r.method, r.path);
+    }
+    const api = (t.deps as unknown as { auth: { api: Record<string, { path?: unknown; options?: { method?: string | string[] } }> } }).auth.api;
+    for (const endpoint of Object.values(api)) {
+      if (typeof endpoint?.path !== 'string') continue; // server-side helpers without a route
+      const methods = endpoint.options?.method ?? 'GET';
+      for (const m of Array.isArray(methods) ? methods : [methods]) add(m === '*' ? 'ALL' : m, `/api/auth${endpoint.path}`);
+    }
+    return [...routes.values()];
+  }
+
+  /** Hono `:param` and `*` placeholders filled with one malformed value. */
+  const fillRoute = (path: string, value: string) => path.replace(/:[A-Za-z_]+/g, value).replace(/\*/g, `${value}/x`);
+
+  it('holds for every route of the app and of the auth library, for anonymous, user, admin and bearer callers', async () => {
+    const routes = mountedRoutes();
+    const paths = new Set(routes.map((r) => r.path));
+    expect(routes.length).toBeGreaterThan(200);
+    // the route table covers more than the document: the auth library's own endpoints and the non-API routes
+    for (const path of ['/api/auth/oauth2/create-client', '/api/auth/admin/update-user', '/api/auth/organization/create', '/api/auth/oauth2/get-consents', '/files/*', '/sign-in'])
+      expect(paths, path).toContain(path);
+
+    const agent = await t.http.post('/agents', {
+      cookie: admin.cookie,
+      json: { slug: 'fuzz-agent', name: 'Fuzz', description: 'fuzz', status: 'active', redirectUris: ['http://127.0.0.1:9/callback'] },
+    });
+    expect(agent.status, agent.text).toBe(201);
+    const people: Record<'user' | 'admin', TestUser> = { user: await signUp(t), admin: await createAdmin(t) };
+    let bearer = (await accessTokenFor(t, people.user, { agentId: agent.body.data.id })).accessToken;
+
+    /** A route may end the caller's session (sign-out, revoke-sessions, delete-user): sign in again, or anew. */
+    const stillSignedIn = async (who: 'user' | 'admin') => {
+      const session = await t.http.get('/api/auth/get-session', { cookie: people[who].cookie });
+      if (session.body?.user) return;
+      people[who] = await signIn(t, people[who]).catch(() => (who === 'admin' ? createAdmin(t) : signUp(t)));
+    };
+    const bearerStillValid = async () => {
+      if ((await t.http.get('/me', { bearer })).status === 200) return;
+      await stillSignedIn('user');
+      bearer = (await accessTokenFor(t, people.user, { agentId: agent.body.data.id })).accessToken;
+    };
+
+    const values = ['00000000-0000-4000-8000-000000000000', 'not-a-uuid%00'];
+    const junkBodies: unknown[] = [{}, { id: 1, userId: ['x'], email: {}, token: null, client_id: 7, redirect_uris: 'x', amount: -1 }];
+    const failures: string[] = [];
+    for (const route of routes) {
+      for (const who of ['anonymous', 'user', 'admin', 'bearer'] as const) {
+        if (who === 'user' || who === 'admin') await stillSignedIn(who);
+        if (who === 'bearer') await bearerStillValid();
+        const auth =
+          who === 'anonymous' ? {} : who === 'bearer' ? { bearer } : { cookie: people[who].cookie, headers: { origin: t.baseUrl } };
+        for (const value of values) {
+          const url = `${fillRoute(route.path, value)}?id=${value}&token=%%%&client_id=&limit=abc&cursor=%FF`;
+          const bodies = route.method === 'GET' || route.method === 'DELETE' ? [undefined] : junkBodies;
+          for (const json of bodies) {
+            const res = await t.http.call(route.method, url, { ...auth, ...(json !== undefined ? { json } : {}) });
+            if (res.status >= 500 && !allowed5xx.has(res.status)) {
+              failures.push(`${who} ${route.method} ${url} ${JSON.stringify(json)} -> ${res.status} ${res.text.slice(0, 200)}`);
+            }
+          }
+        }
+      }
+    }
+    expect(failures).toEqual([]);
+  }, 300_000);
 });
