@@ -10,7 +10,7 @@ import type { Logger } from './logger.ts';
  * the caller's transaction (an invitation mail never goes out for an invitation that was rolled back).
  * `deliverPending()` then sends what is due: over SMTP (nodemailer, loaded lazily so the edge bundle never sees it)
  * when SMTP_URL is set, else it only logs the mail. Failed sends are retried with backoff; nothing is lost while the
- * mail server is down. Whoever runs the background work calls it: the scheduled drain (POST /internal/drain, see
+ * mail server is down (attempts go on, 2^n seconds apart up to 10 minutes, for 24 hours). Whoever runs the background work calls it: the scheduled drain (POST /internal/drain, see
  * functions/internal/), or the Node entry's loop (`start()`), a convenience nothing depends on.
  *
  * Any number of processes may deliver at once and none sends a mail another one holds: a pass claims due mail with
@@ -61,7 +61,10 @@ export interface MailerOptions {
   pollMs?: number;
 }
 
-const MAX_ATTEMPTS = 8;
+/** A mail is retried until an attempt fails this long after it was written (then `failed`; it stays in the outbox). */
+const RETRY_WINDOW_MS = 24 * 60 * 60 * 1000;
+/** Backoff between attempts: 2^attempts seconds, at most this (a mail server back after an outage is used soon). */
+const MAX_BACKOFF_MS = 10 * 60 * 1000;
 const BATCH = 20;
 /** How long a claimed mail is left alone by other processes. */
 const LEASE_MS = 120_000;
@@ -83,7 +86,7 @@ export function createMailer(options: MailerOptions): Mailer {
     const now = clock.now();
     // Claim due mail: pushing next_attempt_at forward first means a crash mid-send retries later instead of
     // never, and a second process skips what this one holds.
-    const due = await rows<{ id: string; to_address: string; subject: string; text_body: string; html_body: string | null; attempts: number }>(
+    const due = await rows<{ id: string; to_address: string; subject: string; text_body: string; html_body: string | null; attempts: number; created_at: Date | string }>(
       db,
       sql`update mail_outbox o
              set attempts = o.attempts + 1,
@@ -93,7 +96,7 @@ export function createMailer(options: MailerOptions): Mailer {
                            order by next_attempt_at
                            limit ${want}
                            for update skip locked)
-       returning o.id, o.to_address, o.subject, o.text_body, o.html_body, o.attempts`,
+       returning o.id, o.to_address, o.subject, o.text_body, o.html_body, o.attempts, o.created_at`,
     );
     let handled = 0;
     for (const m of due) {
@@ -110,8 +113,8 @@ export function createMailer(options: MailerOptions): Mailer {
         await sql`update mail_outbox set status = ${transport.kind === 'smtp' ? 'sent' : 'logged'}, sent_at = ${clock.now()}, last_error = null
                    where id = ${m.id}`.execute(db);
       } catch (err) {
-        const giveUp = m.attempts >= MAX_ATTEMPTS;
-        const backoffMs = Math.min(2 ** m.attempts * 1000, 3_600_000);
+        const giveUp = clock.now().getTime() - new Date(m.created_at).getTime() >= RETRY_WINDOW_MS;
+        const backoffMs = Math.min(2 ** m.attempts * 1000, MAX_BACKOFF_MS);
         logger.warn('mail delivery failed', { mailId: m.id, attempts: m.attempts, giveUp, error: (err as Error).message });
         await sql`update mail_outbox
                      set status = ${giveUp ? 'failed' : 'pending'},

@@ -153,6 +153,31 @@ describe('what a drain does', () => {
       t.clock.set(new Date());
     }
   });
+
+  it('retries a refused mail for 24 hours, at most 10 minutes apart, then marks it failed (kept in the outbox)', async () => {
+    smtp.setFailing(true);
+    try {
+      await t.deps.mailer.enqueue(t.db, { to: 'refused@example.test', subject: 'Refused', text: 'x' });
+      expect((await drain(t)).status).toBe(200);
+      // Most of a day later it is still being tried, and the next try is at most 10 minutes away.
+      t.clock.advance(23 * 60 * 60_000 + 50 * 60_000);
+      expect((await drain(t)).status).toBe(200);
+      const [later] = await rows<{ status: string; attempts: number; wait_ms: number }>(
+        t.db,
+        sql`select status, attempts, extract(epoch from next_attempt_at - ${t.clock.now()}) * 1000 as wait_ms
+              from mail_outbox where to_address = 'refused@example.test'`,
+      );
+      expect(later).toMatchObject({ status: 'pending', attempts: 2 });
+      expect(Number(later!.wait_ms)).toBeLessThanOrEqual(10 * 60_000);
+      // An attempt failing 24 hours after the mail was written is the last one.
+      t.clock.advance(11 * 60_000);
+      expect((await drain(t)).status).toBe(200);
+      expect((await mailsTo(t, 'refused@example.test'))[0]).toMatchObject({ status: 'failed', attempts: 3 });
+    } finally {
+      smtp.setFailing(false);
+      t.clock.set(new Date());
+    }
+  });
 });
 
 describe('concurrent drains', () => {
