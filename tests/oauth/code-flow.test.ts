@@ -124,7 +124,8 @@ describe('authorization code flow', () => {
     const jwks = createRemoteJWKSet(new URL(as.jwks_uri!));
     const { payload, protectedHeader } = await jwtVerify(flow.tokens.access_token, jwks, {
       issuer: `${t.baseUrl}/api/auth`,
-      audience: t.baseUrl,
+      // the agent's own resource (RFC 8707): the token acts only within this agent
+      audience: `${t.baseUrl}/agents/${agent.agentId}`,
       typ: 'at+jwt',
     });
     expect(protectedHeader.typ).toBe('at+jwt');
@@ -141,7 +142,7 @@ describe('authorization code flow', () => {
     expect(flow.tokens.token_type.toLowerCase()).toBe('bearer');
     // RFC 9068 validation by the certified client library as a resource server would do it.
     const request = new Request(`${t.baseUrl}/me`, { headers: { authorization: `Bearer ${flow.tokens.access_token}` } });
-    const claims = await oauth.validateJwtAccessToken(as, request, t.baseUrl, insecure);
+    const claims = await oauth.validateJwtAccessToken(as, request, `${t.baseUrl}/agents/${agent.agentId}`, insecure);
     expect(claims.sub).toBe(flow.user.userId);
   });
 
@@ -195,7 +196,8 @@ describe('refresh tokens', () => {
     expect(next.refresh_token).toBeTruthy();
     expect(next.refresh_token).not.toBe(tokens.refresh_token);
     expect(decodeJwt(next.access_token).jti).not.toBe(decodeJwt(tokens.access_token).jti);
-    expect(decodeJwt(next.access_token).aud).toContain(t.baseUrl);
+    expect(decodeJwt(next.access_token).aud).toContain(`${t.baseUrl}/agents/${agent.agentId}`);
+    expect(decodeJwt(next.access_token).aud).not.toContain(t.baseUrl);
     expect((await t.http.get('/me', { bearer: next.access_token })).status).toBe(200);
   });
 
