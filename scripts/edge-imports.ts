@@ -12,10 +12,14 @@ import { fileURLToPath } from 'node:url';
 const root = fileURLToPath(new URL('..', import.meta.url));
 export const edgeConfigFile = join(root, 'supabase', 'functions', 'api', 'deno.json');
 
+const installOnly = new Set(['patch-package']);
+
 export function expectedEdgeConfig(): string {
   const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
   const imports: Record<string, string> = {};
   for (const [name, version] of Object.entries(pkg.dependencies).sort(([a], [b]) => a.localeCompare(b))) {
+    // Install-time tools, never imported by the application (patch-package applies patches/ after npm install).
+    if (installOnly.has(name)) continue;
     if (!/^\d+\.\d+\.\d+(-[\w.]+)?$/.test(version)) throw new Error(`${name}: pin an exact version in package.json (found ${version})`);
     imports[name] = `npm:${name}@${version}`;
     imports[`${name}/`] = `npm:/${name}@${version}/`;
