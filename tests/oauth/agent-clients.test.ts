@@ -191,16 +191,6 @@ describe('rotateAgentClientSecret', () => {
   });
 });
 
-describe('OpenAPI', () => {
-  test('lists the three operations under their contract operationIds', async () => {
-    const doc = await t.http.get('/openapi.json');
-    const path = doc.body.paths['/admin/agents/{agentId}/oauth-client'];
-    expect(path.get.operationId).toBe('getAgentClient');
-    expect(path.patch.operationId).toBe('updateAgentClient');
-    expect(doc.body.paths['/admin/agents/{agentId}/oauth-client/rotate-secret'].post.operationId).toBe('rotateAgentClientSecret');
-  });
-});
-
 describe("the client follows the agent's life", () => {
   test('a deactivated agent cannot be authorized or refresh, and its live tokens stop; reactivation restores refresh', async () => {
     const client = await createOAuthClient(t);

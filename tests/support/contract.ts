@@ -46,13 +46,42 @@ export function parseStripeEvents(text: string): string[] {
   });
 }
 
-/** The operationIds of the contract's operation tables (first column; `a / b` names two). */
-export function parseOperationIds(text: string): string[] {
-  const ids: string[] = [];
+export interface ContractOperation {
+  operationId: string;
+  method: string;
+  /** OpenAPI form, e.g. `/agents/{agentId}`. */
+  path: string;
+}
+
+/**
+ * The operations of the contract's tables with their method and path: the first cell names one or more
+ * operationIds (`listCapabilities / addCapability`), the second their methods and paths, in the same order
+ * (`GET, POST /agents/{agentId}/capabilities`, `GET /tags (paginated), POST /tags, DELETE /tags/{tagId}`).
+ */
+export function parseOperations(text: string): ContractOperation[] {
+  const out: ContractOperation[] = [];
   for (const line of text.split('\n')) {
-    const cell = /^\|\s*([a-z][A-Za-z]+(?:\s*\/\s*[a-z][A-Za-z]+)*)\s*\|/.exec(line)?.[1];
-    if (!cell || cell === 'operationId' || cell === 'variable' || cell === 'status' || cell === 'concern') continue;
-    ids.push(...cell.split('/').map((s) => s.trim()));
+    // a `|` inside backticks (`month|year`) is not a cell border
+    const cells = line.replace(/`[^`]*`/g, (quoted) => quoted.replace(/\|/g, ' or ')).split('|').map((c) => c.trim());
+    const ids = /^[a-z][A-Za-z]+(?:\s*\/\s*[a-z][A-Za-z]+)*$/.test(cells[1] ?? '') ? cells[1]!.split('/').map((s) => s.trim()) : [];
+    if (!ids.length || !/^`?(GET|POST|PUT|PATCH|DELETE)\b/.test(cells[2] ?? '')) continue;
+    const spec = cells[2]!
+      .replace(/`/g, '')
+      .replace(/\{ [^}]*\}/g, '') // request bodies `{ slug, name, ... }` (path parameters have no space)
+      .replace(/\s+->.*$/, '')
+      .replace(/\([^)]*\)/g, '') // remarks
+      .replace(/\?[^\s,]*/g, '') // query strings
+      .replace(/\*/g, '');
+    const methods: Array<{ method: string; path?: string }> = spec.split(',').map((part) => {
+      const [method, path] = part.trim().split(/\s+/);
+      return { method: method!, ...(path ? { path } : {}) };
+    });
+    // `GET, POST /path`: a method without a path takes the next one's
+    for (let i = methods.length - 2; i >= 0; i--) methods[i]!.path ??= methods[i + 1]!.path;
+    if (methods.length !== ids.length || methods.some((m) => !/^(GET|POST|PUT|PATCH|DELETE)$/.test(m.method) || !m.path?.startsWith('/'))) {
+      throw new Error(`contract.md: cannot read the operations of ${JSON.stringify(line)}`);
+    }
+    ids.forEach((operationId, i) => out.push({ operationId, method: methods[i]!.method, path: methods[i]!.path! }));
   }
-  return [...new Set(ids)];
+  return out;
 }
