@@ -37,7 +37,7 @@ async function main() {
   let database: Database | undefined;
   let stopBackgroundWork: (() => Promise<void>) | undefined;
   const server = serve({ fetch: (request, env) => handle(request, env), port: config.port, hostname: '0.0.0.0' }, (info) => {
-    logger.info('listening', { url: config.publicBaseUrl, port: info.port });
+    logger.info('listening', { url: config.publicBaseUrl, port: info.port, pid: process.pid, node: process.version });
     console.log(`\n  Agent Marketplace API listening on ${config.publicBaseUrl}  (docs: ${config.publicBaseUrl}/docs)`);
     console.log(`  Preparing the database: ${databaseKind} ...\n`);
   });

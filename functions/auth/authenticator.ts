@@ -342,7 +342,10 @@ class SigningKeys {
   #loadedAt = -Infinity;
   #loading: Promise<void> | undefined;
 
-  constructor(private readonly db: Db) {}
+  private readonly db: Db;
+  constructor(db: Db) {
+    this.db = db;
+  }
 
   async get(kid: string): Promise<{ key: CryptoKey; alg: string } | undefined> {
     const cached = this.#keys.get(kid);

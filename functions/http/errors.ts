@@ -33,14 +33,15 @@ export type ErrorStatus = (typeof errorStatus)[ErrorCode];
 
 export class ApiError extends Error {
   readonly status: ErrorStatus;
-  constructor(
-    readonly code: ErrorCode,
-    message: string,
-    readonly details: Record<string, unknown> = {},
-    /** Extra response headers, e.g. Retry-After. */
-    readonly headers: Record<string, string> = {},
-  ) {
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown>;
+  /** Extra response headers, e.g. Retry-After. */
+  readonly headers: Record<string, string>;
+  constructor(code: ErrorCode, message: string, details: Record<string, unknown> = {}, headers: Record<string, string> = {}) {
     super(message);
+    this.code = code;
+    this.details = details;
+    this.headers = headers;
     this.name = 'ApiError';
     this.status = errorStatus[code];
   }

@@ -7,7 +7,10 @@ export const systemClock: Clock = { now: () => new Date() };
 
 /** A clock tests can set and advance. */
 export class TestClock implements Clock {
-  constructor(private current = new Date()) {}
+  private current: Date;
+  constructor(current = new Date()) {
+    this.current = current;
+  }
   now(): Date {
     return new Date(this.current.getTime());
   }

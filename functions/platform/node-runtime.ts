@@ -25,27 +25,46 @@ export function withPersistedSecret(env: Record<string, string | undefined>): Re
 /** DATABASE_URL when set, else the embedded database kept in `<dataDir>/pglite`. */
 export async function openConfiguredDatabase(config: Config): Promise<Database> {
   if (config.databaseUrl) return openPostgres(config.databaseUrl, { max: config.databasePoolSize });
-  const { openPGlite } = await import('./pglite.ts');
+  let openPGlite: typeof import('./pglite.ts').openPGlite;
+  try {
+    ({ openPGlite } = await import('./pglite.ts'));
+  } catch (err) {
+    // @electric-sql/pglite is an optional dependency: a server install (`npm ci --omit=dev --omit=optional`)
+    // leaves it out and runs on DATABASE_URL.
+    if ((err as { code?: string }).code === 'ERR_MODULE_NOT_FOUND') {
+      throw new Error('The embedded database needs the optional dependency @electric-sql/pglite (install it, or set DATABASE_URL)', { cause: err });
+    }
+    throw err;
+  }
   const dir = join(config.dataDir, 'pglite');
   mkdirSync(dir, { recursive: true });
   return openPGlite(dir);
 }
 
 /**
- * The Scalar standalone bundle from the installed @scalar/api-reference, so /docs renders without internet.
- * Undefined when the package is not installed (the page then loads the script from the CDN).
+ * The /docs renderer from the installed swagger-ui-dist, so /docs renders without internet: its browser bundle
+ * followed by a few lines that add its stylesheet to the page (one script, GET /docs/swagger-ui.js).
+ * Undefined when the package is not installed (the page then loads both files from the CDN).
  */
 export function localDocsScript(): (() => Promise<Uint8Array>) | undefined {
-  let file: string;
+  let dir: string;
   try {
-    const entry = createRequire(import.meta.url).resolve('@scalar/api-reference');
-    file = join(dirname(entry), 'browser', 'standalone.js');
+    dir = dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'));
   } catch {
     return undefined;
   }
-  if (!existsSync(file)) return undefined;
+  const script = join(dir, 'swagger-ui-bundle.js');
+  const style = join(dir, 'swagger-ui.css');
+  if (!existsSync(script) || !existsSync(style)) return undefined;
   let bytes: Promise<Uint8Array> | undefined;
-  return () => (bytes ??= readFile(file));
+  const load = async () => {
+    const [js, css] = await Promise.all([readFile(script, 'utf8'), readFile(style, 'utf8')]);
+    // The stylesheet's source map is not served: its reference is dropped.
+    const rules = css.replace(/\/\*# sourceMappingURL=[^*]*\*\//, '');
+    const addStyle = `\n;(() => {\n  const style = document.createElement('style');\n  style.textContent = ${JSON.stringify(rules)};\n  document.head.append(style);\n})();\n`;
+    return new TextEncoder().encode(js + addStyle);
+  };
+  return () => (bytes ??= load());
 }
 
 /**

@@ -51,8 +51,10 @@ export interface FileStore {
 }
 
 export class FileTooLargeError extends Error {
-  constructor(readonly maxBytes: number) {
+  readonly maxBytes: number;
+  constructor(maxBytes: number) {
     super(`file larger than ${maxBytes} bytes`);
+    this.maxBytes = maxBytes;
     this.name = 'FileTooLargeError';
   }
 }
@@ -111,10 +113,9 @@ export class LocalStorage implements ObjectStorage {
   readonly kind = 'local' as const;
   #key: Promise<CryptoKey>;
 
-  constructor(
-    private readonly publicBaseUrl: string,
-    secret: string,
-  ) {
+  private readonly publicBaseUrl: string;
+  constructor(publicBaseUrl: string, secret: string) {
+    this.publicBaseUrl = publicBaseUrl;
     this.#key = crypto.subtle.importKey('raw', encoder.encode(`upload:${secret}`), { name: 'HMAC', hash: 'SHA-256' }, false, [
       'sign',
       'verify',

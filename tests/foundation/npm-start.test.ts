@@ -1,5 +1,5 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,13 +10,16 @@ import { createEmptyPostgresDatabase, testTier } from '../support/databases.ts';
 import { HttpClient } from '../support/http.ts';
 
 /**
- * `npm start` (scripts/serve.ts) as a user runs it, on this tier's database: the embedded one in a fresh data
- * directory (pglite tier) or an empty PostgreSQL database through DATABASE_URL (postgres tier). It binds its
- * port and answers /health before the database is ready, says 503 on /ready until it is, then serves the API;
- * a second start on the same data finds nothing to migrate.
+ * `npm start` (`node scripts/serve.ts` with a V8 flag: Node's own type stripping, no TypeScript compiler at run time) as a user
+ * runs it, on this tier's database: the embedded one in a fresh data directory (pglite tier) or an empty
+ * PostgreSQL database through DATABASE_URL (postgres tier). It runs on Node 24 or later (the `node`
+ * devDependency comes first on PATH in npm scripts, whatever Node the machine has), binds its port and answers
+ * /health before the database is ready, says 503 on /ready until it is, then serves the API; a second start on
+ * the same data finds nothing to migrate.
  */
 
-const ENTRY = ['node_modules/.bin/tsx', 'scripts/serve.ts'] as const;
+const ENTRY = ['npm', 'start', '--silent'] as const;
+const startScript = (JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: Record<string, string> }).scripts.start;
 const STARTUP_LIMIT = 300_000;
 
 interface Running {
@@ -28,7 +31,7 @@ interface Running {
 
 async function start(env: Record<string, string>): Promise<Running> {
   const port = await freePort();
-  const child = spawn(ENTRY[0], [ENTRY[1]], {
+  const child = spawn(ENTRY[0], ENTRY.slice(1), {
     env: { ...process.env, NODE_ENV: 'development', AUTH_SECRET: '', ADMIN_EMAIL: '', ADMIN_PASSWORD: '', PORT: String(port), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -50,10 +53,20 @@ async function until<T>(what: string, running: Running, probe: () => Promise<T |
   }
 }
 
+/**
+ * SIGTERM to the service itself (the pid its `listening` line names; npm runs it as a child), as a supervisor
+ * would; npm then exits with the service's exit code.
+ */
 async function stop(running: Running): Promise<number | null> {
   if (running.child.exitCode !== null) return running.child.exitCode;
   const exited = new Promise<number | null>((r) => running.child.once('exit', (code) => r(code)));
-  running.child.kill('SIGTERM');
+  const listening = running
+    .output()
+    .split('\n')
+    .find((l) => l.startsWith('{') && l.includes('"msg":"listening"'));
+  const pid = listening ? (JSON.parse(listening) as { pid?: number }).pid : undefined;
+  if (pid) process.kill(pid, 'SIGTERM');
+  else running.child.kill('SIGTERM');
   return exited;
 }
 
@@ -113,6 +126,13 @@ describe('npm start', () => {
         .map((l) => JSON.parse(l));
       const migrated = lines.find((l) => l.msg === 'database ready');
       expect(migrated.appliedMigrations).toBeGreaterThan(0);
+      // The Node that runs the service: the one package.json's engines asks for, not the machine's older one.
+      const node = lines.find((l) => l.msg === 'listening')?.node as string;
+      console.log(`npm start ran on node ${node}`);
+      expect(Number(/^v(\d+)\./.exec(node)?.[1])).toBeGreaterThanOrEqual(24);
+      // Nothing compiles TypeScript at run time: plain `node` strips the types (no tsx or other loader), quietly.
+      expect(startScript).toMatch(/^node (--[\w-]+=\w+ )*scripts\/serve\.ts$/);
+      expect(running.output()).not.toContain('ExperimentalWarning');
     } finally {
       expect(await stop(running)).toBe(0);
     }
@@ -134,6 +154,16 @@ describe('npm start', () => {
       expect(await stop(running)).toBe(0);
     }
   }, STARTUP_LIMIT + 30_000);
+});
+
+describe('the Node everything runs on', () => {
+  it('is Node 24 or later: this test worker, and a `node` a test starts from PATH', () => {
+    const major = (version: string) => Number(/^v(\d+)\./.exec(version.trim())?.[1]);
+    const spawned = spawnSync('node', ['--version'], { encoding: 'utf8' }).stdout;
+    console.log(`test worker: node ${process.version}; \`node\` on PATH: ${spawned.trim()}`);
+    expect(major(process.version)).toBeGreaterThanOrEqual(24);
+    expect(major(spawned)).toBeGreaterThanOrEqual(24);
+  });
 });
 
 describe('while starting', () => {

@@ -209,7 +209,10 @@ class Model {
   keyMetric = new Map<string, Metric>();
   // by the world's hold index; `epoch` is the period it was taken in (a period change expires every hold: ttl 1 h)
   holds: Array<{ metric: Metric; amount: number; epoch: number; status: 'held' | 'committed' | 'released' | 'denied'; committed?: number }> = [];
-  constructor(private base: Record<Metric, number>) {}
+  private base: Record<Metric, number>;
+  constructor(base: Record<Metric, number>) {
+    this.base = base;
+  }
 
   /** used, live holds and the effective limit of the counter a metric had in period `epoch` */
   usedAt(metric: Metric, epoch = this.period) {

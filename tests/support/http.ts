@@ -22,7 +22,10 @@ export interface CallResult<T = any> {
 }
 
 export class HttpClient {
-  constructor(readonly baseUrl: string) {}
+  readonly baseUrl: string;
+  constructor(baseUrl: string) {
+    this.baseUrl = baseUrl;
+  }
 
   async call<T = any>(method: string, path: string, options: CallOptions = {}): Promise<CallResult<T>> {
     const headers: Record<string, string> = { ...options.headers };
