@@ -38,10 +38,10 @@ export async function startService(
   const url = `http://127.0.0.1:${port}`;
   // BENCH_CPU_PROF=<dir>: the service writes a V8 CPU profile there when it stops (open it in Chrome DevTools).
   const profileDir = process.env.BENCH_CPU_PROF;
-  const [command, args] = profileDir
-    ? [process.execPath, ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, '--import', 'tsx', 'scripts/serve.ts']]
-    : [join('node_modules', '.bin', 'tsx'), ['scripts/serve.ts']];
-  const child = spawn(command, args, {
+  // As `npm start` runs it (plain node: Node 24 strips the types; the same flags), on the Node running this script.
+  const startArgs = (JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: { start: string } }).scripts.start.split(' ').slice(1);
+  const args = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...startArgs] : startArgs;
+  const child = spawn(process.execPath, args, {
     env: {
       ...process.env,
       NODE_ENV: 'production',
