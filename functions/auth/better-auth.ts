@@ -1,12 +1,12 @@
 import { betterAuth, type BetterAuthOptions } from 'better-auth';
-import { createAuthMiddleware } from 'better-auth/api';
+import { createAuthMiddleware, isAPIError } from 'better-auth/api';
 import { admin, jwt, organization } from 'better-auth/plugins';
 import { adminAc, defaultStatements, userAc } from 'better-auth/plugins/admin/access';
 import { createAccessControl } from 'better-auth/plugins/access';
 import { oauthProvider } from '@better-auth/oauth-provider';
 import type { Clock } from '../platform/clock.ts';
 import type { Config } from '../platform/config.ts';
-import type { Database } from '../platform/db.ts';
+import { isConnectionLost, type Database } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import type { Mailer } from '../platform/mailer.ts';
 import { existingAccountSignUpMail, invitationMail, pagesOrigin, verificationLink, verificationMail } from './account-mails.ts';
@@ -74,6 +74,16 @@ export function authOptions(deps: AuthDeps) {
       level: 'warn',
       log: (level, message, ...args) =>
         logger.log(level, `better-auth: ${message}`, args.length ? { args: args.map(String) } : {}),
+    },
+    // A lost database connection inside the library goes on to the app's error handler, which answers 503
+    // UNAVAILABLE with Retry-After as on every other route (the library itself would answer a bare 500). Other
+    // failures are logged as the library logs them; its own 4xx answers are unchanged.
+    onAPIError: {
+      onError: (err) => {
+        if (isConnectionLost(err)) throw err;
+        if (isAPIError(err) && err.status !== 'INTERNAL_SERVER_ERROR') return;
+        logger.error('better-auth: request failed', { err });
+      },
     },
     advanced: {
       // Always check Origin on cookie-carrying writes (the library skips the check under NODE_ENV=test,

@@ -1,4 +1,4 @@
-import { Kysely, sql, type RawBuilder } from 'kysely';
+import { CompiledQuery, Kysely, sql, type DatabaseConnection, type Driver, type RawBuilder } from 'kysely';
 import { PostgresJSDialect } from 'kysely-postgres-js';
 import postgres from 'postgres';
 
@@ -51,7 +51,7 @@ export function openPostgres(url: string, options: { max?: number } = {}): Datab
     types: { number8: numberType } as never,
     connection: { application_name: 'agent-marketplace' },
   });
-  const db = new Kysely<any>({ dialect: new PostgresJSDialect({ postgres: client }) });
+  const db = new Kysely<any>({ dialect: new RollbackSafePostgresJSDialect({ postgres: client }) });
   return {
     db,
     kind: 'postgres',
@@ -67,6 +67,24 @@ export function openPostgres(url: string, options: { max?: number } = {}): Datab
       await db.destroy();
     },
   };
+}
+
+/**
+ * kysely-postgres-js 5.0.0 inherits Kysely 0.29's PostgresDriver.rollbackTransaction, which, when ROLLBACK fails,
+ * marks the connection for discard through a method private to Kysely's own `pg` connections. Its connections have no
+ * such method, so a transaction that lost its connection threw `TypeError: connection[PRIVATE_MARK_FOR_DISCARD_METHOD]
+ * is not a function` (a 500) instead of the connection error (a 503). Here a failed ROLLBACK throws its own error; the
+ * connection needs no discarding: a reservation whose connection closed is over (patches/postgres+3.4.9.patch), and
+ * releasing it hands nothing back to the pool.
+ */
+class RollbackSafePostgresJSDialect extends PostgresJSDialect {
+  override createDriver(): Driver {
+    const driver = super.createDriver();
+    driver.rollbackTransaction = async (connection: DatabaseConnection) => {
+      await connection.executeQuery(CompiledQuery.raw('rollback'));
+    };
+    return driver;
+  }
 }
 
 /** Socket errors, postgres.js connection errors, and PostgreSQL's "terminating connection" (class 57P). */

@@ -1,6 +1,6 @@
 import type { Clock } from './clock.ts';
 import type { Config } from './config.ts';
-import { rows, sql, type Db } from './db.ts';
+import { isConnectionLost, rows, sql, type Db } from './db.ts';
 import type { Logger } from './logger.ts';
 
 /**
@@ -146,7 +146,10 @@ export function createMailer(options: MailerOptions): Mailer {
   }
 
   const loop = () =>
-    void deliverPending().catch((err) => logger.error('mail delivery loop failed', { err }));
+    void deliverPending().catch((err) =>
+      // A database restart or failover: the next pass retries; not an error of ours.
+      isConnectionLost(err) ? logger.warn('mail delivery paused: database connection lost', { err }) : logger.error('mail delivery loop failed', { err }),
+    );
 
   return {
     async enqueue(handle, mail) {

@@ -58,15 +58,15 @@ async function startProxy(target: { host: string; port: number }): Promise<{ por
   };
 }
 
-/** Holds an ACCESS EXCLUSIVE lock on public.agents until release() (a second, independent connection). */
-async function lockAgents(url: string): Promise<{ release(): Promise<void> }> {
+/** Holds an ACCESS EXCLUSIVE lock on public.agents (or `table`) until release() (a second, independent connection). */
+async function lockAgents(url: string, table = 'public.agents'): Promise<{ release(): Promise<void> }> {
   const locker = postgres(url, { max: 1, onnotice: () => {}, connection: { application_name: 'outage-test-locker' } });
   let release!: () => void;
   const released = new Promise<void>((resolve) => (release = resolve));
   let locked!: () => void;
   const isLocked = new Promise<void>((resolve) => (locked = resolve));
   const tx = locker.begin(async (sql) => {
-    await sql`lock table public.agents in access exclusive mode`;
+    await sql.unsafe(`lock table ${table} in access exclusive mode`);
     locked();
     await released;
   });
@@ -150,6 +150,25 @@ describe('the network drops the app\'s connections (a TCP proxy resets them) und
     expect(next.status, next.text).toBe(200);
     expect(next.body.status).toBe('success');
     expect((await t.http.get('/ready')).status).toBe(200);
+  });
+
+  it('answers a request the auth library serves (sign-up) 503 UNAVAILABLE too, never the library\'s 500', async () => {
+    const lock = await lockAgents(direct.url!, 'public."user"');
+    let inFlight: ReturnType<typeof t.http.post> | undefined;
+    try {
+      inFlight = t.http.post('/api/auth/sign-up/email', {
+        headers: { 'x-request-id': 'network-cut-auth' },
+        json: { email: 'cut-sign-up@example.test', password: 'a long enough password', name: 'Cut' },
+      });
+      await waitForBlockedAppQuery(admin, databaseName(direct.url!));
+      expect(proxy.cut()).toBeGreaterThan(0);
+      expectUnavailable(t, await inFlight, 'network-cut-auth');
+    } finally {
+      await lock.release();
+      await inFlight?.catch(() => undefined);
+    }
+    const again = await t.http.post('/api/auth/sign-up/email', { json: { email: 'cut-sign-up@example.test', password: 'a long enough password', name: 'Cut' } });
+    expect(again.status, again.text).toBe(200);
   });
 });
 
