@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, type TestUser } from '../support/users.ts';
+import { walkPages } from '../support/pages.ts';
 import { NOW, seedScenario, type Scenario } from './scenario.ts';
 
 /** GET /admin/subscriptions: every subscription as the subscription DTO, newest first, with filters. */
@@ -16,18 +17,7 @@ beforeAll(async () => {
 afterAll(() => t.close());
 
 async function walk(query: string, limit = 100): Promise<Array<Record<string, unknown>>> {
-  const out: Array<Record<string, unknown>> = [];
-  let cursor = '';
-  for (let i = 0; i < 50; i++) {
-    const res = await t.http.get(`/admin/subscriptions?limit=${limit}${query}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, {
-      cookie: admin.cookie,
-    });
-    expect(res.status, res.text).toBe(200);
-    out.push(...res.body.data);
-    if (!res.body.pagination.hasMore) return out;
-    cursor = res.body.pagination.cursor;
-  }
-  throw new Error('pagination did not end');
+  return (await walkPages(t, query ? `/admin/subscriptions?${query.replace(/^&/, '')}` : '/admin/subscriptions', { limit, cookie: admin.cookie, maxPages: 50 })).items;
 }
 const ids = (list: Array<Record<string, unknown>>) => list.map((x) => x.id);
 

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { walkPages } from '../support/pages.ts';
 import { NOW, seedScenario, type Scenario } from './scenario.ts';
 
 /** GET /admin/users (list with subscription count and monthly spend) and GET /admin/users/{userId} (profile). */
@@ -24,18 +25,7 @@ interface ListedUser {
 }
 
 async function allUsers(query = '', limit = 100): Promise<ListedUser[]> {
-  const out: ListedUser[] = [];
-  let cursor = '';
-  for (let i = 0; i < 50; i++) {
-    const res = await t.http.get(`/admin/users?limit=${limit}${query}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, {
-      cookie: admin.cookie,
-    });
-    expect(res.status, res.text).toBe(200);
-    out.push(...res.body.data);
-    if (!res.body.pagination.hasMore) return out;
-    cursor = res.body.pagination.cursor;
-  }
-  throw new Error('pagination did not end');
+  return (await walkPages<ListedUser>(t, query ? `/admin/users?${query.replace(/^&/, '')}` : '/admin/users', { limit, cookie: admin.cookie, maxPages: 50 })).items;
 }
 
 describe('GET /admin/users', () => {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { expect } from 'vitest';
 import type { TestApp } from '../support/app.ts';
 import type { TestUser } from '../support/users.ts';
+import { walkPages } from '../support/pages.ts';
 
 /** Catalog test helpers: agents made through the real POST /agents, and small assertions on envelopes. */
 
@@ -29,18 +30,7 @@ export function expectError(res: { status: number; body: any }, status: number, 
   expect(res.body.data).toBeNull();
 }
 
-/** Walks a paginated list to the end, returning every item. */
+/** Walks a paginated list to the end, returning every item (tests/support/pages.ts; 3 a page unless given). */
 export async function walk(t: TestApp, path: string, options: { cookie?: string; limit?: number } = {}) {
-  const items: any[] = [];
-  let cursor: string | undefined;
-  for (let i = 0; i < 1000; i++) {
-    const sep = path.includes('?') ? '&' : '?';
-    const url = `${path}${sep}limit=${options.limit ?? 3}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
-    const res = await t.http.get(url, options.cookie ? { cookie: options.cookie } : {});
-    expect(res.status).toBe(200);
-    items.push(...res.body.data);
-    if (!res.body.pagination.hasMore) return items;
-    cursor = res.body.pagination.cursor;
-  }
-  throw new Error('pagination did not end');
+  return (await walkPages(t, path, { limit: options.limit ?? 3, ...(options.cookie ? { cookie: options.cookie } : {}) })).items;
 }

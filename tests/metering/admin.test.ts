@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { walkPages } from '../support/pages.ts';
 import { meteredAgent, reqId, subscribe, usagePath, meter } from './support.ts';
 
 /** Admin metering of a subscription over HTTP: addons, the quota ledger, usage of every metric. */
@@ -143,16 +144,7 @@ describe('quota ledger', () => {
     await inc('sites', 3);
     await meter(t, u, a.agentId, 'sites', 'decrement', { amount: 1 });
 
-    const all: Array<Record<string, unknown>> = [];
-    let cursor: string | undefined;
-    for (let page = 0; page < 10; page++) {
-      const res = await t.http.get(`/admin/subscriptions/${sub.id}/ledger?limit=2${cursor ? `&cursor=${cursor}` : ''}`, { cookie: admin.cookie });
-      expect(res.status).toBe(200);
-      expect(res.body.pagination.limit).toBe(2);
-      all.push(...res.body.data);
-      if (!res.body.pagination.hasMore) break;
-      cursor = res.body.pagination.cursor;
-    }
+    const { items: all } = await walkPages<Record<string, unknown>>(t, `/admin/subscriptions/${sub.id}/ledger`, { limit: 2, cookie: admin.cookie, maxPages: 10 });
     expect(all.map((e) => [e.event, e.metric, e.delta, e.used, e.limit])).toEqual([
       ['decrement', 'sites', -1, 2, 5],
       ['increment', 'sites', 3, 3, 5],

@@ -4,6 +4,7 @@ import { startTestApp, type TestApp } from '../support/app.ts';
 import { insertAgent } from '../support/fixtures.ts';
 import { accessTokenFor } from '../support/oauth.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { walkPages } from '../support/pages.ts';
 import { meteredAgent } from '../metering/support.ts';
 import { drain, Receiver } from './support.ts';
 
@@ -185,15 +186,7 @@ describe('deliveries', () => {
     await drain(t, { limit: 1 });
 
     const path = `${base(agent.agentId)}/${webhookId}/deliveries`;
-    const seen: Array<Record<string, any>> = [];
-    let cursor: string | undefined;
-    for (let page = 0; page < 4; page++) {
-      const res = await t.http.get(`${path}?limit=2${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { cookie: admin.cookie });
-      expect(res.status, res.text).toBe(200);
-      seen.push(...res.body.data);
-      if (!res.body.pagination.hasMore) break;
-      cursor = res.body.pagination.cursor;
-    }
+    const { items: seen } = await walkPages<Record<string, any>>(t, path, { limit: 2, cookie: admin.cookie, maxPages: 4 });
     expect(seen.map((d) => d.payload.data.id)).toEqual([...subscriptionIds].reverse());
     expect(seen.map((d) => d.status)).toEqual(['pending', 'pending', 'pending', 'delivered', 'delivered']);
     expect(seen[2]).toMatchObject({ attempts: 1, lastStatusCode: 500 });
