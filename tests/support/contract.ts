@@ -51,6 +51,8 @@ export interface ContractOperation {
   method: string;
   /** OpenAPI form, e.g. `/agents/{agentId}`. */
   path: string;
+  /** The access column (`public`, `user`, `admin`, `bearer`, `author or admin`, ...); `admin` for /admin/* tables without one. */
+  access: string;
 }
 
 /**
@@ -81,7 +83,12 @@ export function parseOperations(text: string): ContractOperation[] {
     if (methods.length !== ids.length || methods.some((m) => !/^(GET|POST|PUT|PATCH|DELETE)$/.test(m.method) || !m.path?.startsWith('/'))) {
       throw new Error(`contract.md: cannot read the operations of ${JSON.stringify(line)}`);
     }
-    ids.forEach((operationId, i) => out.push({ operationId, method: methods[i]!.method, path: methods[i]!.path! }));
+    // access: `public / admin` pairs with `listX / addX`; one value applies to all; the admin tables have no column
+    const accessCell = (cells[3] ?? '').replace(/`/g, '');
+    const perId = accessCell.split(';')[0]!.split(' / ').map((a) => a.trim());
+    const accessOf = (i: number, path: string) =>
+      accessCell ? (perId.length === ids.length ? perId[i]! : perId[0]!) : path.startsWith('/admin/') ? 'admin' : 'unknown';
+    ids.forEach((operationId, i) => out.push({ operationId, method: methods[i]!.method, path: methods[i]!.path!, access: accessOf(i, methods[i]!.path!) }));
   }
   return out;
 }
