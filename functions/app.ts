@@ -113,6 +113,15 @@ export function createApp(deps: AppDeps) {
     },
     servers: [{ url: deps.config.publicBaseUrl }],
   });
+  // The document describes itself too (contract: getOpenApi), so a generated client can fetch it.
+  app.openAPIRegistry.registerPath({
+    operationId: 'getOpenApi',
+    method: 'get',
+    path: '/openapi.json',
+    tags: ['Health and docs'],
+    summary: 'This OpenAPI 3.1 document',
+    responses: { 200: { description: 'The OpenAPI document', content: { 'application/json': { schema: { type: 'object' } } } } },
+  });
   app.openAPIRegistry.registerComponent('securitySchemes', 'cookieSession', {
     type: 'apiKey',
     in: 'cookie',
