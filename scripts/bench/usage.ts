@@ -8,14 +8,14 @@ import { startFreeSubscription } from '../../functions/billing/subscriptions.ts'
 import { systemClock } from '../../functions/platform/clock.ts';
 import { openPostgres, sql } from '../../functions/platform/db.ts';
 import { HttpClient } from '../../tests/support/http.ts';
-import { accessTokenFor } from '../../tests/support/oauth.ts';
+import { accessTokenFor, TEST_REDIRECT_URI, type TestOAuthClient } from '../../tests/support/oauth.ts';
+import { provisionAgentClient } from '../../functions/auth/agent-clients.ts';
 import type { TestApp } from '../../tests/support/app.ts';
 import { sessionCookie } from '../../tests/support/users.ts';
 import {
   autocannon,
   closedLoop,
   createDatabase,
-  createOAuthAgent,
   percentileFloor as percentile,
   postmasterPid,
   signInAdmin,
@@ -228,11 +228,13 @@ async function main() {
     try {
       // ---- setup: users and tokens through the real flows, catalog rows in SQL, subscriptions through the service
       const client = new HttpClient(service.url);
-      const adminCookie = await signInAdmin(client, service.url, ADMIN);
-      const oauthClient = await createOAuthAgent(client, service.url, adminCookie, { slug: 'bench-oauth-agent', name: 'Bench OAuth Agent' });
+      await signInAdmin(client, service.url, ADMIN); // the admin account exists and signs in (as in every bench)
       const t = { http: client, baseUrl: service.url } as unknown as TestApp;
 
       const agents: string[] = [];
+      // Tokens act only within their agent (contract rev. 2): every agent gets its own OAuth client, and every
+      // (user, agent) pair its own token from that client.
+      const clients: TestOAuthClient[] = [];
       for (let a = 0; a < AGENTS; a++) {
         const { rows } = await sql<{ agent_id: string }>`
           with agent as (insert into agents (slug, name, status) values (${`bench-${a}`}, ${`Bench ${a}`}, 'active') returning id),
@@ -241,6 +243,10 @@ async function main() {
           insert into tier_quotas (tier_id, metric_id, quota_limit) select tier.id, metric.id, ${QUOTA} from tier, metric
           returning (select agent_id from tier)`.execute(db);
         agents.push(rows[0]!.agent_id);
+        const credentials = await db.transaction().execute((trx) =>
+          provisionAgentClient({ clock: systemClock }, trx, { agentId: rows[0]!.agent_id, name: `Bench ${a}`, redirectUris: [TEST_REDIRECT_URI] }),
+        );
+        clients.push({ agentId: rows[0]!.agent_id, ...credentials, redirectUri: TEST_REDIRECT_URI, postLogoutRedirectUri: '' });
       }
       const pairs: Pair[] = [];
       for (let u = 0; u < USERS; u++) {
@@ -251,10 +257,11 @@ async function main() {
         // Sign-up does not sign in: the cookie comes from signing in.
         const signedIn = await client.post('/api/auth/sign-in/email', { json: { email: user.email, password: user.password } });
         if (signedIn.status !== 200) throw new Error(`sign-in failed: ${signedIn.status} ${signedIn.text}`);
-        const tokens = await accessTokenFor(t, { userId, ...user, cookie: sessionCookie(signedIn.headers) }, { client: oauthClient });
-        for (const agentId of agents) {
+        const signedInUser = { userId, ...user, cookie: sessionCookie(signedIn.headers) };
+        for (const [a, agentId] of agents.entries()) {
           const { rows } = await sql<{ id: string }>`select id from tiers where agent_id = ${agentId}`.execute(db);
           await startFreeSubscription(db, systemClock, { userId, tierId: rows[0]!.id });
+          const tokens = await accessTokenFor(t, signedInUser, { client: clients[a]! });
           pairs.push({ userId, agentId, token: tokens.accessToken });
         }
       }
