@@ -290,6 +290,61 @@ describe('postgres.js when the server ends a reserved connection\'s backend', ()
     }
   });
 
+  it('hands the reconnected connections to the reservations that waited while the server ended the others', async () => {
+    const sql = postgres(direct.url!, { max: 2, onnotice: () => {} });
+    try {
+      const held = [await sql.reserve(), await sql.reserve()];
+      const pids = await Promise.all(held.map(async (r) => (await r`select pg_backend_pid() as pid`)[0]!.pid as number));
+      // The pool is exhausted: these wait for a connection.
+      const waiting = [sql.reserve(), sql.reserve(), sql.reserve()];
+      await admin`select pg_terminate_backend(pid) from unnest(${pids}::int[]) as pid`;
+      // Each gets one in turn (postgres.js handed a closed connection's reconnect to a waiter it then forgot: a hang).
+      for (const next of waiting) {
+        const r = await next;
+        expect(await outcome(r`select 1`)).toBe('ok');
+        r.release();
+      }
+      for (const r of held) r.release();
+      expect(await outcome(sql`select 1`)).toBe('ok');
+    } finally {
+      await sql.end({ timeout: 1 });
+    }
+  });
+
+  it('keeps its connection when a reservation fails while the server is unreachable, and serves once it is back', async () => {
+    // A TCP front that refuses connections while closed and accepts them again on the same port.
+    const target = new URL(direct.url!);
+    let front: Server | undefined;
+    const open = (port: number) =>
+      new Promise<number>((resolve) => {
+        front = createServer((client) => {
+          const upstream = connect(Number(target.port), target.hostname);
+          client.pipe(upstream).pipe(client);
+          client.on('error', () => upstream.destroy());
+          upstream.on('error', () => client.destroy());
+        });
+        front.listen(port, '127.0.0.1', () => resolve((front!.address() as AddressInfo).port));
+      });
+    const port = await open(0);
+    await new Promise<void>((resolve) => front!.close(() => resolve()));
+    const url = new URL(direct.url!);
+    url.hostname = '127.0.0.1';
+    url.port = String(port);
+    const sql = postgres(url.toString(), { max: 1, onnotice: () => {}, connect_timeout: 5 });
+    try {
+      // Refused: the reservation fails (postgres.js left it queued and later gave the pool's only connection to it).
+      await expect(sql.reserve()).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+      await open(port);
+      expect(await outcome(sql`select 1`)).toBe('ok');
+      const r = await sql.reserve();
+      expect(await outcome(r`select 1`)).toBe('ok');
+      r.release();
+    } finally {
+      await sql.end({ timeout: 1 });
+      await new Promise<void>((resolve) => (front ? front.close(() => resolve()) : resolve()));
+    }
+  });
+
   it('gives the first query after a pooled connection was ended a fresh backend, not the dead one\'s 57P01', async () => {
     const sql = postgres(direct.url!, { max: 1, onnotice: () => {} });
     try {
