@@ -137,8 +137,8 @@ export type App = ReturnType<typeof createApp>;
 
 function errorResponse(err: unknown, c: Context<AppEnv>, deps: AppDeps): Response {
   if (err instanceof ApiError) {
-    const details = err.code === 'UNAUTHORIZED' ? { ...signInUrls(deps.config), ...err.details } : err.details;
-    return c.json(failure(err.code, err.message, details), err.status, err.headers);
+    if (err.code === 'UNAUTHORIZED') return unauthorizedResponse(c, deps.config, err.message, err.details, err.headers);
+    return c.json(failure(err.code, err.message, err.details), err.status, err.headers);
   }
   if (err instanceof HTTPException) {
     const byStatus: Record<number, ErrorCode> = {
@@ -157,8 +157,8 @@ function errorResponse(err: unknown, c: Context<AppEnv>, deps: AppDeps): Respons
           : code === 'VALIDATION_ERROR' && /json/i.test(err.message)
             ? 'The body is not valid JSON'
             : err.message || code;
-      const details = code === 'UNAUTHORIZED' ? signInUrls(deps.config) : {};
-      return c.json(failure(code, message, details), errorStatus[code]);
+      if (code === 'UNAUTHORIZED') return unauthorizedResponse(c, deps.config, message);
+      return c.json(failure(code, message, {}), errorStatus[code]);
     }
   }
   const requestId = c.get('requestId');
@@ -169,4 +169,24 @@ function errorResponse(err: unknown, c: Context<AppEnv>, deps: AppDeps): Respons
   }
   deps.logger.error('unhandled error', { requestId, method: c.req.method, path: loggedUrl(c).path, err });
   return c.json(failure('INTERNAL', 'Internal error', { requestId }), 500);
+}
+
+/**
+ * Every 401 outside /api/auth. A front end gets the contract's `details.signInUrl` and `signUpUrl`; an agent
+ * backend, for which a sign-in page means nothing, gets where tokens come from: `details.authorizationServer` (the
+ * OAuth metadata document: authorization, token, revocation endpoints) and the RFC 6750 challenge
+ * `WWW-Authenticate: Bearer`, with `error="invalid_token"` when the request did send a bearer token.
+ */
+function unauthorizedResponse(
+  c: Context<AppEnv>,
+  config: Config,
+  message: string,
+  details: Record<string, unknown> = {},
+  headers: Record<string, string> = {},
+): Response {
+  const realm = config.publicBaseUrl;
+  const sentBearer = /^bearer\s/i.test(c.req.header('authorization') ?? '');
+  const challenge = sentBearer ? `Bearer realm="${realm}", error="invalid_token"` : `Bearer realm="${realm}"`;
+  const hints = { ...signInUrls(config), authorizationServer: `${realm}/.well-known/oauth-authorization-server/api/auth` };
+  return c.json(failure('UNAUTHORIZED', message, { ...hints, ...details }), 401, { ...headers, 'WWW-Authenticate': challenge });
 }

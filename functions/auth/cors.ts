@@ -13,7 +13,7 @@ import { trustedOrigins } from './better-auth.ts';
  */
 export function trustedOriginCors(config: Config): MiddlewareHandler<AppEnv> {
   const allowed = new Set(trustedOrigins(config));
-  const exposed = ['X-Request-Id', 'Retry-After', 'X-Quota-Limit', 'X-Quota-Remaining'];
+  const exposed = ['X-Request-Id', 'Retry-After', 'X-Quota-Limit', 'X-Quota-Remaining', 'X-Idempotent-Replay'];
   const preflight = cors({
     origin: (origin) => (allowed.has(origin) ? origin : null),
     credentials: true,

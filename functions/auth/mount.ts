@@ -39,7 +39,7 @@ export function authLibraryRoutes() {
     })),
   );
   router.on(['GET', 'POST'], '/api/auth/*', async (c) =>
-    c.var.deps.auth.handler(await withEmptyJsonBody(withoutNonBrowserFetchMetadata(c.req.raw))),
+    explainMissingOrigin(await c.var.deps.auth.handler(await withEmptyJsonBody(withoutNonBrowserFetchMetadata(withoutEmptyCookie(c.req.raw))))),
   );
   return router;
 }
@@ -61,6 +61,36 @@ function withoutNonBrowserFetchMetadata(request: Request): Request {
   headers.delete('sec-fetch-dest');
   headers.delete('sec-fetch-user');
   return new Request(request, { headers });
+}
+
+/**
+ * An empty `Cookie:` header (some HTTP clients send one from an empty cookie jar) carries no session, but the
+ * library treats any Cookie header as a browser request and then demands an Origin. It is dropped, so such a
+ * request is judged as what it is: a request with no credential.
+ */
+function withoutEmptyCookie(request: Request): Request {
+  const cookie = request.headers.get('cookie');
+  if (cookie === null || cookie.trim() !== '') return request;
+  const headers = new Headers(request.headers);
+  headers.delete('cookie');
+  return new Request(request, { headers });
+}
+
+/**
+ * The library's 403 MISSING_OR_NULL_ORIGIN says "Missing or null Origin" and not why an Origin was wanted:
+ * the request carried a cookie, which makes it a browser request that must prove its origin (CSRF). The code
+ * stays; the message names the cause and both ways out.
+ */
+async function explainMissingOrigin(response: Response): Promise<Response> {
+  if (response.status !== 403) return response;
+  const body = await response.clone().json().catch(() => null);
+  if (body?.code !== 'MISSING_OR_NULL_ORIGIN') return response;
+  const message =
+    'This request carries a Cookie header, so it is checked as a browser request and needs the Origin header of a trusted origin ' +
+    '(CSRF protection). A server-side client should send no Cookie header; a browser front end must be served from a trusted origin.';
+  const headers = new Headers(response.headers);
+  headers.delete('content-length');
+  return new Response(JSON.stringify({ ...body, message }), { status: 403, headers });
 }
 
 type RoleChange = (body: any) => { userId: unknown; role: unknown; changesRole: boolean };

@@ -42,6 +42,21 @@ export function jsonResponse<T extends z.ZodType>(schema: T, description: string
 
 const errorResponse = (description: string) => ({ description, content: { 'application/json': { schema: errorBodySchema } } });
 
+const rateLimitedSchema = z
+  .object({
+    status: z.literal('error'),
+    data: z.null(),
+    error: z.object({ code: z.literal('RATE_LIMITED'), message: z.string(), details: z.record(z.string(), z.unknown()) }),
+  })
+  .openapi('RateLimitedError');
+
+/** The rate-limit 429 (the usage routes' 429 is QUOTA_EXCEEDED, a schema of its own: metering/routes/responses.ts). */
+const rateLimited = {
+  description: 'RATE_LIMITED: too many requests from this client (per address and endpoint, or failed sign-ins per account); retry after `Retry-After` seconds',
+  headers: { 'Retry-After': { description: 'Seconds until the window ends', schema: { type: 'string' as const } } },
+  content: { 'application/json': { schema: rateLimitedSchema } },
+};
+
 /** The error responses a route can give, for the OpenAPI document. */
 export function errors(...statuses: Array<400 | 401 | 402 | 403 | 404 | 409 | 413 | 415 | 422 | 429 | 501 | 503>) {
   const text: Record<number, string> = {
@@ -54,12 +69,12 @@ export function errors(...statuses: Array<400 | 401 | 402 | 403 | 404 | 409 | 41
     413: 'Body over 1 MiB',
     415: 'Body is not JSON',
     422: 'Not allowed in the current state',
-    429: 'Quota exceeded or rate limited',
+    429: 'RATE_LIMITED: too many requests from this client (per address and endpoint, or failed sign-ins per account); retry after `Retry-After` seconds',
     501: 'Not implemented',
     503: 'Feature not configured or dependency unavailable',
   };
-  const out: Record<number, ReturnType<typeof errorResponse>> = {};
-  for (const s of statuses) out[s] = errorResponse(text[s]!);
+  const out: Record<number, ReturnType<typeof errorResponse> | typeof rateLimited> = {};
+  for (const s of statuses) out[s] = s === 429 ? rateLimited : errorResponse(text[s]!);
   return out as RouteConfig['responses'];
 }
 

@@ -4,7 +4,7 @@ import { otherAgent } from '../http/access.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import type { MetricKind, OriginalRequest, Reservation, ReservationStatus } from './schemas.ts';
-import { idempotencyConflict, quotaHeaders, usageRecord } from './usage.ts';
+import { idempotencyConflict, quotaExceeded, usageRecord } from './usage.ts';
 
 /**
  * Usage reservations: hold units before an action whose cost is known only afterwards, then commit the actual
@@ -85,19 +85,20 @@ export async function callReservation(
   call: ReservationCall,
 ): Promise<ReservationResult> {
   const ttl = call.ttlSeconds ?? DEFAULT_TTL_SECONDS;
+  const now = clock.now();
   const row =
     operation === 'reserve'
       ? await first<ReservationRow>(
           db,
           sql`select * from public.metering_reserve(${userId}, ${call.agentId}, ${call.metricSlug!}, ${call.clientReqId!},
-                                                    ${call.amount!}, ${ttl}, ${clock.now()})`,
+                                                    ${call.amount!}, ${ttl}, ${now})`,
         )
       : await first<ReservationRow>(
           db,
           sql`select * from public.metering_settle_reservation(${userId}, ${call.agentId}, ${call.reservationId!}, ${operation},
-                                                               ${call.amount ?? null}, ${clock.now()})`,
+                                                               ${call.amount ?? null}, ${now})`,
         );
-  return reservationOutcome(row!, operation, call);
+  return reservationOutcome(row!, operation, call, now);
 }
 
 /**
@@ -113,12 +114,13 @@ export async function callReservationAsBearer(
   call: ReservationCall,
 ): Promise<{ principal: Principal; result: ReservationResult }> {
   const ttl = operation === 'reserve' ? (call.ttlSeconds ?? DEFAULT_TTL_SECONDS) : null;
+  const now = clock.now();
   const row = await first<ReservationRow & BearerCallerColumns>(
     db,
     sql`select * from public.metering_reservation_as_bearer(${operation}, ${check.userId}, ${check.tokenKeys}::text[], ${check.issuedAt},
                                                             ${check.clientId}, ${check.agentId},
                                                             ${call.agentId}, ${call.metricSlug ?? null}, ${call.reservationId ?? null},
-                                                            ${call.clientReqId ?? null}, ${call.amount ?? null}, ${ttl}, ${clock.now()})`,
+                                                            ${call.clientReqId ?? null}, ${call.amount ?? null}, ${ttl}, ${now})`,
   );
   if (row!.caller_status === 'other_agent') throw otherAgent();
   const principal = check.principal({
@@ -128,24 +130,15 @@ export async function callReservationAsBearer(
     role: row!.caller_role,
     createdAt: row!.caller_created_at,
   });
-  return { principal, result: reservationOutcome(row!, operation, call) };
+  return { principal, result: reservationOutcome(row!, operation, call, now) };
 }
 
-function reservationOutcome(row: ReservationRow, operation: ReservationOperation, call: ReservationCall): ReservationResult {
+function reservationOutcome(row: ReservationRow, operation: ReservationOperation, call: ReservationCall, now: Date): ReservationResult {
   switch (row.outcome) {
     case 'ok':
       return { reservation: toReservation(row), replayed: row.replayed };
-    case 'quota_exceeded': {
-      const record = usageRecord({ ...row, metric: row.metric! });
-      const requested = Number(row.requested ?? call.amount);
-      throw new ApiError(
-        'QUOTA_EXCEEDED',
-        `Quota exceeded for ${record.metric}: ${record.used} of ${record.limit} used, ${record.reserved} reserved, ${requested} requested`,
-        // on a replay this is the stored result of the first reserve with this clientReqId
-        { metric: record.metric, used: record.used, reserved: record.reserved, limit: record.limit, requested, replayed: row.replayed },
-        quotaHeaders(record),
-      );
-    }
+    case 'quota_exceeded':
+      throw quotaExceeded(usageRecord({ ...row, metric: row.metric! }), Number(row.requested ?? call.amount), row.replayed, now);
     case 'subscription_required':
       throw new ApiError('SUBSCRIPTION_REQUIRED', 'An active subscription to this agent is required', { agentId: call.agentId });
     case 'metric_not_found':

@@ -52,7 +52,7 @@ export async function meterUsage(db: Db, clock: Clock, operation: UsageOperation
     db,
     sql`select * from ${fn}(${call.userId}, ${call.agentId}, ${call.metricSlug}, ${call.clientReqId ?? null}, ${call.amount}, ${clock.now()})`,
   );
-  return usageOutcome(row!, call, operation);
+  return usageOutcome(row!, call, operation, clock.now());
 }
 
 /**
@@ -69,6 +69,7 @@ export async function meterUsageAsBearer(
   call: Omit<UsageCall, 'userId'>,
 ): Promise<{ principal: Principal; result: UsageResult }> {
   // Through group commit: concurrent calls share one statement, one transaction and one commit (group-commit.ts).
+  const now = clock.now();
   const row = (await meterInBatch(db, {
     operation,
     check,
@@ -76,7 +77,7 @@ export async function meterUsageAsBearer(
     metricSlug: call.metricSlug,
     clientReqId: call.clientReqId,
     amount: call.amount,
-    now: clock.now(),
+    now,
   })) as unknown as UsageCallRow & BearerCallerColumns;
   // A live caller whose token is not the path agent's own: nothing was counted.
   if (row!.caller_status === 'other_agent') throw otherAgent();
@@ -87,7 +88,7 @@ export async function meterUsageAsBearer(
     role: row!.caller_role,
     createdAt: row!.caller_created_at,
   });
-  return { principal, result: usageOutcome(row!, { ...call, userId: check.userId }, operation) };
+  return { principal, result: usageOutcome(row!, { ...call, userId: check.userId }, operation, now) };
 }
 
 interface BearerCallerColumns {
@@ -98,21 +99,12 @@ interface BearerCallerColumns {
   caller_created_at: Date | string | null;
 }
 
-function usageOutcome(row: UsageCallRow, call: UsageCall, operation: UsageOperation): UsageResult {
+function usageOutcome(row: UsageCallRow, call: UsageCall, operation: UsageOperation, now: Date): UsageResult {
   switch (row.outcome) {
     case 'ok':
       return { ...usageRecord({ metric: call.metricSlug, ...row }), replayed: row.replayed };
-    case 'quota_exceeded': {
-      const record = usageRecord({ metric: call.metricSlug, ...row });
-      const requested = Number(row.requested ?? call.amount);
-      throw new ApiError(
-        'QUOTA_EXCEEDED',
-        `Quota exceeded for ${call.metricSlug}: ${record.used} of ${record.limit} used, ${record.reserved} reserved, ${requested} requested`,
-        // on a replay this is the stored result of the first call with this clientReqId
-        { metric: call.metricSlug, used: record.used, reserved: record.reserved, limit: record.limit, requested, replayed: row.replayed },
-        quotaHeaders(record),
-      );
-    }
+    case 'quota_exceeded':
+      throw quotaExceeded(usageRecord({ metric: call.metricSlug, ...row }), Number(row.requested ?? call.amount), row.replayed, now);
     case 'subscription_required':
       throw new ApiError('SUBSCRIPTION_REQUIRED', 'An active subscription to this agent is required', { agentId: call.agentId });
     case 'metric_not_found':
@@ -174,12 +166,39 @@ export function usageRecord(row: {
   };
 }
 
-/** X-Quota-Limit / X-Quota-Remaining: numbers, or `unlimited`. */
-export function quotaHeaders(record: UsageRecord): Record<string, string> {
+/**
+ * X-Quota-Limit / X-Quota-Remaining: numbers, or `unlimited`. On a replay they are the stored result's figures (as
+ * the first call saw them, not the counter now), and `X-Idempotent-Replay: true` says so.
+ */
+export function quotaHeaders(record: UsageRecord, replayed = false): Record<string, string> {
   return {
     'X-Quota-Limit': record.limit === null ? 'unlimited' : String(record.limit),
     'X-Quota-Remaining': record.remaining === null ? 'unlimited' : String(record.remaining),
+    ...(replayed ? { 'X-Idempotent-Replay': 'true' } : {}),
   };
+}
+
+/**
+ * 429 QUOTA_EXCEEDED (an increment or a hold would pass the effective quota), for increments and reservations alike.
+ * It says when trying again can help: a rolling metric resets at `periodEnd`, so `Retry-After` counts the seconds
+ * to it; a fixed metric never resets by itself (no `Retry-After`; only a decrement, an addon or a bigger tier
+ * frees units). Generic retry middleware must not retry it blindly: the same clientReqId replays this answer.
+ */
+export function quotaExceeded(record: UsageRecord, requested: number, replayed: boolean, now: Date): ApiError {
+  const headers = quotaHeaders(record, replayed);
+  const untilReset = record.periodEnd === null ? 0 : Math.ceil((Date.parse(record.periodEnd) - now.getTime()) / 1000);
+  if (untilReset > 0) headers['Retry-After'] = String(untilReset);
+  const when =
+    record.periodEnd === null
+      ? 'This metric does not reset by itself: free units (decrement), add an addon or move to a bigger tier.'
+      : `The quota resets at ${record.periodEnd}; retry then with a new clientReqId.`;
+  return new ApiError(
+    'QUOTA_EXCEEDED',
+    `Quota exceeded for ${record.metric}: ${record.used} of ${record.limit} used, ${record.reserved} reserved, ${requested} requested. ${when}`,
+    // on a replay this is the stored result of the first call with this clientReqId
+    { metric: record.metric, used: record.used, reserved: record.reserved, limit: record.limit, requested, periodEnd: record.periodEnd, replayed },
+    headers,
+  );
 }
 
 interface UsageRow {

@@ -163,6 +163,18 @@ describe('bearer access tokens', () => {
     expect(basic.body.error.details.signUpUrl).toBe(`${t.baseUrl}/sign-up`);
   });
 
+  it('tells a backend how to get a token: the RFC 6750 challenge and the OAuth metadata document, which lists the token endpoint', async () => {
+    const bad = await me('not-a-jwt');
+    expect(bad.status).toBe(401);
+    expect(bad.headers.get('www-authenticate')).toBe(`Bearer realm="${t.baseUrl}", error="invalid_token"`);
+    const none = await t.http.get('/me');
+    expect(none.headers.get('www-authenticate')).toBe(`Bearer realm="${t.baseUrl}"`);
+    const metadataUrl = bad.body.error.details.authorizationServer;
+    const metadata = await t.http.get(new URL(metadataUrl).pathname);
+    expect(metadata.status).toBe(200);
+    expect(metadata.body).toMatchObject({ issuer: expect.any(String), token_endpoint: `${t.baseUrl}/api/auth/oauth2/token` });
+  });
+
   it('rejects a token of a deleted user', async () => {
     const gone = await signUp(t);
     const tok = await token(gone.userId);

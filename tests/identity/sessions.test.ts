@@ -209,6 +209,27 @@ describe('POST /api/auth/sign-in/email', () => {
     expect(res.body.user.id).toBe(user.userId);
   });
 
+  it('treats an empty Cookie header as no cookie: a server-side sign-in with an empty cookie jar works without an Origin', async () => {
+    const user = await signUp(t);
+    const res = await t.http.post('/api/auth/sign-in/email', {
+      json: { email: user.email, password: user.password },
+      headers: { cookie: '', 'sec-fetch-mode': 'cors' },
+    });
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.user.id).toBe(user.userId);
+  });
+
+  it('refuses a cookie-carrying POST without an Origin, and the 403 names the cookie as the cause', async () => {
+    const user = await signUp(t);
+    const res = await t.http.post('/api/auth/sign-in/email', {
+      json: { email: user.email, password: user.password },
+      headers: { cookie: user.cookie },
+    });
+    expect(res.status).toBe(403);
+    expect(res.body.code).toBe('MISSING_OR_NULL_ORIGIN');
+    expect(res.body.message).toMatch(/carries a Cookie header.*Origin header of a trusted origin/);
+  });
+
   it('refuses a browser sign-in posted from an untrusted origin', async () => {
     const user = await signUp(t);
     const res = await t.http.post('/api/auth/sign-in/email', {

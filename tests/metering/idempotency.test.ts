@@ -98,7 +98,7 @@ describe('409 IDEMPOTENCY_CONFLICT', () => {
     expect(before.usage[0]).toMatchObject({ used: 5, reserved: 10 });
     // the same request replays the same hold
     const replay = await reserve(t, u, a.agentId, 'tokens', { clientReqId: held, amount: 10, ttlSeconds: 120 });
-    expect([replay.status, replay.body.data.id, replay.headers.get('idempotent-replayed')]).toEqual([201, hold.body.data.id, 'true']);
+    expect([replay.status, replay.body.data.id, replay.headers.get('x-idempotent-replay')]).toEqual([201, hold.body.data.id, 'true']);
   });
 
   it('the default ttl is the same request as an explicit 300', async () => {

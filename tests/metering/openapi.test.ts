@@ -17,7 +17,39 @@ describe('metering in /openapi.json', () => {
     const increment = paths['/me/usage/{agentId}/{metricSlug}/increment']!.post as Record<string, any>;
     expect(increment.responses['429']).toBeDefined();
     expect(increment.responses['402']).toBeDefined();
-    expect(Object.keys(increment.responses['200'].headers)).toEqual(['X-Quota-Limit', 'X-Quota-Remaining']);
+    expect(Object.keys(increment.responses['200'].headers)).toEqual(['X-Quota-Limit', 'X-Quota-Remaining', 'X-Idempotent-Replay']);
     expect(increment.requestBody.content['application/json'].schema).toBeDefined();
+  });
+
+  it('declares the quota headers on every usage write response, and the quota 429 apart from the rate-limit 429', async () => {
+    const doc = (await t.http.get('/openapi.json')).body as Record<string, any>;
+    const usageWrites = Object.entries(doc.paths as Record<string, Record<string, any>>)
+      .filter(([path]) => path.startsWith('/me/usage/'))
+      .flatMap(([path, ops]) => Object.entries(ops).filter(([method]) => method === 'post').map(([, op]) => [path, op] as const));
+    expect(usageWrites.map(([, op]) => op.operationId).sort()).toEqual(
+      ['commitReservation', 'decrementUsage', 'incrementUsage', 'releaseReservation', 'reserveUsage'].sort(),
+    );
+    for (const [path, op] of usageWrites) {
+      const success = Object.entries(op.responses as Record<string, any>).find(([status]) => status.startsWith('2'))![1];
+      expect(Object.keys(success.headers ?? {}), path).toEqual(expect.arrayContaining(['X-Quota-Limit', 'X-Quota-Remaining', 'X-Idempotent-Replay']));
+    }
+    const schemas = doc.components.schemas as Record<string, any>;
+    for (const id of ['incrementUsage', 'reserveUsage']) {
+      const tooMany = usageWrites.find(([, op]) => op.operationId === id)![1].responses['429'];
+      expect(tooMany.content['application/json'].schema.$ref).toBe('#/components/schemas/QuotaExceededError');
+      expect(Object.keys(tooMany.headers)).toEqual(expect.arrayContaining(['X-Quota-Limit', 'X-Quota-Remaining', 'Retry-After']));
+    }
+    const quota = schemas.QuotaExceededError.properties.error.properties;
+    expect(quota.code.enum).toEqual(['QUOTA_EXCEEDED']);
+    expect(Object.keys(quota.details.properties)).toEqual(
+      expect.arrayContaining(['metric', 'used', 'reserved', 'limit', 'requested', 'periodEnd', 'replayed']),
+    );
+    // a rate-limited route's 429 is the other schema, with its own Retry-After
+    const rateLimited = Object.values(doc.paths as Record<string, Record<string, any>>)
+      .flatMap((ops) => Object.values(ops))
+      .map((op) => op.responses?.['429'])
+      .filter((r) => r && r.content['application/json'].schema.$ref === '#/components/schemas/RateLimitedError');
+    expect(rateLimited.length).toBeGreaterThan(0);
+    expect(schemas.RateLimitedError.properties.error.properties.code.enum).toEqual(['RATE_LIMITED']);
   });
 });

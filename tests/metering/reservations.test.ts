@@ -66,7 +66,7 @@ describe('reservation lifecycle', () => {
     });
     expect(held.headers.get('x-quota-limit')).toBe('10');
     expect(held.headers.get('x-quota-remaining')).toBe('6');
-    expect(held.headers.get('idempotent-replayed')).toBe('false');
+    expect(held.headers.get('x-idempotent-replay')).toBeNull();
     const id = held.body.data.id as string;
 
     // every usage record shows the hold: the user's reads, the admin's read, the increment result
@@ -90,13 +90,13 @@ describe('reservation lifecycle', () => {
       committedAmount: 3,
       usage: { used: 4, reserved: 0, limit: 10, remaining: 6 },
     });
-    expect(committed.headers.get('idempotent-replayed')).toBe('false');
+    expect(committed.headers.get('x-idempotent-replay')).toBeNull();
 
     // commit is idempotent: the same reservation again, nothing counted twice
     const again = await commit(t, user, a.agentId, id, 3);
     expect(again.status).toBe(200);
     expect(again.body.data).toEqual(committed.body.data);
-    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.headers.get('x-idempotent-replay')).toBe('true');
     expect(await usageOf(user, a.agentId, 'tokens')).toMatchObject({ used: 4, reserved: 0, remaining: 6 });
 
     // a committed hold cannot be released
@@ -130,7 +130,7 @@ describe('reservation lifecycle', () => {
     const again = await release(t, user, a.agentId, id);
     expect(again.status).toBe(200);
     expect(again.body.data).toEqual(released.body.data);
-    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.headers.get('x-idempotent-replay')).toBe('true');
 
     const late = await commit(t, user, a.agentId, id, 1);
     expect([late.status, late.body.error.code]).toEqual([422, 'INVALID_STATE']);
@@ -193,7 +193,7 @@ describe('holds and increments share the quota', () => {
     const key = reqId();
     const denied = await reserve(t, user, a.agentId, 'calls', { clientReqId: key, amount: 1 });
     expect([denied.status, denied.body.error.code]).toEqual([429, 'QUOTA_EXCEEDED']);
-    expect(denied.body.error.details).toEqual({ metric: 'calls', used: 2, reserved: 8, limit: 10, requested: 1, replayed: false });
+    expect(denied.body.error.details).toEqual({ metric: 'calls', used: 2, reserved: 8, limit: 10, requested: 1, periodEnd: sub.currentPeriodEnd, replayed: false });
 
     // freeing the units does not turn the stored 429 of that clientReqId into a hold
     await release(t, user, a.agentId, held.id);
@@ -254,7 +254,7 @@ describe('holds and increments share the quota', () => {
     const key = reqId();
     const results = await Promise.all(Array.from({ length: 30 }, () => reserve(t, u, a.agentId, 'calls', { clientReqId: key, amount: 7 })));
     expect(results.map((r) => r.status)).toEqual(Array(30).fill(201));
-    expect(results.filter((r) => r.headers.get('idempotent-replayed') === 'false')).toHaveLength(1);
+    expect(results.filter((r) => r.headers.get('x-idempotent-replay') === null)).toHaveLength(1);
     expect(new Set(results.map((r) => r.body.data.id)).size).toBe(1);
     expect(await countReservations(t.db, sub.id)).toBe(1);
     expect(await usageOf(u, a.agentId, 'calls')).toMatchObject({ used: 0, reserved: 7, remaining: 93 });
@@ -268,7 +268,7 @@ describe('holds and increments share the quota', () => {
     const one = (await reserve(t, u, a.agentId, 'calls', { clientReqId: reqId(), amount: 9 })).body.data;
     const commits = await Promise.all(Array.from({ length: 20 }, () => commit(t, u, a.agentId, one.id, 6)));
     expect(commits.map((r) => r.status)).toEqual(Array(20).fill(200));
-    expect(commits.filter((r) => r.headers.get('idempotent-replayed') === 'false')).toHaveLength(1);
+    expect(commits.filter((r) => r.headers.get('x-idempotent-replay') === null)).toHaveLength(1);
     expect(await usageOf(u, a.agentId, 'calls')).toMatchObject({ used: 6, reserved: 0 });
 
     for (let round = 0; round < 5; round++) {

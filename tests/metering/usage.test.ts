@@ -57,6 +57,9 @@ describe('incrementUsage', () => {
     const replay = await increment(user, a.agentId, 'calls', { clientReqId: key, amount: 3 });
     expect(replay.status).toBe(200);
     expect(replay.body.data).toEqual({ ...first.body.data, replayed: true });
+    // the headers are the stored result's (remaining 7, as the first call saw it, not 6 now) and say so
+    expect([first.headers.get('x-idempotent-replay'), replay.headers.get('x-idempotent-replay')]).toEqual([null, 'true']);
+    expect(replay.headers.get('x-quota-remaining')).toBe('7');
     const usage = await t.http.get(usagePath(a.agentId, 'calls'), { cookie: user.cookie });
     expect(usage.body.data.used).toBe(4);
     expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 4, sum: 4 }]);
@@ -73,9 +76,13 @@ describe('incrementUsage', () => {
     expect(denied.body).toMatchObject({
       status: 'error',
       data: null,
-      error: { code: 'QUOTA_EXCEEDED', details: { metric: 'calls', used: 2, limit: 2, requested: 1 } },
+      error: { code: 'QUOTA_EXCEEDED', details: { metric: 'calls', used: 2, limit: 2, requested: 1, periodEnd: sub.currentPeriodEnd } },
     });
+    expect(denied.body.error.message).toContain(`resets at ${sub.currentPeriodEnd}`);
     expect(denied.headers.get('x-quota-remaining')).toBe('0');
+    // a rolling quota resets at a known time: Retry-After counts the seconds to it (the test clock stands still)
+    const untilReset = (Date.parse(sub.currentPeriodEnd) - Date.parse('2026-03-10T12:00:00.000Z')) / 1000;
+    expect(denied.headers.get('retry-after')).toBe(String(untilReset));
 
     const grant = await t.http.post(`/admin/subscriptions/${sub.id}/addons`, {
       cookie: admin.cookie,
@@ -98,7 +105,10 @@ describe('incrementUsage', () => {
     expect((await increment(user, a.agentId, 'seats', { clientReqId: reqId(), amount: 3 })).status).toBe(200);
     const over = await increment(user, a.agentId, 'seats', { clientReqId: reqId() });
     expect(over.status).toBe(429);
-    expect(over.body.error.details).toMatchObject({ metric: 'seats', used: 3, reserved: 0, limit: 3, requested: 1, replayed: false });
+    expect(over.body.error.details).toMatchObject({ metric: 'seats', used: 3, reserved: 0, limit: 3, requested: 1, periodEnd: null, replayed: false });
+    // a fixed metric never resets by itself: no Retry-After, and the message says what frees units
+    expect(over.headers.get('retry-after')).toBeNull();
+    expect(over.body.error.message).toContain('does not reset by itself');
   });
 
   it('treats a null tier quota as unlimited, 0 as deny, and a missing quota row as deny', async () => {

@@ -361,7 +361,11 @@ describe('client registration', () => {
     expect(res.status).toBe(401);
     expect(res.body.status).toBe('error');
     expect(res.body.error.code).toBe('UNAUTHORIZED');
-    expect(res.body.error.details).toEqual({ signInUrl: `${t.baseUrl}/sign-in`, signUpUrl: `${t.baseUrl}/sign-up` });
+    expect(res.body.error.details).toEqual({
+      signInUrl: `${t.baseUrl}/sign-in`,
+      signUpUrl: `${t.baseUrl}/sign-up`,
+      authorizationServer: `${t.baseUrl}/.well-known/oauth-authorization-server/api/auth`,
+    });
   });
 
   // Every client endpoint of the library, for every kind of caller: tests/oauth/client-registry.test.ts.

@@ -8,6 +8,7 @@ import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http
 import { callReservationAsBearer, type ReservationCall, type ReservationOperation, type ReservationResult } from '../reservations.ts';
 import { commitReservationBody, reservationSchema, reserveUsageBody } from '../schemas.ts';
 import { quotaHeaders } from '../usage.ts';
+import { idempotencyConflict409, quotaExceeded429, quotaHeaderDocs } from './responses.ts';
 
 /**
  * Usage reservations (/me/usage/{agentId}/...): hold units, then commit what was used or release the hold.
@@ -23,20 +24,9 @@ const reservationParams = agentParams.extend({ reservationId: uuidParam('reserva
 
 const bearerOnly: Array<Record<string, string[]>> = [{ bearer: [] }];
 
-const responseHeaders = {
-  'X-Quota-Limit': { description: 'Effective quota, or `unlimited`', schema: { type: 'string' as const } },
-  'X-Quota-Remaining': { description: 'Units left (limit - used - reserved), or `unlimited`', schema: { type: 'string' as const } },
-  'Idempotent-Replayed': {
-    description: '`true` when nothing changed: a replay of the reserve, or a repeated commit or release',
-    schema: { type: 'string' as const },
-  },
-};
-const conflict409 = {
-  409: {
-    ...errors(409)[409],
-    description: 'IDEMPOTENCY_CONFLICT: the clientReqId (or the settled reservation) stands for another request; `details.original` is that request',
-  },
-};
+const conflict409 = idempotencyConflict409(
+  'the clientReqId (or the settled reservation) stands for another request; `details.original` is that request. Nothing changed',
+);
 
 const reserveRoute = createRoute({
   operationId: 'reserveUsage',
@@ -48,13 +38,14 @@ const reserveRoute = createRoute({
     'Admits the hold only if used + live holds + amount stays within the effective quota, atomically with increments ' +
     '(an increment and a hold never both pass the limit). The hold counts against the quota until it is committed, released, ' +
     'or `expiresAt` passes (then its units are free again by themselves). Idempotent on clientReqId: a replay answers the same ' +
-    'reservation (`Idempotent-Replayed: true`), a denied reserve replays its 429, and the same clientReqId with another amount or ttl ' +
+    'reservation (`X-Idempotent-Replay: true`), a denied reserve replays its 429, and the same clientReqId with another amount or ttl ' +
     '(or already used by an increment or decrement) is 409 IDEMPOTENCY_CONFLICT.',
   security: bearerOnly,
   request: { params: metricParams, body: jsonBody(reserveUsageBody) },
   responses: {
-    201: { ...jsonResponse(envelopeOf(reservationSchema), 'Held (or the reservation of this clientReqId)'), headers: responseHeaders },
-    ...errors(400, 401, 402, 403, 404, 415, 429),
+    201: { ...jsonResponse(envelopeOf(reservationSchema), 'Held (or the reservation of this clientReqId)'), headers: quotaHeaderDocs },
+    ...errors(400, 401, 402, 403, 404, 415),
+    ...quotaExceeded429,
     ...conflict409,
   },
 });
@@ -71,7 +62,7 @@ const commitRoute = createRoute({
   security: bearerOnly,
   request: { params: reservationParams, body: jsonBody(commitReservationBody) },
   responses: {
-    200: { ...jsonResponse(envelopeOf(reservationSchema), 'Committed'), headers: responseHeaders },
+    200: { ...jsonResponse(envelopeOf(reservationSchema), 'Committed'), headers: quotaHeaderDocs },
     ...errors(400, 401, 402, 403, 404, 415, 422),
     ...conflict409,
   },
@@ -87,7 +78,7 @@ const releaseRoute = createRoute({
   security: bearerOnly,
   request: { params: reservationParams },
   responses: {
-    200: { ...jsonResponse(envelopeOf(reservationSchema), 'Released'), headers: responseHeaders },
+    200: { ...jsonResponse(envelopeOf(reservationSchema), 'Released'), headers: quotaHeaderDocs },
     ...errors(400, 401, 402, 403, 404, 422),
   },
 });
@@ -138,10 +129,7 @@ export function reservationRoutes() {
   return router;
 }
 
-const headers = (result: ReservationResult) => ({
-  ...quotaHeaders(result.reservation.usage),
-  'Idempotent-Replayed': String(result.replayed),
-});
+const headers = (result: ReservationResult) => quotaHeaders(result.reservation.usage, result.replayed);
 
 /**
  * Reservations belong to the agent backend, like every usage write (contract.md, Trust boundaries): only the

@@ -7,6 +7,7 @@ import type { Context } from 'hono';
 import type { AppEnv } from '../../http/context.ts';
 import { getMyUsage, listMyUsage, meterUsageAsBearer, quotaHeaders, type UsageCall, type UsageOperation } from '../usage.ts';
 import { ApiError } from '../../http/errors.ts';
+import { idempotencyConflict409, quotaExceeded429, quotaHeaderDocs } from './responses.ts';
 
 /**
  * /me/usage: agent backends (with the user's bearer token) and the user (cookie) read and move their counters.
@@ -19,18 +20,10 @@ const metricParams = agentParams.extend({
   metricSlug: z.string().min(1).max(64).openapi({ param: { name: 'metricSlug', in: 'path' }, example: 'api-calls' }),
 });
 
-const quotaHeaderDocs = {
-  'X-Quota-Limit': { description: 'Effective quota, or `unlimited`', schema: { type: 'string' as const } },
-  'X-Quota-Remaining': { description: 'Units left, or `unlimited`', schema: { type: 'string' as const } },
-};
-
 const security: Array<Record<string, string[]>> = [{ bearer: [] }, { cookieSession: [] }];
-const idempotencyConflict = {
-  409: {
-    ...errors(409)[409],
-    description: 'IDEMPOTENCY_CONFLICT: this clientReqId was first used for another request (operation, amount or ttl); `details.original` is that request. Nothing changed',
-  },
-};
+const idempotencyConflict = idempotencyConflict409(
+  'this clientReqId was first used for another request (operation, amount or ttl); `details.original` is that request. Nothing changed',
+);
 /** Usage writes: the path agent's own bearer token only. */
 const bearerOnly: Array<Record<string, string[]>> = [{ bearer: [] }];
 
@@ -48,7 +41,8 @@ const incrementRoute = createRoute({
   request: { params: metricParams, body: jsonBody(incrementUsageBody) },
   responses: {
     200: { ...jsonResponse(envelopeOf(usageResultSchema), 'Counted (or the stored result of this clientReqId)'), headers: quotaHeaderDocs },
-    ...errors(400, 401, 402, 403, 404, 415, 429),
+    ...errors(400, 401, 402, 403, 404, 415),
+    ...quotaExceeded429,
     ...idempotencyConflict,
   },
 });
@@ -103,14 +97,14 @@ export function usageRoutes() {
     const { agentId, metricSlug } = c.req.valid('param');
     const { clientReqId, amount } = c.req.valid('json');
     const result = await meter(c, 'increment', { agentId, metricSlug, clientReqId, amount: amount ?? 1 });
-    return c.json(ok(result), 200, quotaHeaders(result));
+    return c.json(ok(result), 200, quotaHeaders(result, result.replayed));
   });
 
   router.openapi(decrementRoute, async (c) => {
     const { agentId, metricSlug } = c.req.valid('param');
     const { clientReqId, amount } = c.req.valid('json');
     const result = await meter(c, 'decrement', { agentId, metricSlug, clientReqId, amount: amount ?? 1 });
-    return c.json(ok(result), 200, quotaHeaders(result));
+    return c.json(ok(result), 200, quotaHeaders(result, result.replayed));
   });
 
   router.openapi(listRoute, async (c) => {

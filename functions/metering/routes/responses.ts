@@ -1,0 +1,56 @@
+import { z } from '@hono/zod-openapi';
+import { errors } from '../../http/router.ts';
+
+/**
+ * What every usage write answers besides its body, for the OpenAPI document: the quota headers (declared on every
+ * usage response, the 429 included) and the 429 QUOTA_EXCEEDED, which is its own schema so that a client can tell
+ * it from the RATE_LIMITED 429 of other routes (usage writes are never rate limited).
+ */
+
+export const quotaHeaderDocs = {
+  'X-Quota-Limit': { description: 'Effective quota (tier quota + active addons), or `unlimited`', schema: { type: 'string' as const } },
+  'X-Quota-Remaining': { description: 'Units left (limit - used - reserved), or `unlimited`', schema: { type: 'string' as const } },
+  'X-Idempotent-Replay': {
+    description:
+      'Present (`true`) when this answer is the stored result of an earlier call with the same clientReqId (or a repeated commit or ' +
+      'release): nothing changed, and the X-Quota-* figures are the ones that call saw, not the counter now',
+    schema: { type: 'string' as const, enum: ['true'] },
+  },
+};
+
+const quotaExceededSchema = z
+  .object({
+    status: z.literal('error'),
+    data: z.null(),
+    error: z.object({
+      code: z.literal('QUOTA_EXCEEDED'),
+      message: z.string(),
+      details: z.object({
+        metric: z.string(),
+        used: z.int(),
+        reserved: z.int().openapi({ description: 'Units held by live reservations' }),
+        limit: z.int().nullable(),
+        requested: z.int(),
+        periodEnd: z.iso.datetime().nullable().openapi({ description: 'When a rolling quota resets; null for a fixed metric (it never resets by itself)' }),
+        replayed: z.boolean().openapi({ description: 'This 429 is the stored result of an earlier call with the same clientReqId' }),
+      }),
+    }),
+  })
+  .openapi('QuotaExceededError');
+
+export const quotaExceeded429 = {
+  429: {
+    description:
+      'QUOTA_EXCEEDED: the call would pass the effective quota; nothing was counted. `Retry-After` (seconds) is set when the quota ' +
+      'resets at a known time (rolling metrics: `details.periodEnd`); a fixed metric has none. Do not retry with the same clientReqId: ' +
+      'it replays this answer',
+    headers: {
+      ...quotaHeaderDocs,
+      'Retry-After': { description: 'Seconds until the quota period ends (rolling metrics only)', schema: { type: 'string' as const } },
+    },
+    content: { 'application/json': { schema: quotaExceededSchema } },
+  },
+};
+
+/** 409 IDEMPOTENCY_CONFLICT, as every usage write documents it. */
+export const idempotencyConflict409 = (what: string) => ({ 409: { ...errors(409)[409], description: `IDEMPOTENCY_CONFLICT: ${what}` } });
