@@ -10,6 +10,7 @@ import { loggedUrl, requestContext } from './http/request-context.ts';
 import { rejectNulCharacters } from './http/nul-guard.ts';
 import { limitBodySize } from './http/body-limit.ts';
 import { docsRoutes } from './http/docs.ts';
+import { openApiDocument } from './http/openapi-document.ts';
 import { healthRoutes } from './health/routes.ts';
 import { catalogRoutes, localFileRoutes } from './catalog/routes.ts';
 import type { FileStore, ObjectStorage } from './platform/storage.ts';
@@ -102,7 +103,7 @@ export function createApp(deps: AppDeps) {
   // Last of the /api/auth routes: wrappers that must answer first (OAuth) are mounted above this line.
   app.route('/', authLibraryRoutes());
 
-  app.doc31('/openapi.json', {
+  const documentConfig: Parameters<typeof app.getOpenAPI31Document>[0] = {
     openapi: '3.1.0',
     info: {
       title: 'Agent Marketplace API',
@@ -112,6 +113,15 @@ export function createApp(deps: AppDeps) {
         'Every JSON response outside /api/auth uses the envelope `{ status, data, error }`.',
     },
     servers: [{ url: deps.config.publicBaseUrl }],
+  };
+  // Built on first request (every route is registered by then), with the auth library's operations merged in.
+  let document: Promise<Record<string, unknown>> | undefined;
+  app.get('/openapi.json', async (c) => {
+    document ??= openApiDocument(app.getOpenAPI31Document(documentConfig), deps.auth).catch((err) => {
+      document = undefined;
+      throw err;
+    });
+    return c.json(await document);
   });
   // The document describes itself too (contract: getOpenApi), so a generated client can fetch it.
   app.openAPIRegistry.registerPath({

@@ -1,6 +1,6 @@
 import { betterAuth, type BetterAuthOptions } from 'better-auth';
 import { createAuthMiddleware, isAPIError } from 'better-auth/api';
-import { admin, jwt, organization } from 'better-auth/plugins';
+import { admin, jwt, openAPI, organization } from 'better-auth/plugins';
 import { adminAc, defaultStatements, userAc } from 'better-auth/plugins/admin/access';
 import { createAccessControl } from 'better-auth/plugins/access';
 import { oauthProvider } from '@better-auth/oauth-provider';
@@ -66,7 +66,8 @@ export function authOptions(deps: AuthDeps) {
     telemetry: { enabled: false },
     // Also refused by the library itself (404), should a request ever reach it past closed-endpoints.ts: the
     // client-management and session-JWT endpoints nobody may call (the parameterised ones have no exact path).
-    disabledPaths: CLOSED_ENDPOINTS.filter((e) => !e.path.includes(':')).map((e) => e.path),
+    // The openAPI plugin's two endpoints are off too (404): the document is /openapi.json, the reference /docs.
+    disabledPaths: [...CLOSED_ENDPOINTS.filter((e) => !e.path.includes(':')).map((e) => e.path), '/open-api/generate-schema', '/reference'],
     trustedOrigins: trustedOrigins(config),
     // Our own limiter (functions/http/rate-limit.ts) answers 429 in the API envelope with Retry-After.
     rateLimit: { enabled: false },
@@ -206,6 +207,9 @@ export function authOptions(deps: AuthDeps) {
         disableSettingJwtHeader: true,
       }),
       oauthProvider(oauthProviderOptions(config)),
+      // Only for auth.api.generateOpenAPISchema(), which our /openapi.json merges (http/auth-openapi.ts); its two
+      // HTTP endpoints are disabled (disabledPaths above).
+      openAPI({ disableDefaultReference: true }),
     ],
   } satisfies BetterAuthOptions;
 }

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { docsRoutes, SWAGGER_UI_CDN, SWAGGER_UI_INTEGRITY, SWAGGER_UI_VERSION } from '../../functions/http/docs.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { blockOtherHosts, launchChromium } from '../support/browser.ts';
+import { contractText } from '../support/contract.ts';
 
 /**
  * GET /openapi.json is a valid OpenAPI 3.1 document covering every route of every domain (validated with a
@@ -51,6 +52,35 @@ describe('GET /openapi.json', () => {
     }
     expect(ids.length - new Set(ids).size, 'duplicate operationIds').toBe(0);
     expect(ids).toEqual(expect.arrayContaining(['getHealth', 'getReady']));
+  });
+
+  it('holds every /api/auth operation the contract names (Auth and OAuth sections), the OAuth client calls with form bodies', () => {
+    const text = contractText();
+    if (process.env.CI) expect(text, 'CI runs with shared/ beside the repository').toBeDefined();
+    const named = authOperationsNamedBy(text ?? '');
+    expect(named.length).toBeGreaterThan(20);
+    const missing = named.filter(({ method, path }) => !doc.paths[path]?.[method.toLowerCase()]);
+    expect(missing).toEqual([]);
+    for (const path of ['/api/auth/oauth2/token', '/api/auth/oauth2/revoke', '/api/auth/oauth2/introspect']) {
+      const body = (doc.paths[path]!.post as Record<string, any>).requestBody;
+      expect(Object.keys(body.content)[0], path).toBe('application/x-www-form-urlencoded');
+    }
+    expect((doc.paths['/api/auth/oauth2/authorize']!.get as Record<string, any>).description).toContain('200 {"redirect": true');
+  });
+
+  it('puts every tag under its audience: Agent backends, Front end, Admin (and Operations)', () => {
+    const grouped = (doc as Record<string, any>)['x-tagGroups'] as Array<{ name: string; tags: string[] }>;
+    expect(grouped.map((g) => g.name)).toEqual(['Agent backends', 'Front end', 'Admin', 'Operations']);
+    const inGroups = new Set(grouped.flatMap((g) => g.tags));
+    const used = new Set(
+      Object.values(doc.paths).flatMap((item) => Object.entries(item).flatMap(([m, op]) => (methods.includes(m) ? ((op as { tags?: string[] }).tags ?? []) : []))),
+    );
+    expect([...used].filter((tag) => !inGroups.has(tag))).toEqual([]);
+    const tagOf = (path: string, method: string) => (doc.paths[path]![method] as { tags: string[] }).tags[0];
+    expect(tagOf('/me/usage/{agentId}/{metricSlug}/increment', 'post')).toBe('Agent backends · Usage');
+    expect(tagOf('/api/auth/oauth2/token', 'post')).toBe('Agent backends · OAuth 2.1 and OIDC');
+    expect(tagOf('/api/auth/sign-in/email', 'post')).toBe('Front end · Sign-in and account');
+    expect(tagOf('/admin/users', 'get')).toBe('Admin · Administration');
   });
 
   it('names the service itself as the server', () => {
@@ -117,12 +147,15 @@ describe('GET /docs', () => {
         if (msg.type() === 'error') errors.push(msg.text());
       });
       const specLoaded = page.waitForResponse((r) => r.url() === `${origin}/openapi.json` && r.status() === 200, { timeout: 60_000 });
-      await page.goto(`${t.baseUrl}/docs`);
+      // Over 100 operations, Swagger UI renders only what is on screen (virtualized): a deep link (#/<tag>/<operationId>)
+      // brings one into view. An app route and an auth-library route, each under its audience's group.
+      await page.goto(`${t.baseUrl}/docs#/${encodeURIComponent('Operations · Health')}/getHealth`);
       await specLoaded;
-      // Operation summaries from the route definitions appear once the reference has rendered.
       await page.locator('.opblock-summary-description', { hasText: 'Liveness: answers without touching the database' }).first().waitFor({ timeout: 60_000 });
       await page.locator('.opblock-summary-path', { hasText: '/ready' }).first().waitFor({ timeout: 10_000 });
-      expect(await page.locator('.opblock').count()).toBeGreaterThan(50);
+      await page.goto(`${t.baseUrl}/docs#/${encodeURIComponent('Agent backends · OAuth 2.1 and OIDC')}/authPostOauth2Token`);
+      await page.reload();
+      await page.locator('[id$="-authPostOauth2Token"]').waitFor({ timeout: 30_000 });
       // The stylesheet came with the script: Swagger UI's own layout rules apply.
       expect(await page.locator('.swagger-ui .info .title').first().evaluate((el) => getComputedStyle(el).fontSize)).toBe('36px');
       expect(await page.title()).toBe('Agent Marketplace API');
@@ -133,3 +166,18 @@ describe('GET /docs', () => {
     }, 120_000);
   });
 });
+
+/**
+ * `METHOD /path` items of contract.md's "Auth (auth library, under /api/auth)" and "OAuth 2.1 / OIDC" sections
+ * (`GET|POST /x` names both); dynamic registration is left out: it is closed (401), not an operation to call.
+ */
+function authOperationsNamedBy(text: string): Array<{ method: string; path: string }> {
+  const start = text.indexOf('### Auth (auth library');
+  const end = text.indexOf('\n### ', text.indexOf('### OAuth 2.1 / OIDC') + 1);
+  if (start < 0 || end < 0) return [];
+  const found: Array<{ method: string; path: string }> = [];
+  for (const m of text.slice(start, end).matchAll(/`((?:GET|POST)(?:\|(?:GET|POST))*) (\/[^\s`?]+)/g)) {
+    for (const method of m[1]!.split('|')) found.push({ method, path: m[2]! });
+  }
+  return found.filter((op) => op.path !== '/api/auth/oauth2/register');
+}

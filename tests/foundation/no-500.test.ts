@@ -31,6 +31,9 @@ async function operations(): Promise<Operation[]> {
   const doc = (await t.http.get('/openapi.json')).body as { paths: Record<string, Record<string, { operationId?: string }>> };
   const out: Operation[] = [];
   for (const [path, methods] of Object.entries(doc.paths)) {
+    // The auth library's operations (sign-out, revoke-sessions, delete-user, ...) end the callers' sessions: the
+    // route walk below covers them, signing the callers in again as it goes.
+    if (path.startsWith('/api/auth/')) continue;
     for (const [method, op] of Object.entries(methods)) {
       if (!['get', 'post', 'put', 'patch', 'delete'].includes(method)) continue;
       out.push({ method: method.toUpperCase(), path, operationId: op.operationId ?? `${method} ${path}` });

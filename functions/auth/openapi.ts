@@ -1,0 +1,160 @@
+import type { Auth } from './better-auth.ts';
+
+/**
+ * The `/api/auth/*` half of /openapi.json. The auth library describes its own endpoints
+ * (auth.api.generateOpenAPISchema(), from its openAPI plugin); this takes that description and makes it ours:
+ * - paths under /api/auth, operationIds prefixed `auth` (the library's `listUsers` is not our admin `listUsers`),
+ *   component schemas prefixed `Auth` (its `User` is not ours), and our security schemes instead of its generic one;
+ * - the OAuth token, introspection and revocation endpoints take form bodies (RFC 6749), as clients send them;
+ * - endpoints that exist in the library but are inert here (social sign-in: no social provider is configured) are
+ *   left out, and the metadata documents the library serves outside its endpoint list are added.
+ * Tags are given here; http/openapi-groups.ts puts every tag, ours and these, in its audience's group.
+ */
+
+type Json = Record<string, any>;
+
+/** Library endpoints that do nothing on this marketplace: no social providers, and their error/landing pages. */
+const INERT = new Set([
+  '/sign-in/social',
+  '/callback/{id}',
+  '/link-social',
+  '/unlink-account',
+  '/refresh-token',
+  '/get-access-token',
+  '/account-info',
+  '/delete-user/callback',
+  '/ok',
+  '/error',
+  '/oauth2/public-client-prelogin',
+]);
+
+/** What the user's browser (the front end) calls in the OAuth flow, as opposed to what agent backends call. */
+const CONSENT = new Set([
+  '/oauth2/consent',
+  '/oauth2/continue',
+  '/oauth2/public-client',
+  '/oauth2/get-consent',
+  '/oauth2/get-consents',
+  '/oauth2/update-consent',
+  '/oauth2/delete-consent',
+  '/oauth2/end-session',
+  '/oauth2/end-session/confirm',
+]);
+
+/** Sent without any credential (sign-up, sign-in, password reset, public OAuth documents). */
+const PUBLIC = new Set([
+  '/sign-up/email',
+  '/sign-in/email',
+  '/request-password-reset',
+  '/reset-password',
+  '/reset-password/{token}',
+  '/verify-email',
+  '/send-verification-email',
+  '/jwks',
+  '/oauth2/public-client',
+]);
+
+/** Called by the agent's backend with its client credentials (HTTP Basic, or client_id + client_secret in the form). */
+const CLIENT_AUTHENTICATED = new Set(['/oauth2/token', '/oauth2/introspect', '/oauth2/revoke']);
+
+export const AUTH_TAGS = {
+  account: 'Sign-in and account',
+  organizations: 'Organizations',
+  consent: 'OAuth consent',
+  oauth: 'OAuth 2.1 and OIDC',
+  users: 'Users (auth library)',
+} as const;
+
+function tagOf(path: string, libraryTag: string | undefined): string {
+  if (CONSENT.has(path)) return AUTH_TAGS.consent;
+  if (path.startsWith('/oauth2/') || path === '/jwks') return AUTH_TAGS.oauth;
+  if (path.startsWith('/admin/')) return AUTH_TAGS.users;
+  if (path.startsWith('/organization/') || libraryTag === 'Organization') return AUTH_TAGS.organizations;
+  return AUTH_TAGS.account;
+}
+
+function securityOf(path: string): Array<Record<string, string[]>> {
+  if (PUBLIC.has(path)) return [];
+  if (CLIENT_AUTHENTICATED.has(path)) return [{ oauthClient: [] }, {}];
+  if (path.startsWith('/oauth2/userinfo')) return [{ bearer: [] }];
+  if (path === '/oauth2/authorize') return [{ cookieSession: [] }, {}];
+  return [{ cookieSession: [] }];
+}
+
+const capitalise = (s: string) => s.charAt(0).toUpperCase() + s.slice(1);
+
+/** `authSignInEmail`; for an operation the library leaves unnamed, from its method and path (`authPostOrganizationCreate`). */
+function operationIdOf(method: string, path: string, libraryId: string | undefined): string {
+  if (libraryId) return `auth${capitalise(libraryId)}`;
+  const words = `${method} ${path}`.split(/[^A-Za-z0-9]+/).filter(Boolean);
+  return `auth${words.map(capitalise).join('')}`;
+}
+
+/** The library's component names, prefixed: every `$ref` to `#/components/schemas/X` becomes `.../AuthX`. */
+function prefixRefs<T>(value: T): T {
+  return JSON.parse(JSON.stringify(value).replaceAll('"#/components/schemas/', '"#/components/schemas/Auth')) as T;
+}
+
+/** RFC 6749 clients post forms; the library reads JSON too, so both are documented, the form first. */
+function formBody(requestBody: Json | undefined): Json | undefined {
+  const schema = requestBody?.content?.['application/json']?.schema;
+  if (!schema) return requestBody;
+  return { ...requestBody, content: { 'application/x-www-form-urlencoded': { schema }, 'application/json': { schema } } };
+}
+
+const AUTHORIZE_NOTE =
+  ' A browser navigation gets `302 Found` to the sign-in page, the consent page or the redirect URI. A `fetch`/XHR caller ' +
+  '(`Sec-Fetch-Mode: cors`, which Node\'s fetch also sends) gets `200 {"redirect": true, "url": "..."}` instead: follow `url`.';
+
+const metadataOperation = (operationId: string, summary: string) => ({
+  operationId,
+  tags: [AUTH_TAGS.oauth],
+  summary,
+  security: [],
+  responses: { 200: { description: 'The metadata document', content: { 'application/json': { schema: { type: 'object' } } } } },
+});
+
+/** Paths served outside the library's endpoint list (protocol-gaps.ts and the library's well-known handlers). */
+const METADATA_PATHS: Json = {
+  '/.well-known/oauth-authorization-server/api/auth': {
+    get: metadataOperation('authServerMetadata', 'OAuth 2.1 authorization server metadata (RFC 8414, path-suffixed location)'),
+  },
+  '/api/auth/.well-known/oauth-authorization-server': {
+    get: metadataOperation('authServerMetadataUnderIssuer', 'OAuth 2.1 authorization server metadata under the issuer'),
+  },
+  '/api/auth/.well-known/openid-configuration': {
+    get: metadataOperation('authOpenIdConfiguration', 'OpenID Connect discovery document'),
+  },
+};
+
+export interface AuthOpenApi {
+  paths: Json;
+  schemas: Json;
+}
+
+/** The auth library's operations, ready to merge into the app's document. */
+export async function authOpenApi(auth: Auth): Promise<AuthOpenApi> {
+  const library = (await (auth.api as unknown as { generateOpenAPISchema(): Promise<Json> }).generateOpenAPISchema()) as Json;
+  const paths: Json = { ...METADATA_PATHS };
+  for (const [path, item] of Object.entries<Json>(library.paths ?? {})) {
+    if (INERT.has(path)) continue;
+    const out: Json = {};
+    for (const [method, operation] of Object.entries<Json>(item)) {
+      const op = prefixRefs(operation);
+      const body = CLIENT_AUTHENTICATED.has(path) ? formBody(op.requestBody) : op.requestBody;
+      const description = path === '/oauth2/authorize' ? `${op.description ?? ''}.${AUTHORIZE_NOTE}` : op.description;
+      out[method] = {
+        ...op,
+        operationId: operationIdOf(method, path, op.operationId),
+        tags: [tagOf(path, op.tags?.find((t: string) => t !== 'Default'))],
+        description,
+        security: securityOf(path),
+        ...(body ? { requestBody: body } : {}),
+      };
+    }
+    paths[`/api/auth${path}`] = out;
+  }
+  const schemas: Json = {};
+  for (const [name, schema] of Object.entries<Json>(library.components?.schemas ?? {})) schemas[`Auth${name}`] = prefixRefs(schema);
+  return { paths, schemas };
+}
