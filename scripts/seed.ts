@@ -5,12 +5,14 @@ import { createAgent } from '../functions/catalog/create-agent.ts';
 import { upsertReview } from '../functions/catalog/reviews.ts';
 import { insertTier } from '../functions/catalog/tiers.ts';
 import { joinWaitlist } from '../functions/catalog/waitlist.ts';
-import { first, sql } from '../functions/platform/db.ts';
+import { startFreeSubscription } from '../functions/billing/subscriptions.ts';
+import { meterUsage } from '../functions/metering/usage.ts';
+import { first, rows, sql } from '../functions/platform/db.ts';
 
 /**
  * The demo catalog `npm start` shows on a fresh database in development: a few agents with tags,
  * capabilities, how-it-works steps, changelog, free and paid tiers (one hidden), metric definitions with tier
- * quotas, reviews by demo users, and a waitlist entry. It goes through the same services as the API (agents
+ * quotas, reviews by demo users, a waitlist entry, and eight weeks of demo subscriptions and usage. It goes through the same services as the API (agents
  * get real OAuth clients), runs only when there are no agents yet, and never in production.
  *
  * Standalone: `npx tsx scripts/seed.ts` seeds the configured database (DATABASE_URL or .data/pglite).
@@ -176,8 +178,9 @@ export async function seedDemoCatalog(deps: Pick<AppDeps, 'database' | 'clock' |
 
   const now = deps.clock.now();
   for (const [index, demo] of DEMO_AGENTS.entries()) {
-    // Older agents first, so the newest-first list shows them in the order written above.
-    const at = new Date(now.getTime() - (DEMO_AGENTS.length - index) * DAY);
+    // Older agents first, so the newest-first list shows them in the order written above; all listed before the
+    // demo subscriptions of the last weeks (seedDemoActivity).
+    const at = new Date(now.getTime() - (ACTIVITY_DAYS + DEMO_AGENTS.length - index) * DAY);
     const agent = await createAgent({ clock: { now: () => at } }, db, {
       slug: demo.slug,
       name: demo.name,
@@ -227,8 +230,71 @@ export async function seedDemoCatalog(deps: Pick<AppDeps, 'database' | 'clock' |
       await joinWaitlist(db, { id: agent.id, status: demo.status }, { email: DEMO_REVIEWERS[0]!.email, userId: reviewerIds[0]! }, now);
     }
   }
-  deps.logger.info('demo catalog seeded', { agents: DEMO_AGENTS.length });
+  const activity = await seedDemoActivity(deps);
+  deps.logger.info('demo catalog seeded', { agents: DEMO_AGENTS.length, ...activity });
   return { seeded: true };
+}
+
+/** How far back the demo subscriptions go: inside the admin page's default 90-day window. */
+const ACTIVITY_DAYS = 56;
+const DEMO_SUBSCRIBERS = 14;
+
+/**
+ * Demo activity, so the admin page and the usage reads show real figures on first start: subscribers who joined
+ * the active agents' free tiers over the last eight weeks (through startFreeSubscription, at their join time),
+ * metered usage in the days after (through meterUsage, the same SQL rule as the API: counters and ledger agree),
+ * and a few cancellations. Deterministic: the same figures on every fresh start.
+ */
+async function seedDemoActivity(
+  deps: Pick<AppDeps, 'database' | 'clock' | 'auth'>,
+): Promise<{ subscriptions: number; increments: number; cancellations: number }> {
+  const db = deps.database.db;
+  const now = deps.clock.now().getTime();
+  const freeTiers = await rows<{ tier_id: string; agent_id: string; metric: string }>(
+    db,
+    sql`select t.id as tier_id, t.agent_id, m.slug as metric
+          from public.tiers t
+          join public.agents a on a.id = t.agent_id and a.status = 'active'
+          join public.metric_definitions m on m.agent_id = t.agent_id and m.kind = 'rolling'
+         where t.price_cents = 0
+         order by a.slug, m.slug`,
+  );
+  if (freeTiers.length === 0) return { subscriptions: 0, increments: 0, cancellations: 0 };
+  let increments = 0;
+  let cancellations = 0;
+  for (let i = 0; i < DEMO_SUBSCRIBERS; i++) {
+    // A real account made the way an admin makes one (the admin plugin's createUser, called in process): no
+    // verification mail for a demo address, and no password (nobody signs in as it; no hashing at start-up).
+    const { user } = await deps.auth.api.createUser({
+      body: { email: `demo.subscriber${i + 1}@example.com`, name: `Demo Subscriber ${i + 1}`, data: { emailVerified: true } },
+    });
+    const tier = freeTiers[i % freeTiers.length]!;
+    const joined = now - Math.round(((DEMO_SUBSCRIBERS - i) / DEMO_SUBSCRIBERS) * ACTIVITY_DAYS * DAY) + 3_600_000;
+    const at = (t: number) => ({ now: () => new Date(t) });
+    const { subscription } = await startFreeSubscription(db, at(joined), { userId: user.id, tierId: tier.tier_id });
+    // Most use the agent for a few days after joining; every fifth never does (the funnel's purchased > activated).
+    const activeDays = i % 5 === 4 ? 0 : 1 + (i % 4) * 2;
+    for (let d = 0; d < activeDays; d++) {
+      const when = joined + (d + 1) * DAY / 2;
+      if (when >= now) break;
+      await meterUsage(db, at(when), 'increment', {
+        userId: user.id,
+        agentId: tier.agent_id,
+        metricSlug: tier.metric,
+        clientReqId: `demo-${i}-${d}`,
+        amount: 3 + ((i * 7 + d * 5) % 11),
+      });
+      increments++;
+    }
+    // Every fourth cancels two weeks in (a free subscription ends at once when canceled: billing.md).
+    const canceledAt = joined + 14 * DAY;
+    if (i % 4 === 1 && canceledAt < now) {
+      await sql`update public.subscriptions set status = 'canceled', canceled_at = ${new Date(canceledAt)}, updated_at = ${new Date(canceledAt)}
+                where id = ${subscription.id}`.execute(db);
+      cancellations++;
+    }
+  }
+  return { subscriptions: DEMO_SUBSCRIBERS, increments, cancellations };
 }
 
 async function main() {
