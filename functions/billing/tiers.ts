@@ -168,7 +168,12 @@ export async function purchasableTier(deps: AppDeps, tierId: string, by: 'buyer'
   const tier = await findBillingTier(deps, tierId);
   const visible =
     tier && !tier.archived && (by === 'admin' ? tier.agentStatus !== 'inactive' : tier.isPublic && tier.agentStatus === 'active');
-  if (!visible) throw notFound('Tier', { tierId });
+  if (!visible) {
+    // Still a 404 (a hidden tier or an unpublished agent is not disclosed), but the message names every case: a
+    // developer whose new agent is still `draft` (createAgent's default) otherwise reads "Tier not found" and
+    // looks for a tier that exists.
+    throw new ApiError('NOT_FOUND', 'No purchasable tier with this id: it does not exist, is archived or hidden, or its agent is not active (a new agent is draft until its status is active)', { tierId });
+  }
   return tier;
 }
 

@@ -136,10 +136,15 @@ describe('startCheckout (POST /me/checkout)', () => {
     const inactive = await activeAgent(w);
     const inactiveTier = await insertTier(w.t.db, inactive.id, { priceCents: 0 });
     await sql`update agents set status = 'inactive' where id = ${inactive.id}`.execute(w.t.db);
-    for (const tierId of ['6f1c1f9e-2a8b-4a57-a0a5-0b7c2d0e9b11', hidden.id, inactiveTier.id]) {
+    const draft = await activeAgent(w);
+    const draftTier = await insertTier(w.t.db, draft.id, { priceCents: 0 });
+    await sql`update agents set status = 'draft' where id = ${draft.id}`.execute(w.t.db);
+    for (const tierId of ['6f1c1f9e-2a8b-4a57-a0a5-0b7c2d0e9b11', hidden.id, inactiveTier.id, draftTier.id]) {
       const res = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId } });
       expect(res.status).toBe(404);
       expect(res.body.error.code).toBe('NOT_FOUND');
+      // the same answer for every case (nothing disclosed), and it names the draft-agent trap
+      expect(res.body.error.message).toContain('a new agent is draft until its status is active');
     }
   });
 
