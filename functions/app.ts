@@ -23,6 +23,7 @@ import { oauthRoutes } from './auth/oauth/routes.ts';
 import type { Mailer } from './platform/mailer.ts';
 import type { Payments } from './platform/stripe.ts';
 import { billingRoutes } from './billing/routes.ts';
+import { cancelSubscriptionsOnBan } from './billing/cancel-subscription.ts';
 import { adminRoutes } from './admin/routes.ts';
 import { webhookRoutes } from './webhooks/routes.ts';
 import { internalRoutes } from './internal/routes.ts';
@@ -94,7 +95,8 @@ export function createApp(deps: AppDeps) {
   app.route('/', healthRoutes());
   app.route('/', catalogRoutes());
   app.route('/', meteringRoutes());
-  app.route('/', identityRoutes());
+  // A ban's billing side (cancel subscriptions when asked), wired here rather than by a side effect of billingRoutes.
+  app.route('/', identityRoutes({ onUserBanned: cancelSubscriptionsOnBan }));
   app.route('/', billingRoutes());
   app.route('/', adminRoutes());
   app.route('/', webhookRoutes());

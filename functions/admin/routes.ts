@@ -3,7 +3,7 @@ import { subscriptionSchema } from '../billing/subscriptions.ts';
 import { requireAdmin } from '../http/access.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../http/envelope.ts';
 import { pageQuerySchema } from '../http/pagination.ts';
-import { errors, jsonResponse, newRouter } from '../http/router.ts';
+import { errors, jsonResponse, newRouter, SECURITY } from '../http/router.ts';
 import { analyticsQuerySchema, analyticsSchema, getAnalytics } from './analytics.ts';
 import { adminPage } from './page.ts';
 import { textParam } from './params.ts';
@@ -12,7 +12,7 @@ import { adminUserSchema, getUserProfile, listUsers, listUsersQuerySchema, userP
 
 /** Administration reads: users with spend, one user's profile, all subscriptions, analytics, and the admin page. */
 
-const security: Array<Record<string, string[]>> = [{ cookieSession: [] }, { bearer: [] }];
+const security = SECURITY.sessionOrBearer;
 
 const listUsersRoute = createRoute({
   operationId: 'listUsers',

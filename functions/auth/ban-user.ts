@@ -21,15 +21,14 @@ export interface BanInput {
 }
 
 /**
- * Hook point for billing: cancels the banned user's active subscriptions at period end. Billing sets it
- * (one assignment from its module) so identity does not import billing's internals; it runs after the ban
- * committed, because cancelling a paid subscription talks to Stripe.
+ * What other domains do when a user is banned (billing: cancel the user's subscriptions at period end when the
+ * admin asked for it). Passed in where the app is composed (app.ts -> identityRoutes), so identity does not import
+ * billing and nothing is wired by side effect; it runs after the ban committed, because cancelling a paid
+ * subscription talks to Stripe.
  */
-export const banHooks: {
-  cancelSubscriptions?: (deps: AppDeps, userId: string) => Promise<void>;
-} = {};
+export type OnUserBanned = (deps: AppDeps, ban: { userId: string; cancelSubscriptions: boolean }) => Promise<void>;
 
-export async function banUser(deps: AppDeps, input: BanInput) {
+export async function banUser(deps: AppDeps, input: BanInput, onUserBanned: OnUserBanned) {
   if (input.actorId === input.userId) throw new ApiError('FORBIDDEN', 'You cannot ban your own account');
   const db = deps.database.db;
   const updated = await first<{ id: string }>(
@@ -40,9 +39,7 @@ export async function banUser(deps: AppDeps, input: BanInput) {
   );
   if (!updated) return getUser(db, input.userId); // 404
   deps.logger.info('user banned', { userId: input.userId, by: input.actorId, cancelSubscriptions: !!input.cancelSubscriptions });
-  if (input.cancelSubscriptions && banHooks.cancelSubscriptions) {
-    await banHooks.cancelSubscriptions(deps, input.userId);
-  }
+  await onUserBanned(deps, { userId: input.userId, cancelSubscriptions: !!input.cancelSubscriptions });
   return getUser(db, input.userId);
 }
 

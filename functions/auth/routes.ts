@@ -1,15 +1,15 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { requireAdmin, requireUser } from '../http/access.ts';
 import { envelopeOf, ok } from '../http/envelope.ts';
-import { errors, jsonBody, jsonResponse, newRouter } from '../http/router.ts';
-import { banUser, unbanUser } from './ban-user.ts';
+import { errors, jsonBody, jsonResponse, newRouter, SECURITY } from '../http/router.ts';
+import { banUser, unbanUser, type OnUserBanned } from './ban-user.ts';
 import { ROLES } from './better-auth.ts';
 import { setUserRole } from './set-user-role.ts';
 import { bannedUserSchema, getUser, userSchema } from './users.ts';
 
 /** GET /me and the admin user controls (ban, unban, set role). */
 
-const security: Array<Record<string, string[]>> = [{ cookieSession: [] }, { bearer: [] }];
+const security = SECURITY.sessionOrBearer;
 /** GET /me for an agent's bearer token (contract.md, Trust boundaries). */
 const agentViewOfUserSchema = z.object({ id: z.string(), email: z.string(), name: z.string() }).openapi('UserAsSeenByAgent');
 
@@ -86,7 +86,8 @@ const setUserRoleRoute = createRoute({
   responses: { 200: jsonResponse(envelopeOf(bannedUserSchema), 'The user with the new role'), ...errors(400, 401, 403, 404) },
 });
 
-export function identityRoutes() {
+/** `onUserBanned`: the other domains' part of a ban (app.ts passes billing's). */
+export function identityRoutes(options: { onUserBanned: OnUserBanned }) {
   const router = newRouter();
 
   router.openapi(getMe, async (c) => {
@@ -109,7 +110,7 @@ export function identityRoutes() {
     const { userId } = c.req.valid('param');
     // The body is optional ("action endpoints accept a POST with no body"); zod validated it when present.
     const body = c.req.header('content-type') ? c.req.valid('json') : {};
-    const user = await banUser(c.var.deps, { actorId: admin.userId, userId, ...(body ?? {}) });
+    const user = await banUser(c.var.deps, { actorId: admin.userId, userId, ...(body ?? {}) }, options.onUserBanned);
     return c.json(ok(user), 200);
   });
 

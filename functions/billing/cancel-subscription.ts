@@ -1,4 +1,5 @@
 import type { AppDeps } from '../app.ts';
+import type { OnUserBanned } from '../auth/ban-user.ts';
 import { notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { callStripe, isStripeRefusal, requirePayments } from './payments.ts';
@@ -84,3 +85,8 @@ async function cancel(deps: AppDeps, sub: BillingSubscription, immediate: boolea
   await syncStripeSubscription(deps, stripeSubscriptionId);
   return (await billingSubscription(deps, sub.id))!.dto;
 }
+
+/** Billing's part of a ban (auth/ban-user.ts OnUserBanned): the subscriptions end at period end when asked. */
+export const cancelSubscriptionsOnBan: OnUserBanned = async (deps, ban) => {
+  if (ban.cancelSubscriptions) await cancelSubscriptionsAtPeriodEnd(deps, ban.userId);
+};

@@ -1,12 +1,11 @@
 import { createRoute, z } from '@hono/zod-openapi';
-import { banHooks } from '../auth/ban-user.ts';
 import { tierSchema } from '../catalog/tiers.ts';
 import { otherAgent, requireAdmin, requireUser, requireWithinAgent } from '../http/access.ts';
 import { envelopeOf, ok } from '../http/envelope.ts';
 import { notFound } from '../http/errors.ts';
 import { enforceRateLimit } from '../http/rate-limit.ts';
-import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../http/router.ts';
-import { cancelMySubscription, cancelSubscription, cancelSubscriptionsAtPeriodEnd } from './cancel-subscription.ts';
+import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../http/router.ts';
+import { cancelMySubscription, cancelSubscription } from './cancel-subscription.ts';
 import {
   completeAnonymousCheckout,
   createCheckoutLink,
@@ -28,7 +27,7 @@ import { handleStripeWebhook } from './webhook.ts';
  * portal, the user's subscriptions, admin tier changes and cancellation, and the Stripe webhook.
  */
 
-const security: Array<Record<string, string[]>> = [{ cookieSession: [] }, { bearer: [] }];
+const security = SECURITY.sessionOrBearer;
 
 const sessionId = () =>
   z.string().regex(/^cs_[A-Za-z0-9_]{1,250}$/, 'sessionId must be a Stripe Checkout Session id (cs_...)');
@@ -327,11 +326,6 @@ const webhookRoute = createRoute({
 });
 
 export function billingRoutes() {
-  // Identity's ban calls back into billing (one assignment, so identity does not import billing).
-  banHooks.cancelSubscriptions = async (deps, userId) => {
-    await cancelSubscriptionsAtPeriodEnd(deps, userId);
-  };
-
   const router = newRouter();
 
   router.openapi(createTierRoute, async (c) => {

@@ -2,6 +2,7 @@ import { z } from '@hono/zod-openapi';
 import { ApiError, isUniqueViolation, notFound } from '../http/errors.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db, type RawBuilder } from '../platform/db.ts';
+import { iso } from '../platform/clock.ts';
 
 /**
  * Subscriptions: the DTO, the lookup metering and /me use ("active" = `active` or `past_due`), and starting
@@ -76,7 +77,6 @@ export function subscriptionColumns(now: Date): RawBuilder<unknown> {
     s.cancel_at_period_end, s.pending_tier_id, s.pending_change_kind, s.stripe_subscription_id, s.created_at`;
 }
 
-const iso = (v: Date | string) => new Date(v).toISOString();
 
 export function toSubscriptionDto(row: SubscriptionRow): SubscriptionDto {
   return {

@@ -1,5 +1,6 @@
 import { z } from '@hono/zod-openapi';
 import { postLogoutRedirectUrisSchema, redirectUrisSchema } from '../auth/agent-clients.ts';
+import { iso } from '../platform/clock.ts';
 
 /**
  * The catalog's request and response shapes. Handlers validate with these and the OpenAPI document is
@@ -253,4 +254,4 @@ export const updateRecipientBody = z
   .object({ email: z.email().max(320).optional(), name: z.string().trim().max(120).nullable().optional() })
   .openapi('UpdateNotificationRecipient');
 
-export const iso = (d: Date | string) => new Date(d).toISOString();
+export { iso };

@@ -81,3 +81,12 @@ export function errors(...statuses: Array<400 | 401 | 402 | 403 | 404 | 409 | 41
 /** A uuid path parameter (a malformed id is a 400, never a database error). */
 export const uuidParam = (name: string) =>
   z.uuid({ message: `${name} must be a UUID` }).openapi({ param: { name, in: 'path' }, example: '0b8f3c1e-8a4e-4c55-9f27-3d1f0a6f2b10' });
+
+/**
+ * OpenAPI `security` of a route, one definition each (the schemes are registered in app.ts): most routes take the
+ * session cookie or a bearer token; usage writes and reservations take only the path agent's bearer token.
+ */
+export const SECURITY: { sessionOrBearer: Array<Record<string, string[]>>; bearerOnly: Array<Record<string, string[]>> } = {
+  sessionOrBearer: [{ cookieSession: [] }, { bearer: [] }],
+  bearerOnly: [{ bearer: [] }],
+};

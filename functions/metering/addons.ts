@@ -1,6 +1,7 @@
 import { ApiError, notFound } from '../http/errors.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { Addon } from './schemas.ts';
+import { isoOrNull } from '../platform/clock.ts';
 
 /**
  * Addons: quota bonuses an admin grants on one metric of one subscription. `permanent` counts for the
@@ -37,7 +38,7 @@ const addonFrom = sql`public.usage_addons a
   join public.metric_definitions m on m.id = a.metric_id
   join public.subscriptions s on s.id = a.subscription_id`;
 
-const iso = (v: Date | string | null) => (v === null ? null : new Date(v).toISOString());
+const iso = isoOrNull;
 
 function toAddon(row: AddonRow): Addon {
   return {

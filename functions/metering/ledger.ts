@@ -3,6 +3,7 @@ import { notFound } from '../http/errors.ts';
 import { afterCursor, finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { LedgerEntry } from './schemas.ts';
+import { isoOrNull } from '../platform/clock.ts';
 
 /**
  * The quota ledger of a subscription, newest first (keyset pagination). Ledger ids are time-ordered, so rows
@@ -29,7 +30,7 @@ interface LedgerRow {
 }
 
 const num = (v: number | null) => (v === null ? null : Number(v));
-const iso = (v: Date | string | null) => (v === null ? null : new Date(v).toISOString());
+const iso = isoOrNull;
 
 function toLedgerEntry(row: LedgerRow): LedgerEntry {
   return {

@@ -5,6 +5,7 @@ import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import type { MetricKind, OriginalRequest, Reservation, ReservationStatus } from './schemas.ts';
 import { idempotencyConflict, quotaExceeded, usageRecord } from './usage.ts';
+import { iso as isoOf } from '../platform/clock.ts';
 
 /**
  * Usage reservations: hold units before an action whose cost is known only afterwards, then commit the actual
@@ -171,7 +172,7 @@ function reservationOutcome(row: ReservationRow, operation: ReservationOperation
   }
 }
 
-const iso = (v: Date | string | null) => new Date(v!).toISOString();
+const iso = (v: Date | string | null) => isoOf(v!);
 
 function toReservation(row: ReservationRow): Reservation {
   return {

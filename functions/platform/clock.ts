@@ -21,3 +21,7 @@ export class TestClock implements Clock {
     this.current = new Date(this.current.getTime() + ms);
   }
 }
+
+/** A timestamp as the API writes it (ISO 8601 UTC), from a Date or the string a driver returned. */
+export const iso = (v: Date | string): string => new Date(v).toISOString();
+export const isoOrNull = (v: Date | string | null): string | null => (v === null ? null : iso(v));

@@ -5,6 +5,7 @@ import { afterCursor, finishPage, pageScope, readPage } from '../http/pagination
 import { first, rows, sql, type RawBuilder } from '../platform/db.ts';
 import { getWebhook } from './endpoints.ts';
 import type { Delivery, DeliveryStatus, WebhookEventType } from './schemas.ts';
+import { iso, isoOrNull } from '../platform/clock.ts';
 
 /** Deliveries of an endpoint for admins (newest first, with their latest attempts), and manual redelivery. */
 
@@ -46,8 +47,6 @@ const columns = sql`d.id, d.endpoint_id as "webhookId", d.event_id as "eventId",
                    where a.delivery_id = d.id order by a.attempted_at desc, a.id desc limit ${ATTEMPTS_SHOWN}) a),
            '[]'::jsonb) as "attemptLog"`;
 
-const iso = (v: Date | string) => new Date(v).toISOString();
-const isoOrNull = (v: Date | string | null) => (v === null ? null : iso(v));
 
 function toDelivery(r: Row): Delivery {
   return {

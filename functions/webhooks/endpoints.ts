@@ -3,6 +3,7 @@ import { notFound } from '../http/errors.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { Webhook, WebhookEventType, WebhookWithSecret } from './schemas.ts';
 import { newWebhookSecret, SecretBox } from './secrets.ts';
+import { iso } from '../platform/clock.ts';
 
 /**
  * An agent's webhook endpoints, managed by platform admins: where the marketplace sends the agent's events, which
@@ -27,7 +28,6 @@ interface Row {
 const columns = sql`e.id, e.agent_id as "agentId", e.url, to_jsonb(e.events) as events, e.enabled,
   e.created_at as "createdAt", e.updated_at as "updatedAt"`;
 
-const iso = (v: Date | string) => new Date(v).toISOString();
 const toWebhook = (r: Row): Webhook => ({ ...r, createdAt: iso(r.createdAt), updatedAt: iso(r.updatedAt) });
 
 /** A text[] parameter that binds the same way on both drivers. */

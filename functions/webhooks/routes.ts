@@ -2,7 +2,7 @@ import { createRoute, z } from '@hono/zod-openapi';
 import { requireAdmin } from '../http/access.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../http/envelope.ts';
 import { pageQuerySchema } from '../http/pagination.ts';
-import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../http/router.ts';
+import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../http/router.ts';
 import { listDeliveries, redeliver } from './deliveries.ts';
 import { createWebhook, deleteWebhook, listWebhooks, rotateWebhookSecret, updateWebhook } from './endpoints.ts';
 import {
@@ -17,7 +17,7 @@ import {
 /** Agent webhooks (contract.md revision 2): platform admins manage an agent's endpoints and see their deliveries. */
 
 const tags = ['Agent webhooks'];
-const security: Array<Record<string, string[]>> = [{ cookieSession: [] }, { bearer: [] }];
+const security = SECURITY.sessionOrBearer;
 const agentParams = z.object({ agentId: uuidParam('agentId') });
 const webhookParams = z.object({ agentId: uuidParam('agentId'), webhookId: uuidParam('webhookId') });
 const idSchema = z.object({ id: z.uuid() });

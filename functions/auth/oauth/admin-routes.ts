@@ -1,7 +1,7 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { requireAdmin } from '../../http/access.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
-import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
+import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../../http/router.ts';
 import {
   getAgentClient,
   postLogoutRedirectUrisSchema,
@@ -29,7 +29,7 @@ const credentialsSchema = z
   .openapi('AgentOAuthClientCredentials');
 
 const params = z.object({ agentId: uuidParam('agentId') });
-const security: Array<Record<string, string[]>> = [{ cookieSession: [] }, { bearer: [] }];
+const security = SECURITY.sessionOrBearer;
 
 const getAgentClientRoute = createRoute({
   operationId: 'getAgentClient',

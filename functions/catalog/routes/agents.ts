@@ -3,7 +3,7 @@ import { requireAdmin, requireUser } from '../../http/access.ts';
 import { viewerIsAdmin } from './viewer.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../../http/envelope.ts';
 import { pageQuerySchema } from '../../http/pagination.ts';
-import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
+import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../../http/router.ts';
 import { deactivateAgent, getAgent, listAgents, requireAgent, updateAgent } from '../agents.ts';
 import { createAgent } from '../create-agent.ts';
 import { installAgent } from '../install-agent.ts';
@@ -18,7 +18,7 @@ import {
 
 /** Agents: create (with the OAuth client), list, read by id or slug, update, soft delete, install. */
 
-export const security: Array<Record<string, string[]>> = [{ cookieSession: [] }, { bearer: [] }];
+export const security = SECURITY.sessionOrBearer;
 const tags = ['Catalog'];
 const agentIdParams = z.object({ agentId: uuidParam('agentId') });
 const idSchema = z.object({ id: z.uuid() });

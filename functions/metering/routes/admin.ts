@@ -2,7 +2,7 @@ import { createRoute, z } from '@hono/zod-openapi';
 import { requireAdmin } from '../../http/access.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../../http/envelope.ts';
 import { pageQuerySchema } from '../../http/pagination.ts';
-import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
+import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../../http/router.ts';
 import { grantAddon, listAddons, revokeAddon } from '../addons.ts';
 import { listQuotaLedger } from '../ledger.ts';
 import { addonSchema, grantAddonBody, ledgerEntrySchema, usageRecordSchema } from '../schemas.ts';
@@ -12,7 +12,7 @@ import { getSubscriptionUsage } from '../usage.ts';
 
 const subscriptionParams = z.object({ subscriptionId: uuidParam('subscriptionId') });
 const addonParams = subscriptionParams.extend({ addonId: uuidParam('addonId') });
-const security: Array<Record<string, string[]>> = [{ cookieSession: [] }, { bearer: [] }];
+const security = SECURITY.sessionOrBearer;
 const tags = ['Subscriptions (admin)'];
 
 const routes = {

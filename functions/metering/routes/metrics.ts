@@ -1,7 +1,7 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { isAdmin, requireAdmin } from '../../http/access.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
-import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
+import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../../http/router.ts';
 import {
   createMetricDefinition,
   deleteMetricDefinition,
@@ -25,7 +25,7 @@ const metricParams = agentParams.extend({ metricId: uuidParam('metricId') });
 const tierParams = agentParams.extend({ tierId: uuidParam('tierId') });
 const quotaParams = tierParams.extend({ metricId: uuidParam('metricId') });
 const deleted = envelopeOf(z.object({ id: z.uuid() }));
-const adminOnly: Array<Record<string, string[]>> = [{ cookieSession: [] }, { bearer: [] }];
+const adminOnly = SECURITY.sessionOrBearer;
 
 const routes = {
   list: createRoute({

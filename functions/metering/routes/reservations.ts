@@ -4,7 +4,7 @@ import { requireUser } from '../../http/access.ts';
 import type { AppEnv } from '../../http/context.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
 import { ApiError } from '../../http/errors.ts';
-import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
+import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../../http/router.ts';
 import { callReservationAsBearer, type ReservationCall, type ReservationOperation, type ReservationResult } from '../reservations.ts';
 import { commitReservationBody, reservationSchema, reserveUsageBody } from '../schemas.ts';
 import { quotaHeaders } from '../usage.ts';
@@ -22,7 +22,7 @@ const metricParams = agentParams.extend({
 });
 const reservationParams = agentParams.extend({ reservationId: uuidParam('reservationId') });
 
-const bearerOnly: Array<Record<string, string[]>> = [{ bearer: [] }];
+const bearerOnly = SECURITY.bearerOnly;
 
 const conflict409 = idempotencyConflict409(
   'the clientReqId (or the settled reservation) stands for another request; `details.original` is that request. Nothing changed',

@@ -1,7 +1,7 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { requireUser } from '../../http/access.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
-import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
+import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../../http/router.ts';
 import { decrementUsageBody, incrementUsageBody, usageRecordSchema, usageResultSchema } from '../schemas.ts';
 import type { Context } from 'hono';
 import type { AppEnv } from '../../http/context.ts';
@@ -20,12 +20,12 @@ const metricParams = agentParams.extend({
   metricSlug: z.string().min(1).max(64).openapi({ param: { name: 'metricSlug', in: 'path' }, example: 'api-calls' }),
 });
 
-const security: Array<Record<string, string[]>> = [{ bearer: [] }, { cookieSession: [] }];
+const security = SECURITY.sessionOrBearer;
 const idempotencyConflict = idempotencyConflict409(
   'this clientReqId was first used for another request (operation, amount or ttl); `details.original` is that request. Nothing changed',
 );
 /** Usage writes: the path agent's own bearer token only. */
-const bearerOnly: Array<Record<string, string[]>> = [{ bearer: [] }];
+const bearerOnly = SECURITY.bearerOnly;
 
 const incrementRoute = createRoute({
   operationId: 'incrementUsage',
