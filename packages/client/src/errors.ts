@@ -1,0 +1,96 @@
+/**
+ * The API's errors as classes an agent backend can branch on (`instanceof QuotaExceededError`). Every error of the
+ * envelope becomes an ApiError with the stable `code`; the ones a metering caller must handle have their own class.
+ */
+
+export class ApiError extends Error {
+  readonly status: number;
+  readonly code: string;
+  readonly details: Record<string, unknown>;
+  /** The service's X-Request-Id: quote it when reporting a problem. */
+  readonly requestId: string | undefined;
+  constructor(status: number, code: string, message: string, details: Record<string, unknown>, requestId: string | undefined) {
+    super(message);
+    this.name = new.target.name;
+    this.status = status;
+    this.code = code;
+    this.details = details;
+    this.requestId = requestId;
+  }
+}
+
+/** 429 QUOTA_EXCEEDED: nothing was counted. Do not retry; tell the user when the quota resets (`periodEnd`). */
+export class QuotaExceededError extends ApiError {
+  get metric(): string {
+    return this.details.metric as string;
+  }
+  get used(): number {
+    return this.details.used as number;
+  }
+  get reserved(): number {
+    return (this.details.reserved as number) ?? 0;
+  }
+  get limit(): number | null {
+    return this.details.limit as number | null;
+  }
+  get requested(): number {
+    return this.details.requested as number;
+  }
+  /** When a rolling quota resets; null for a fixed metric (it never resets by itself). */
+  get periodEnd(): Date | null {
+    return typeof this.details.periodEnd === 'string' ? new Date(this.details.periodEnd) : null;
+  }
+  /** This 429 is the stored answer of an earlier call with the same clientReqId. */
+  get replayed(): boolean {
+    return this.details.replayed === true;
+  }
+  /** Seconds until the quota resets (the Retry-After header), when it resets at a known time. */
+  retryAfterSeconds: number | undefined;
+}
+
+/** 402 SUBSCRIPTION_REQUIRED: the user has no active subscription to the agent. */
+export class SubscriptionRequiredError extends ApiError {}
+
+/** 404 NOT_FOUND: an unknown metric, reservation or agent. */
+export class NotFoundError extends ApiError {}
+
+/** 409 IDEMPOTENCY_CONFLICT: the clientReqId was first used for another request (`original`). Nothing changed. */
+export class IdempotencyConflictError extends ApiError {
+  get original(): Record<string, unknown> | undefined {
+    return this.details.original as Record<string, unknown> | undefined;
+  }
+}
+
+/** 429 RATE_LIMITED: retry after `retryAfterSeconds`. */
+export class RateLimitedError extends ApiError {
+  retryAfterSeconds: number | undefined;
+}
+
+/** The error of an envelope response (status >= 400), as its class. */
+export function apiErrorOf(response: Response, body: unknown): ApiError {
+  const error = (body as { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | null)?.error;
+  const code = error?.code ?? `HTTP_${response.status}`;
+  const args = [response.status, code, error?.message ?? response.statusText, error?.details ?? {}, response.headers.get('x-request-id') ?? undefined] as const;
+  const retryAfter = response.headers.get('retry-after');
+  const seconds = retryAfter !== null && /^\d+$/.test(retryAfter) ? Number(retryAfter) : undefined;
+  switch (code) {
+    case 'QUOTA_EXCEEDED': {
+      const err = new QuotaExceededError(...args);
+      err.retryAfterSeconds = seconds;
+      return err;
+    }
+    case 'RATE_LIMITED': {
+      const err = new RateLimitedError(...args);
+      err.retryAfterSeconds = seconds;
+      return err;
+    }
+    case 'SUBSCRIPTION_REQUIRED':
+      return new SubscriptionRequiredError(...args);
+    case 'NOT_FOUND':
+      return new NotFoundError(...args);
+    case 'IDEMPOTENCY_CONFLICT':
+      return new IdempotencyConflictError(...args);
+    default:
+      return new ApiError(...args);
+  }
+}

@@ -1,0 +1,100 @@
+import * as oauth from 'oauth4webapi';
+
+/**
+ * Signing a marketplace user in to an agent: the OAuth 2.1 authorization-code flow with PKCE, token refresh with
+ * rotation, and revocation, for the agent's confidential client, on oauth4webapi (discovery, PKCE, state, the
+ * token responses and the ID token are checked by it, not by hand).
+ *
+ *   const signIn = createOAuth({ issuer: 'https://api.marketplace.example/api/auth', clientId, clientSecret, redirectUri });
+ *   const { url, state, codeVerifier } = await signIn.authorizationUrl();   // send the browser to url; keep the rest
+ *   const tokens = await signIn.exchangeCode(callbackUrl, { state, codeVerifier });
+ */
+
+export interface OAuthOptions {
+  /** The marketplace's OAuth issuer: `{base_url}/api/auth`. */
+  issuer: string;
+  clientId: string;
+  clientSecret: string;
+  redirectUri: string;
+  /** Default: `openid profile email offline_access` (offline_access: a refresh token). */
+  scope?: string;
+  /** Allow an http:// issuer (local development only). */
+  allowInsecureHttp?: boolean;
+}
+
+export interface TokenSet {
+  accessToken: string;
+  /** Rotates on every refresh: store the new one before using the new access token. */
+  refreshToken: string | undefined;
+  idToken: string | undefined;
+  scope: string | undefined;
+  expiresAt: Date;
+}
+
+export function createOAuth(options: OAuthOptions) {
+  const client: oauth.Client = { client_id: options.clientId };
+  const clientAuth = oauth.ClientSecretBasic(options.clientSecret);
+  const http = options.allowInsecureHttp ? { [oauth.allowInsecureRequests]: true } : {};
+  let discovered: Promise<oauth.AuthorizationServer> | undefined;
+  const server = () => {
+    discovered ??= (async () => {
+      const issuer = new URL(options.issuer);
+      return oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { ...http, algorithm: 'oidc' }));
+    })().catch((err) => {
+      discovered = undefined;
+      throw err;
+    });
+    return discovered;
+  };
+  const tokenSet = (t: oauth.TokenEndpointResponse): TokenSet => ({
+    accessToken: t.access_token,
+    refreshToken: t.refresh_token,
+    idToken: t.id_token,
+    scope: t.scope,
+    expiresAt: new Date(Date.now() + (t.expires_in ?? 0) * 1000),
+  });
+
+  return {
+    /** Where to send the user's browser, and what to keep (server side, with the user's session) until the callback. */
+    async authorizationUrl(): Promise<{ url: string; state: string; codeVerifier: string }> {
+      const as = await server();
+      const codeVerifier = oauth.generateRandomCodeVerifier();
+      const state = oauth.generateRandomState();
+      const url = new URL(as.authorization_endpoint!);
+      url.search = new URLSearchParams({
+        response_type: 'code',
+        client_id: options.clientId,
+        redirect_uri: options.redirectUri,
+        scope: options.scope ?? 'openid profile email offline_access',
+        state,
+        code_challenge: await oauth.calculatePKCECodeChallenge(codeVerifier),
+        code_challenge_method: 'S256',
+      }).toString();
+      return { url: url.href, state, codeVerifier };
+    },
+
+    /** The callback URL the browser landed on (with `code`, `state`, `iss`) for tokens; checks state and issuer. */
+    async exchangeCode(callbackUrl: string | URL, expected: { state: string; codeVerifier: string }): Promise<TokenSet> {
+      const as = await server();
+      const params = oauth.validateAuthResponse(as, client, new URL(callbackUrl), expected.state);
+      const response = await oauth.authorizationCodeGrantRequest(as, client, clientAuth, params, options.redirectUri, expected.codeVerifier, http);
+      return tokenSet(await oauth.processAuthorizationCodeResponse(as, client, response));
+    },
+
+    /** A new access token; the refresh token rotates (the old one is refused from now on). */
+    async refresh(refreshToken: string): Promise<TokenSet> {
+      const as = await server();
+      const response = await oauth.refreshTokenGrantRequest(as, client, clientAuth, refreshToken, http);
+      return tokenSet(await oauth.processRefreshTokenResponse(as, client, response));
+    },
+
+    /** Revokes a refresh token (the user disconnected the agent) or an access token. */
+    async revoke(token: string, hint: 'refresh_token' | 'access_token' = 'refresh_token'): Promise<void> {
+      const as = await server();
+      const response = await oauth.revocationRequest(as, client, clientAuth, token, { ...http, additionalParameters: { token_type_hint: hint } });
+      await oauth.processRevocationResponse(response);
+    },
+  };
+}
+
+export type OAuth = ReturnType<typeof createOAuth>;

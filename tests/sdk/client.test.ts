@@ -1,0 +1,259 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import {
+  createMarketplaceClient,
+  createMeter,
+  createOAuth,
+  IdempotencyConflictError,
+  QuotaExceededError,
+  SubscriptionRequiredError,
+  verifyWebhook,
+  WebhookVerificationError,
+  type TokenSet,
+} from '@agent-marketplace/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { clientOfAgent, followAuthorize, type TestOAuthClient } from '../support/oauth.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { ledgerAgreesWithCounters, meteredAgent, subscribe, type MeteredAgent } from '../metering/support.ts';
+import { addEndpoint, drain, Receiver } from '../webhooks/support.ts';
+
+/**
+ * The SDK (packages/client, imported by its package name as an agent backend would) against the real service:
+ * the OAuth flow through createOAuth, metering through createMeter (its retries through a proxy that loses an
+ * answer), the typed client, and agent webhooks verified with verifyWebhook.
+ */
+
+let t: TestApp;
+let user: TestUser;
+let agent: MeteredAgent;
+let oauthClient: TestOAuthClient;
+
+beforeAll(async () => {
+  t = await startTestApp();
+  user = await signUp(t);
+  agent = await meteredAgent(t.db, [
+    { slug: 'calls', kind: 'rolling', quota: 5 },
+    { slug: 'seats', kind: 'fixed', quota: 3 },
+  ]);
+  oauthClient = await clientOfAgent(t, agent.agentId);
+});
+afterAll(() => t?.close());
+
+const signInFor = () =>
+  createOAuth({
+    issuer: `${t.baseUrl}/api/auth`,
+    clientId: oauthClient.clientId,
+    clientSecret: oauthClient.clientSecret,
+    redirectUri: oauthClient.redirectUri,
+    allowInsecureHttp: true,
+  });
+
+/** The user's browser between authorize and the callback: signed in, consents, lands with a code. */
+async function browser(url: string): Promise<URL> {
+  const target = new URL(url);
+  let landing = await followAuthorize(t, `${target.pathname}${target.search}`, user.cookie);
+  if (landing.pathname === '/consent') {
+    const consent = await t.http.post('/api/auth/oauth2/consent', {
+      cookie: user.cookie,
+      headers: { origin: t.baseUrl },
+      json: { accept: true, consent_code: landing.searchParams.get('consent_code') },
+    });
+    landing = new URL(consent.body.url);
+  }
+  return landing;
+}
+
+async function signedIn(): Promise<TokenSet> {
+  const signIn = signInFor();
+  const { url, state, codeVerifier } = await signIn.authorizationUrl();
+  expect(new URL(url).searchParams.get('code_challenge_method')).toBe('S256');
+  return signIn.exchangeCode(await browser(url), { state, codeVerifier });
+}
+
+describe('createOAuth', () => {
+  it('runs the code flow with PKCE, refreshes with rotation, and revokes', async () => {
+    const signIn = signInFor();
+    const tokens = await signedIn();
+    expect(tokens.accessToken).toMatch(/^ey/);
+    expect(tokens.refreshToken).toBeTruthy();
+    expect(tokens.expiresAt.getTime()).toBeGreaterThan(Date.now());
+
+    const refreshed = await signIn.refresh(tokens.refreshToken!);
+    expect(refreshed.refreshToken).not.toBe(tokens.refreshToken);
+    expect((await t.http.get('/me', { bearer: refreshed.accessToken })).status).toBe(200);
+
+    await signIn.revoke(refreshed.refreshToken!);
+    // oauth4webapi's ResponseBodyError carries the RFC 6749 error code
+    await expect(signIn.refresh(refreshed.refreshToken!)).rejects.toMatchObject({ error: 'invalid_grant' });
+  });
+
+  it('refuses a callback whose state is not the one it sent (a forged callback)', async () => {
+    const signIn = signInFor();
+    const { url, codeVerifier } = await signIn.authorizationUrl();
+    const landing = await browser(url);
+    await expect(signIn.exchangeCode(landing, { state: 'another-state', codeVerifier })).rejects.toThrow(/state/);
+  });
+});
+
+describe('createMeter', () => {
+  it('increments with the quota headers parsed, replays a clientReqId, and throws a typed 429 without retrying it', async () => {
+    await subscribe(t, user.userId, agent.tierId);
+    const tokens = await signedIn();
+    const requests: string[] = [];
+    const counting: typeof fetch = (input, init) => {
+      requests.push(input instanceof Request ? input.url : String(input));
+      return fetch(input, init);
+    };
+    const meter = createMeter({ baseUrl: t.baseUrl, agentId: agent.agentId, accessToken: tokens.accessToken, fetch: counting });
+
+    const first = await meter.increment('calls', { amount: 2 });
+    expect(first.data).toMatchObject({ used: 2, limit: 5, remaining: 3, replayed: false });
+    expect(first.quota).toEqual({ limit: 5, remaining: 3 });
+    expect(first.replayed).toBe(false);
+    const again = await meter.increment('calls', { amount: 2, clientReqId: first.clientReqId });
+    expect([again.replayed, again.data.used]).toEqual([true, 2]);
+
+    await meter.increment('calls', { amount: 3 });
+    requests.length = 0;
+    const denied = await meter.increment('calls').catch((err: unknown) => err);
+    expect(denied).toBeInstanceOf(QuotaExceededError);
+    const quota = denied as QuotaExceededError;
+    expect([quota.status, quota.metric, quota.used, quota.limit, quota.requested]).toEqual([429, 'calls', 5, 5, 1]);
+    expect(quota.periodEnd).toBeInstanceOf(Date);
+    expect(quota.retryAfterSeconds).toBeGreaterThan(0);
+    expect(requests).toHaveLength(1); // a quota 429 is never retried
+
+    const conflict = await meter.increment('seats', { amount: 1, clientReqId: first.clientReqId }).then(
+      () => meter.increment('seats', { amount: 2, clientReqId: first.clientReqId }),
+    ).catch((err: unknown) => err);
+    expect(conflict).toBeInstanceOf(IdempotencyConflictError);
+    expect((conflict as IdempotencyConflictError).original).toMatchObject({ amount: 1 });
+  });
+
+  it('retries a lost answer (503) with the same clientReqId, so the increment counts once', async () => {
+    const other = await signUp(t);
+    const sub = await subscribe(t, other.userId, agent.tierId);
+    const u = user;
+    user = other;
+    const tokens = await signedIn().finally(() => (user = u));
+    const proxy = await LossyProxy.start(t.baseUrl);
+    try {
+      proxy.loseNext = 1; // the service counts the first attempt; its answer is replaced by a 503
+      const meter = createMeter({ baseUrl: proxy.url, agentId: agent.agentId, accessToken: tokens.accessToken, maxDelayMs: 50 });
+      const result = await meter.increment('calls', { amount: 2 });
+      expect(proxy.bodies).toHaveLength(2);
+      expect(JSON.parse(proxy.bodies[0]!).clientReqId).toBe(JSON.parse(proxy.bodies[1]!).clientReqId);
+      expect(result.replayed).toBe(true); // the retry got the stored result of the first attempt
+      expect(result.data.used).toBe(2);
+      expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 2, sum: 2 }]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('holds, commits what was used, and releases; a user without a subscription gets SubscriptionRequiredError', async () => {
+    const buyer = await signUp(t);
+    await subscribe(t, buyer.userId, agent.tierId);
+    const u = user;
+    user = buyer;
+    const tokens = await signedIn().finally(() => (user = u));
+    const meter = createMeter({ baseUrl: t.baseUrl, agentId: agent.agentId, accessToken: tokens.accessToken });
+    const hold = await meter.reserve('calls', { amount: 4, ttlSeconds: 60 });
+    expect(hold.data).toMatchObject({ status: 'held', amount: 4 });
+    expect(hold.quota.remaining).toBe(1);
+    const committed = await meter.commit(hold.data.id, 1);
+    expect(committed.data).toMatchObject({ status: 'committed', committedAmount: 1 });
+    expect(committed.quota.remaining).toBe(4);
+    const second = await meter.reserve('calls', { amount: 2 });
+    expect((await meter.release(second.data.id)).data.status).toBe('released');
+    expect(await meter.usage('calls')).toMatchObject({ used: 1, reserved: 0, remaining: 4 });
+
+    const stranger = await signUp(t);
+    user = stranger;
+    const strangerTokens = await signedIn().finally(() => (user = u));
+    const refused = await createMeter({ baseUrl: t.baseUrl, agentId: agent.agentId, accessToken: strangerTokens.accessToken })
+      .increment('calls')
+      .catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(SubscriptionRequiredError);
+  });
+});
+
+describe('createMarketplaceClient', () => {
+  it('calls any operation, typed, with the bearer token', async () => {
+    const tokens = await signedIn();
+    const client = createMarketplaceClient({ baseUrl: t.baseUrl, accessToken: tokens.accessToken });
+    const me = await client.GET('/me');
+    expect(me.response.status).toBe(200);
+    expect(me.data?.data.email).toBe(user.email);
+    const agentRead = await client.GET('/agents/{agentId}', { params: { path: { agentId: agent.agentId } } });
+    expect(agentRead.data?.data.id).toBe(agent.agentId);
+  });
+});
+
+describe('verifyWebhook', () => {
+  it('accepts a delivery the service signed and refuses the same delivery tampered with', async () => {
+    const admin = await createAdmin(t);
+    const receiver = await Receiver.start();
+    try {
+      const endpoint = await addEndpoint(t, admin, agent.agentId, receiver, ['subscription.created']);
+      const subscriber = await signUp(t);
+      await subscribe(t, subscriber.userId, agent.tierId);
+      await drain(t);
+      await receiver.arrived(1);
+      const delivery = receiver.received[0]!;
+      const headers = delivery.headers as Record<string, string>;
+      const event = verifyWebhook(endpoint.secret, delivery.body, headers);
+      expect(event.type).toBe('subscription.created');
+      expect(event.data).toMatchObject({ userId: subscriber.userId });
+      expect(() => verifyWebhook(endpoint.secret, delivery.body.replace(subscriber.userId, 'someone-else'), headers)).toThrow(WebhookVerificationError);
+      expect(() => verifyWebhook(`whsec_${Buffer.from('another secret of 32 bytes......').toString('base64')}`, delivery.body, headers)).toThrow(
+        WebhookVerificationError,
+      );
+    } finally {
+      await receiver.close();
+    }
+  });
+});
+
+/** Forwards to the service; `loseNext` answers are replaced by 503 (the request still reached the service). */
+class LossyProxy {
+  loseNext = 0;
+  readonly bodies: string[] = [];
+  private server: Server;
+  readonly url: string;
+  private constructor(server: Server, url: string) {
+    this.server = server;
+    this.url = url;
+  }
+
+  static async start(target: string): Promise<LossyProxy> {
+    let proxy!: LossyProxy;
+    const server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', async () => {
+        const body = Buffer.concat(chunks).toString('utf8');
+        proxy.bodies.push(body);
+        const headers = new Headers();
+        for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string' && k !== 'host' && k !== 'content-length') headers.set(k, v);
+        const answer = await fetch(`${target}${req.url}`, { method: req.method, headers, body: req.method === 'GET' ? undefined : body });
+        const text = await answer.text();
+        if (proxy.loseNext > 0) {
+          proxy.loseNext--;
+          res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '0' }).end('{"status":"error"}');
+          return;
+        }
+        res.writeHead(answer.status, Object.fromEntries(answer.headers)).end(text);
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    proxy = new LossyProxy(server, `http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    return proxy;
+  }
+
+  async close() {
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}
