@@ -9,7 +9,7 @@ import { clientSchemaSource, SCHEMA_FILE } from '../packages/client/scripts/sche
 /**
  * `npm run gen:client`: starts the service (the Node entry, embedded database in a throwaway directory), reads its
  * /openapi.json, and writes the SDK's types (packages/client/src/schema.d.ts). Run it after changing a route;
- * tests/sdk/schema.test.ts fails until you do.
+ * tests/sdk/schema.once.test.ts fails until you do.
  */
 async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {

@@ -122,6 +122,8 @@ describe('createMeter', () => {
     expect([quota.status, quota.metric, quota.used, quota.limit, quota.requested]).toEqual([429, 'calls', 5, 5, 1]);
     expect(quota.periodEnd).toBeInstanceOf(Date);
     expect(quota.retryAfterSeconds).toBeGreaterThan(0);
+    expect(quota.retryAfter).toBe(quota.retryAfterSeconds);
+    expect(quota.replayed).toBe(false);
     expect(requests).toHaveLength(1); // a quota 429 is never retried
 
     const conflict = await meter.increment('seats', { amount: 1, clientReqId: first.clientReqId }).then(
@@ -129,6 +131,9 @@ describe('createMeter', () => {
     ).catch((err: unknown) => err);
     expect(conflict).toBeInstanceOf(IdempotencyConflictError);
     expect((conflict as IdempotencyConflictError).original).toMatchObject({ amount: 1 });
+
+    const down = await meter.decrement('seats');
+    expect([down.data.used, down.quota.remaining, down.replayed]).toEqual([0, 3, false]);
   });
 
   it('retries a lost answer (503) with the same clientReqId, so the increment counts once', async () => {

@@ -46,6 +46,10 @@ export class QuotaExceededError extends ApiError {
   }
   /** Seconds until the quota resets (the Retry-After header), when it resets at a known time. */
   retryAfterSeconds: number | undefined;
+  /** Same as `retryAfterSeconds`. */
+  get retryAfter(): number | undefined {
+    return this.retryAfterSeconds;
+  }
 }
 
 /** 402 SUBSCRIPTION_REQUIRED: the user has no active subscription to the agent. */
