@@ -157,6 +157,26 @@ describe('createMeter', () => {
     }
   });
 
+  it('retries when the connection drops after the service counted, with the same clientReqId, so it counts once', async () => {
+    const other = await signUp(t);
+    const sub = await subscribe(t, other.userId, agent.tierId);
+    const u = user;
+    user = other;
+    const tokens = await signedIn().finally(() => (user = u));
+    const proxy = await LossyProxy.start(t.baseUrl);
+    try {
+      proxy.dropNext = 1; // the service counts the first attempt; the connection is cut before its answer
+      const meter = createMeter({ baseUrl: proxy.url, agentId: agent.agentId, accessToken: tokens.accessToken, maxDelayMs: 50 });
+      const result = await meter.increment('calls', { amount: 3 });
+      expect(proxy.bodies).toHaveLength(2);
+      expect(JSON.parse(proxy.bodies[0]!).clientReqId).toBe(JSON.parse(proxy.bodies[1]!).clientReqId);
+      expect([result.replayed, result.data.used]).toEqual([true, 3]);
+      expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 3, sum: 3 }]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('holds, commits what was used, and releases; a user without a subscription gets SubscriptionRequiredError', async () => {
     const buyer = await signUp(t);
     await subscribe(t, buyer.userId, agent.tierId);
@@ -221,9 +241,11 @@ describe('verifyWebhook', () => {
   });
 });
 
-/** Forwards to the service; `loseNext` answers are replaced by 503 (the request still reached the service). */
+/** Forwards to the service; `loseNext` answers are replaced by 503, `dropNext` by a cut connection (the request still reached the service). */
 class LossyProxy {
   loseNext = 0;
+  /** Answers whose connection is cut instead (a network error at the client). */
+  dropNext = 0;
   readonly bodies: string[] = [];
   private server: Server;
   readonly url: string;
@@ -244,6 +266,11 @@ class LossyProxy {
         for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string' && k !== 'host' && k !== 'content-length') headers.set(k, v);
         const answer = await fetch(`${target}${req.url}`, { method: req.method, headers, body: req.method === 'GET' ? undefined : body });
         const text = await answer.text();
+        if (proxy.dropNext > 0) {
+          proxy.dropNext--;
+          req.socket.destroy();
+          return;
+        }
         if (proxy.loseNext > 0) {
           proxy.loseNext--;
           res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '0' }).end('{"status":"error"}');
