@@ -36,7 +36,8 @@ import {
  *   2. HTTP POST /me/usage/{agentId}/calls/increment with each user's OAuth bearer token (from the real
  *      authorization-code flow) at 32 concurrent over the same 1,000 subscriptions;
  *   3. the same against one hot subscription;
- *   4. replays: HTTP increments repeating clientReqIds already counted in run 2.
+ *   4. replays: HTTP increments repeating clientReqIds already counted in run 2;
+ *   5. reserve+commit pairs: a hold of 2 units then its commit of 1 (the reservation's own statements), spread.
  *   These run in 3 alternating rounds (raw, HTTP, raw, HTTP, ...) and the ratios compare medians, so load from
  *   elsewhere on the machine does not land on one side only.
  *   Also: the same SQL function from Node (postgres.js) at 32 connections and at 10 (the service's pool size).
@@ -163,6 +164,70 @@ async function http(
   return figures;
 }
 
+/**
+ * Reserve then commit, as an agent backend does around an action whose cost is known only afterwards: each
+ * connection sends POST .../calls/reservations {amount: 2}, then POST .../reservations/{id}/commit {amount: 1}
+ * with the id it got. Figures count pairs (requests / 2). Reservations run their own statement, outside the
+ * increments' group commit, so this is what a hold-and-settle costs next to a plain increment.
+ */
+async function holdThenCommit(
+  what: string,
+  url: string,
+  next: () => { agentId: string; token: string; clientReqId: string },
+  secs: number,
+): Promise<Figures> {
+  const cpu = startCpuSample(servicePid, databasePid);
+  let failedPairs = 0;
+  const r = await autocannon({
+    url,
+    connections,
+    duration: secs,
+    timeout: 30,
+    requests: [
+      {
+        method: 'POST',
+        setupRequest: (req: Record<string, unknown>, context: Record<string, unknown>) => {
+          const n = next();
+          context.agentId = n.agentId;
+          context.token = n.token;
+          return {
+            ...req,
+            path: `/me/usage/${n.agentId}/calls/reservations`,
+            body: JSON.stringify({ clientReqId: n.clientReqId, amount: 2, ttlSeconds: 60 }),
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${n.token}` },
+          };
+        },
+        onResponse: (status: number, body: string, context: Record<string, unknown>) => {
+          context.reservationId = status === 201 ? JSON.parse(body).data.id : undefined;
+          if (status !== 201) failedPairs++;
+        },
+      },
+      {
+        method: 'POST',
+        setupRequest: (req: Record<string, unknown>, context: Record<string, unknown>) => ({
+          ...req,
+          // a failed hold leaves no id: the commit then goes to a well-formed unknown id and answers 404 (counted)
+          path: `/me/usage/${context.agentId}/reservations/${context.reservationId ?? '00000000-0000-4000-8000-000000000000'}/commit`,
+          body: '{"amount":1}',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${context.token}` },
+        }),
+      },
+    ],
+  });
+  const answered = r['2xx'] + r.non2xx;
+  const figures = {
+    what,
+    requestsPerSec: Math.round(r.requests.average / 2),
+    p50: r.latency.p50,
+    p99: r.latency.p99,
+    ok: Math.floor(r['2xx'] / 2),
+    other: r.non2xx + r.errors + r.timeouts + failedPairs,
+  };
+  progress(figures);
+  printCpu(cpu(), answered, 'load generator (autocannon, this process)');
+  return figures;
+}
+
 function progress(f: Figures) {
   console.log(`${new Date().toISOString().slice(11, 19)}  ${f.what}: ${f.requestsPerSec}/s, p50 ${f.p50} ms, p99 ${f.p99} ms, ${f.ok} ok, ${f.other} other`);
 }
@@ -196,12 +261,13 @@ async function main() {
   const server = await startPostgres({ durable: true });
   const dataDir = mkdtempSync(join(tmpdir(), 'mkt-bench-usage-'));
   const results: Figures[] = [];
-  const rounds: Record<'sqlSpread' | 'httpSpread' | 'sqlHot' | 'httpHot' | 'httpReplay', Figures[]> = {
+  const rounds: Record<'sqlSpread' | 'httpSpread' | 'sqlHot' | 'httpHot' | 'httpReplay' | 'httpHoldCommit', Figures[]> = {
     sqlSpread: [],
     httpSpread: [],
     sqlHot: [],
     httpHot: [],
     httpReplay: [],
+    httpHoldCommit: [],
   };
   let failures = 0;
   const fail = (message: string) => {
@@ -293,6 +359,13 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
         const p = pairs[pair]!;
         return { path: `/me/usage/${p.agentId}/calls/increment`, token: p.token, body: `{"clientReqId":"${key}"}` };
       };
+      // reserve+commit pairs walk the subscriptions too (another stride), each hold 2 units committed as 1
+      let k = 0;
+      const holdNext = () => {
+        const i = k++;
+        const p = pairs[(i * 104729) % SUBSCRIPTIONS]!;
+        return { agentId: p.agentId, token: p.token, clientReqId: `rc-${i}` };
+      };
       let h = 0;
       const hotNext = () => ({ path: `/me/usage/${hot.agentId}/calls/increment`, token: hot.token, body: `{"clientReqId":"hh-${h++}"}` });
 
@@ -321,10 +394,14 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
           return { path: `/me/usage/${p.agentId}/calls/increment`, token: p.token, body: `{"clientReqId":"${s.key}"}` };
         };
         rounds.httpReplay.push(await http(`[${round}] HTTP bearer replays, ${connections} concurrent`, service.url, replayNext, { seconds }));
+        rounds.httpHoldCommit.push(
+          await holdThenCommit(`[${round}] HTTP reserve 2 + commit 1 pairs, ${connections} concurrent, ${SUBSCRIPTIONS} subscriptions`, service.url, holdNext, seconds),
+        );
       }
       const httpSpreadOther = rounds.httpSpread.reduce((a, f) => a + f.other, 0);
       const httpHotOther = rounds.httpHot.reduce((a, f) => a + f.other, 0);
       const httpReplayOther = rounds.httpReplay.reduce((a, f) => a + f.other, 0);
+      const httpHoldCommitOther = rounds.httpHoldCommit.reduce((a, f) => a + f.other, 0);
 
       // ---- quota edge under load: exactly EDGE_QUOTA admitted
       const edge = pairs[1]!;
@@ -373,7 +450,7 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
       if (audit!.over !== 0) fail('a counter is above its effective quota');
       if (audit!.ledger_mismatch !== 0) fail('a counter differs from its ledger sum');
       if (audit!.replays_counted !== 0) fail('a clientReqId was counted twice');
-      if (httpSpreadOther + httpHotOther + httpReplayOther !== 0) fail('non-2xx answers in the HTTP runs');
+      if (httpSpreadOther + httpHotOther + httpReplayOther + httpHoldCommitOther !== 0) fail('non-2xx answers in the HTTP runs');
       // autocannon may stop with requests generated but unanswered at the deadline: recorded <= sent, and every
       // answered 2xx is recorded (warm-up + run 2 answered count vs rows)
       if (audit!.http_rows > spreadAnswered) fail('more increments recorded than sent');
@@ -395,14 +472,16 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
   const sqlHot = median(rounds.sqlHot, `raw SQL: pgbench, ${connections} clients, 1 hot subscription`);
   const httpHot = median(rounds.httpHot, `HTTP POST increment (bearer), ${connections} concurrent, 1 hot subscription`);
   const httpReplay = median(rounds.httpReplay, `HTTP replays of counted clientReqIds, ${connections} concurrent`);
-  const table = [sqlSpread, httpSpread, sqlHot, httpHot, httpReplay, ...results];
+  const httpHoldCommit = median(rounds.httpHoldCommit, `HTTP reserve + commit pairs (pairs/s; p50/p99 per request), ${connections} concurrent`);
+  const table = [sqlSpread, httpSpread, sqlHot, httpHot, httpReplay, httpHoldCommit, ...results];
   console.log(`\nPostgreSQL 15 (durable: fsync on, synchronous commit), Node entry (NODE_ENV=production, request log on, pool of ${poolSize}), ${seconds} s per run;`);
-  console.log(`first five rows: medians of ${ROUNDS} alternating rounds (2xx/ok and other: totals over the rounds)\n`);
+  console.log(`first six rows: medians of ${ROUNDS} alternating rounds (2xx/ok and other: totals over the rounds)\n`);
   console.table(table.map((r) => ({ run: r.what, 'requests/s': r.requestsPerSec, 'p50 ms': r.p50, 'p99 ms': r.p99, '2xx/ok': r.ok, other: r.other })));
   const ratio = (a: Figures, b: Figures) => (a.requestsPerSec / Math.max(b.requestsPerSec, 1)).toFixed(2);
   console.log(`HTTP / raw SQL, spread: ${ratio(httpSpread, sqlSpread)} (goal >= 0.5), HTTP p99 ${httpSpread.p99} ms (goal <= 25 ms)`);
   console.log(`HTTP / raw SQL, hot:    ${ratio(httpHot, sqlHot)} (goal >= 0.7)`);
   console.log(`replays / new increments over HTTP: ${ratio(httpReplay, httpSpread)}x (goal >= 1.5x)`);
+  console.log(`reserve+commit pairs / increments over HTTP: ${ratio(httpHoldCommit, httpSpread)} (two requests and two statements per pair)`);
   console.log(failures ? `\n${failures} check(s) FAILED` : '\nzero over-admission: every check passed');
   if (failures) process.exit(1);
 }
