@@ -66,6 +66,8 @@ const RETRY_WINDOW_MS = 24 * 60 * 60 * 1000;
 /** Backoff between attempts: 2^attempts seconds, at most this (a mail server back after an outage is used soon). */
 const MAX_BACKOFF_MS = 10 * 60 * 1000;
 const BATCH = 20;
+/** Tries to record a sent mail (then its lease decides). */
+const RECORD_ATTEMPTS = 5;
 /** How long a claimed mail is left alone by other processes. */
 const LEASE_MS = 120_000;
 /** A pass starts no new send after this long; what it still holds goes back to the outbox, due at once. */
@@ -110,8 +112,6 @@ export function createMailer(options: MailerOptions): Mailer {
       handled += 1;
       try {
         await transport.send({ from, to: m.to_address, subject: m.subject, text: m.text_body, html: m.html_body ?? undefined });
-        await sql`update mail_outbox set status = ${transport.kind === 'smtp' ? 'sent' : 'logged'}, sent_at = ${clock.now()}, last_error = null
-                   where id = ${m.id}`.execute(db);
       } catch (err) {
         const giveUp = clock.now().getTime() - new Date(m.created_at).getTime() >= RETRY_WINDOW_MS;
         const backoffMs = Math.min(2 ** m.attempts * 1000, MAX_BACKOFF_MS);
@@ -121,9 +121,34 @@ export function createMailer(options: MailerOptions): Mailer {
                          last_error = ${String((err as Error).message).slice(0, 500)},
                          next_attempt_at = ${new Date(clock.now().getTime() + backoffMs)}
                    where id = ${m.id}`.execute(db);
+        continue;
       }
+      await recordSent(m.id);
     }
     return handled;
+  }
+
+  /**
+   * The mail is out: only recording that is left. A failure here (a connection cut by a restart or the network) is
+   * not a failed delivery, so it must not schedule another send (the fault drill saw a mail arrive twice that way).
+   * The write is retried on fresh connections; if it still fails, the claim's lease runs out and the mail is sent
+   * again later: SMTP cannot be made exactly-once, and this keeps the duplicate window to a database outage.
+   */
+  async function recordSent(id: string): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await sql`update mail_outbox set status = ${transport.kind === 'smtp' ? 'sent' : 'logged'}, sent_at = ${clock.now()}, last_error = null
+                   where id = ${id}`.execute(db);
+        return;
+      } catch (err) {
+        if (attempt >= RECORD_ATTEMPTS) {
+          logger.error('mail sent but not recorded; it will be sent again when its claim expires', { mailId: id, err });
+          return;
+        }
+        logger.warn('mail sent; recording it failed, retrying', { mailId: id, attempt, error: (err as Error).message });
+        await new Promise((resolve) => setTimeout(resolve, 100 * attempt));
+      }
+    }
   }
 
   async function deliverUpTo(limit: number): Promise<number> {
