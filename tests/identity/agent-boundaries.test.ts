@@ -151,8 +151,10 @@ describe("a token acts only within its agent (finding 5)", () => {
     const token = (await accessTokenFor(t, user, { agentId: other.agentId })).accessToken;
     expect((await t.http.get(usagePath(other.agentId, 'calls'), { bearer: token })).status).toBe(200);
     const client = await clientOfAgent(t, other.agentId);
-    // the client now belongs to nobody: the token's aud still names `other`, the database disagrees
-    await sql`delete from public.agent_oauth_clients where client_id = ${client.clientId}`.execute(t.db);
+    // the client now belongs to a third agent: the token's aud still names `other` (so the in-process check passes),
+    // only the database knows. (Deleting the row would not test this rule: its trigger deletes the client and its tokens.)
+    const third = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+    await sql`update public.agent_oauth_clients set agent_id = ${third.agentId} where client_id = ${client.clientId}`.execute(t.db);
     const read = await t.http.get(usagePath(other.agentId, 'calls'), { bearer: token });
     expect([read.status, read.body.error?.code]).toEqual([401, 'UNAUTHORIZED']);
     const write = await t.http.post(usagePath(other.agentId, 'calls', 'increment'), { bearer: token, json: { clientReqId: reqId() } });
