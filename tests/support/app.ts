@@ -70,7 +70,12 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const logger = memoryLogger();
   // Local uploads go to a temporary directory per app (removed on close), as `npm start` uses .data/uploads.
   const uploadsDir = mkdtempSync(join(tmpdir(), 'mkt-uploads-'));
-  const deps = await buildDeps({ config, database: testDatabase.database, logger, clock, docsScript, fileStore: diskFileStore(uploadsDir) });
+  // No background loops whatever NODE_ENV a test simulates: tests deliver mail and webhooks themselves. With a
+  // production env the mail loop used to claim a mail first, so the test's own delivery pass found nothing (a flaky
+  // failure in CI).
+  const deps = await buildDeps({
+    config, database: testDatabase.database, logger, clock, docsScript, fileStore: diskFileStore(uploadsDir), backgroundLoops: false,
+  });
   const app = createApp(deps);
   options.routes?.(app);
   await deps.startup?.();

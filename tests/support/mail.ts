@@ -2,7 +2,7 @@ import { rows, sql } from '../../functions/platform/db.ts';
 import type { TestApp } from './app.ts';
 
 /**
- * The mail outbox as tests see it. The test app does not run the delivery loop (config env `test`), so a test
+ * The mail outbox as tests see it. The test app never runs the delivery loop (whatever NODE_ENV it simulates), so a test
  * delivers explicitly with `deliverMail(t)` and reads what was written with `mailsTo(t, email)`.
  */
 
