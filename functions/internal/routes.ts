@@ -2,6 +2,7 @@ import { createRoute, z } from '@hono/zod-openapi';
 import { envelopeOf, ok } from '../http/envelope.ts';
 import { ApiError } from '../http/errors.ts';
 import { errors, jsonResponse, newRouter } from '../http/router.ts';
+import { batchSizes } from '../metering/group-commit.ts';
 import { DEFAULT_DRAIN_LIMIT, isDrainToken, runBackgroundWork } from './background-work.ts';
 
 /**
@@ -55,18 +56,52 @@ const drainRoute = createRoute({
   },
 });
 
+const batchReport = z
+  .object({
+    batches: z
+      .array(z.object({ size: z.int().openapi({ description: 'calls in one batch' }), count: z.int().openapi({ description: 'batches of that size' }) }))
+      .openapi({ description: 'Smallest size first; only sizes that occurred' }),
+    batchCount: z.int(),
+    callCount: z.int(),
+  })
+  .openapi('MeteringBatchReport');
+
+const batchesRoute = createRoute({
+  operationId: 'getMeteringBatches',
+  method: 'get',
+  path: '/internal/metering/batches',
+  tags: ['Internal'],
+  summary: "For operators and the benchmark: this instance's group-commit batch sizes since it started",
+  description:
+    'Authorization: `Bearer <DRAIN_TOKEN>`. Usage writes (increments, decrements) that arrive while a batch is in flight ' +
+    'go out together as the next one (functions/metering/group-commit.ts); this histogram shows how far that coalescing ' +
+    'goes under the real load. Per process: each instance counts its own. 404 when DRAIN_TOKEN is not configured.',
+  security: [{ bearer: [] }],
+  responses: {
+    200: jsonResponse(envelopeOf(batchReport), 'Batch sizes of this instance'),
+    ...errors(401, 404),
+  },
+});
+
 export function internalRoutes() {
   const router = newRouter();
 
-  // Before the body is validated: an unauthenticated caller learns nothing but 401 (or 404 when the endpoint is off).
-  router.use('/internal/drain', async (c, next) => {
+  // Before the body is validated: an unauthenticated caller learns nothing but 401 (or 404 when the routes are off).
+  router.use('/internal/*', async (c, next) => {
     const expected = c.var.deps.config.drainToken;
     if (!expected) throw new ApiError('NOT_FOUND', `No route for ${c.req.method} ${c.req.path}`);
     const presented = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '')?.[1];
     if (!presented || !(await isDrainToken(presented, expected))) {
-      throw new ApiError('UNAUTHORIZED', 'POST /internal/drain needs Authorization: Bearer <DRAIN_TOKEN>');
+      throw new ApiError('UNAUTHORIZED', `${c.req.method} ${c.req.path} needs Authorization: Bearer <DRAIN_TOKEN>`);
     }
     await next();
+  });
+
+  router.openapi(batchesRoute, (c) => {
+    const batches = [...batchSizes(c.var.deps.database.db)].sort(([a], [b]) => a - b).map(([size, count]) => ({ size, count }));
+    const batchCount = batches.reduce((n, b) => n + b.count, 0);
+    const callCount = batches.reduce((n, b) => n + b.size * b.count, 0);
+    return c.json(ok({ batches, batchCount, callCount }), 200);
   });
 
   router.openapi(drainRoute, async (c) => {

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { Agent, request as httpRequest } from 'node:http';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { serve, type ServerType } from '@hono/node-server';
@@ -39,9 +40,13 @@ export async function startService(
   // BENCH_CPU_PROF=<dir>: the service writes a V8 CPU profile there when it stops (open it in Chrome DevTools).
   const profileDir = process.env.BENCH_CPU_PROF;
   // As `npm start` runs it (plain node: Node 24 strips the types; the same flags), on the Node running this script.
+  // BENCH_NODE=/usr/bin/node runs the service on another Node instead (the load generator stays on this one), e.g.
+  // Node 20 for the runtime comparison of issue 12: Node 20 cannot strip types, so tsx's loader compiles them.
   const startArgs = (JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: { start: string } }).scripts.start.split(' ').slice(1);
-  const args = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...startArgs] : startArgs;
-  const child = spawn(process.execPath, args, {
+  const node = process.env.BENCH_NODE || process.execPath;
+  const loader = process.env.BENCH_NODE ? ['--import', 'tsx'] : [];
+  const args = [...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []), ...loader, ...startArgs];
+  const child = spawn(node, args, {
     env: {
       ...process.env,
       NODE_ENV: 'production',
@@ -183,6 +188,86 @@ export async function warmedLoad(options: Record<string, unknown>, connections: 
 /** The columns console.table shows for a load run, after the columns naming it. */
 export function loadColumns(f: LoadFigures) {
   return { 'requests/s': f.requestsPerSec, 'p50 ms': f.p50, 'p99 ms': f.p99, errors: f.errors, 'non-2xx': f.non2xx };
+}
+
+// ---------------------------------------------------------------- open loop
+
+export interface OpenLoopFigures {
+  offered: number;
+  /** 2xx answers per second, over the time from the first send to the last answer */
+  served: number;
+  p50: number;
+  p99: number;
+  ok: number;
+  other: number;
+}
+
+/**
+ * An open-loop run: `rate` requests per second for `seconds`, each sent at its scheduled time whether or not earlier
+ * ones were answered (as independent users arrive), over keep-alive connections opened as needed. Latency is measured
+ * from the scheduled send time, so a service that falls behind shows it in p99 (no coordinated omission), and the
+ * served rate falls below the offered one. (autocannon's overallRate sends each second's quota in a burst at the
+ * start of the second, which is not an open loop.)
+ */
+export async function openLoop(
+  url: string,
+  rate: number,
+  seconds: number,
+  next: () => { path: string; body: string; headers: Record<string, string> },
+): Promise<OpenLoopFigures> {
+  const agent = new Agent({ keepAlive: true, maxSockets: 4096 });
+  const { hostname, port } = new URL(url);
+  const total = Math.round(rate * seconds);
+  const latencies: number[] = [];
+  let ok = 0;
+  let other = 0;
+  let lastAnswer = 0;
+  const send = (intended: number) =>
+    new Promise<void>((resolve) => {
+      const n = next();
+      const done = (status: number) => {
+        lastAnswer = performance.now();
+        latencies.push(lastAnswer - intended);
+        if (status >= 200 && status < 300) ok++;
+        else other++;
+        resolve();
+      };
+      const req = httpRequest(
+        { agent, hostname, port, method: 'POST', path: n.path, headers: { 'content-length': Buffer.byteLength(n.body), ...n.headers }, timeout: 30_000 },
+        (res) => {
+          res.resume();
+          res.on('end', () => done(res.statusCode ?? 0));
+          res.on('error', () => done(0));
+        },
+      );
+      req.on('error', () => done(0));
+      req.on('timeout', () => req.destroy(new Error('timeout')));
+      req.end(n.body);
+    });
+  const started = performance.now();
+  const answers: Promise<void>[] = [];
+  let sent = 0;
+  await new Promise<void>((resolve) => {
+    const tick = () => {
+      const due = Math.min(total, Math.floor(((performance.now() - started) * rate) / 1000) + 1);
+      while (sent < due) answers.push(send(started + (sent++ * 1000) / rate));
+      if (sent >= total) resolve();
+      else setTimeout(tick, 1);
+    };
+    tick();
+  });
+  await Promise.all(answers);
+  agent.destroy();
+  latencies.sort((a, b) => a - b);
+  const r2 = (n: number) => Math.round(n * 100) / 100;
+  return {
+    offered: rate,
+    served: Math.round((ok * 1000) / Math.max(lastAnswer - started, 1)),
+    p50: r2(percentile(latencies, 50)),
+    p99: r2(percentile(latencies, 99)),
+    ok,
+    other,
+  };
 }
 
 // ---------------------------------------------------------------- closed-loop clients

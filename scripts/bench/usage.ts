@@ -16,6 +16,8 @@ import {
   autocannon,
   closedLoop,
   createDatabase,
+  openLoop,
+  type OpenLoopFigures,
   percentileFloor as percentile,
   postmasterPid,
   signInAdmin,
@@ -37,7 +39,10 @@ import {
  *      authorization-code flow) at 32 concurrent over the same 1,000 subscriptions;
  *   3. the same against one hot subscription;
  *   4. replays: HTTP increments repeating clientReqIds already counted in run 2;
- *   5. reserve+commit pairs: a hold of 2 units then its commit of 1 (the reservation's own statements), spread.
+ *   5. reserve+commit pairs: a hold of 2 units then its commit of 1 (the reservation's own statements), spread;
+ *   6. open loop: HTTP increments at fixed offered rates (250, 500, 1,000, 2,000/s; BENCH_OPEN_LOOP_RATES), each sent
+ *      on schedule whatever the answers before it, latency from the scheduled time (lib.ts openLoop).
+ *   After each HTTP increment run, the service's group-commit batch sizes over that run (GET /internal/metering/batches).
  *   These run in 3 alternating rounds (raw, HTTP, raw, HTTP, ...) and the ratios compare medians, so load from
  *   elsewhere on the machine does not land on one side only.
  *   Also: the same SQL function from Node (postgres.js) at 32 connections and at 10 (the service's pool size).
@@ -58,6 +63,10 @@ const EDGE_QUOTA = 1_000;
 const ROUNDS = 3;
 const poolSize = Number(process.env.BENCH_POOL_SIZE ?? connections);
 const ADMIN = { email: 'bench-admin@example.com', password: 'bench admin password' };
+/** Offered rates of the open-loop runs (issue 16), each for `seconds`, new clientReqIds over all subscriptions. */
+const OPEN_LOOP_RATES = (process.env.BENCH_OPEN_LOOP_RATES ?? '250,500,1000,2000').split(',').map(Number).filter((r) => r > 0);
+/** The service's scheduler token: it also guards GET /internal/metering/batches, the batch histogram read here. */
+const DRAIN_TOKEN = 'bench-drain-token-bench-drain-token-0123';
 
 interface Figures {
   what: string;
@@ -256,6 +265,40 @@ async function nodeDriver(what: string, url: string, pick: (i: number) => Pair, 
   return figures;
 }
 
+type Histogram = Map<number, number>;
+
+/** The service's group-commit batch sizes so far (GET /internal/metering/batches). */
+async function batchHistogram(url: string): Promise<Histogram> {
+  const res = await fetch(`${url}/internal/metering/batches`, { headers: { authorization: `Bearer ${DRAIN_TOKEN}` } });
+  if (!res.ok) throw new Error(`batch histogram: ${res.status} ${await res.text()}`);
+  const { data } = (await res.json()) as { data: { batches: Array<{ size: number; count: number }> } };
+  return new Map(data.batches.map((b) => [b.size, b.count]));
+}
+
+/** The batches sent between two readings, bucketed by size (1, 2-3, 4-7, ...): batches and the share of calls. */
+function printBatches(before: Histogram, after: Histogram) {
+  const buckets = new Map<number, { batches: number; calls: number }>();
+  let calls = 0;
+  let batches = 0;
+  for (const [size, count] of after) {
+    const n = count - (before.get(size) ?? 0);
+    if (n <= 0) continue;
+    const low = 2 ** Math.floor(Math.log2(size));
+    const b = buckets.get(low) ?? { batches: 0, calls: 0 };
+    b.batches += n;
+    b.calls += n * size;
+    buckets.set(low, b);
+    calls += n * size;
+    batches += n;
+  }
+  if (!batches) return console.log('          batches: none');
+  const line = [...buckets]
+    .sort(([a], [b]) => a - b)
+    .map(([low, b]) => `${low === 1 ? '1' : `${low}-${low * 2 - 1}`}: ${b.batches} (${Math.round((100 * b.calls) / calls)}% of calls)`)
+    .join(', ');
+  console.log(`          batches: ${batches} for ${calls} calls, ${(calls / batches).toFixed(1)} calls per batch; by size: ${line}`);
+}
+
 async function main() {
   if (!pgbenchBin()) throw new Error('pgbench not found (install postgresql 15)');
   const server = await startPostgres({ durable: true });
@@ -269,6 +312,7 @@ async function main() {
     httpReplay: [],
     httpHoldCommit: [],
   };
+  const openLoops: OpenLoopFigures[] = [];
   let failures = 0;
   const fail = (message: string) => {
     failures++;
@@ -284,6 +328,7 @@ async function main() {
         DATABASE_URL: dbUrl,
         DATA_DIR: dataDir,
         DATABASE_POOL_SIZE: String(poolSize),
+        DRAIN_TOKEN,
       },
       120_000,
     );
@@ -382,9 +427,12 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
       // the ratios compare the medians.
       for (let round = 1; round <= ROUNDS; round++) {
         rounds.sqlSpread.push(pgbench(`[${round}] raw SQL: pgbench, ${connections} clients, ${SUBSCRIPTIONS} subscriptions`, dbUrl, spreadScript, seconds));
+        let batchesBefore = await batchHistogram(service.url);
         rounds.httpSpread.push(await http(`[${round}] HTTP bearer, ${connections} concurrent, ${SUBSCRIPTIONS} subscriptions`, service.url, spreadNext, { seconds }));
+        printBatches(batchesBefore, (batchesBefore = await batchHistogram(service.url)));
         rounds.sqlHot.push(pgbench(`[${round}] raw SQL: pgbench, ${connections} clients, 1 hot subscription`, dbUrl, hotScript, seconds));
         rounds.httpHot.push(await http(`[${round}] HTTP bearer, ${connections} concurrent, 1 hot subscription`, service.url, hotNext, { seconds }));
+        printBatches(batchesBefore, await batchHistogram(service.url));
         // replays of clientReqIds already counted (the last few generated may not have been sent: skip the newest 10%)
         const replayable = sent.slice(0, Math.floor(sent.length * 0.9));
         let r = 0;
@@ -398,6 +446,32 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
           await holdThenCommit(`[${round}] HTTP reserve 2 + commit 1 pairs, ${connections} concurrent, ${SUBSCRIPTIONS} subscriptions`, service.url, holdNext, seconds),
         );
       }
+      // ---- open loop: fixed offered rates, each request sent on schedule whatever the answers before it
+      let o = 0;
+      const openNext = () => {
+        const i = o++;
+        // never the quota edge's subscription (pairs[1]): the edge run below resets its ledger, and the audit counts
+        // every open-loop 2xx in the ledger
+        const pick = (i * 6151) % SUBSCRIPTIONS;
+        const p = pairs[pick === 1 ? 2 : pick]!;
+        return {
+          path: `/me/usage/${p.agentId}/calls/increment`,
+          body: `{"clientReqId":"o-${i}"}`,
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${p.token}` },
+        };
+      };
+      for (const rate of OPEN_LOOP_RATES) {
+        const batchesBefore = await batchHistogram(service.url);
+        const cpu = startCpuSample(servicePid, databasePid);
+        const f = await openLoop(service.url, rate, seconds, openNext);
+        openLoops.push(f);
+        console.log(
+          `${new Date().toISOString().slice(11, 19)}  open loop, offered ${rate}/s for ${seconds} s: served ${f.served}/s, p50 ${f.p50} ms, p99 ${f.p99} ms, ${f.ok} ok, ${f.other} other`,
+        );
+        printCpu(cpu(), f.ok + f.other, 'load generator (open loop, this process)');
+        printBatches(batchesBefore, await batchHistogram(service.url));
+      }
+
       const httpSpreadOther = rounds.httpSpread.reduce((a, f) => a + f.other, 0);
       const httpHotOther = rounds.httpHot.reduce((a, f) => a + f.other, 0);
       const httpReplayOther = rounds.httpReplay.reduce((a, f) => a + f.other, 0);
@@ -430,7 +504,7 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
 
       // ---- audit
       const [audit] = (
-        await sql<{ counters: number; over: number; ledger_mismatch: number; http_rows: number; replays_counted: number }>`
+        await sql<{ counters: number; over: number; ledger_mismatch: number; http_rows: number; open_rows: number; replays_counted: number }>`
           select
             (select count(*)::int from usage_counters) as counters,
             (select count(*)::int from usage_counters c join subscriptions s on s.id = c.subscription_id
@@ -439,6 +513,7 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
                where c.used <> coalesce((select sum(l.delta) from quota_ledger l where l.subscription_id = c.subscription_id
                                            and l.metric_id = c.metric_id and l.period_start = c.period_start), 0)) as ledger_mismatch,
             (select count(*)::int from quota_ledger where client_req_id like 'h-%' and event = 'increment') as http_rows,
+            (select count(*)::int from quota_ledger where client_req_id like 'o-%' and event = 'increment') as open_rows,
             (select count(*)::int from (select client_req_id from quota_ledger where client_req_id is not null
                group by metric_id, subscription_id, client_req_id having count(*) > 1) d) as replays_counted`.execute(db)
       ).rows;
@@ -454,6 +529,11 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
       // autocannon may stop with requests generated but unanswered at the deadline: recorded <= sent, and every
       // answered 2xx is recorded (warm-up + run 2 answered count vs rows)
       if (audit!.http_rows > spreadAnswered) fail('more increments recorded than sent');
+      // the open loop waits for every answer: each 2xx is one ledger row, and nothing else is
+      const openOk = openLoops.reduce((a, f) => a + f.ok, 0);
+      console.log(`open loop: ${openOk} answered 2xx, ${audit!.open_rows} recorded`);
+      if (audit!.open_rows !== openOk) fail('open loop: the increments answered 2xx and the ledger rows differ');
+      if (openLoops.some((f) => f.other > 0)) fail('non-2xx answers in the open-loop runs');
     } finally {
       await database.close();
       await stopService(service);
@@ -477,6 +557,10 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
   console.log(`\nPostgreSQL 15 (durable: fsync on, synchronous commit), Node entry (NODE_ENV=production, request log on, pool of ${poolSize}), ${seconds} s per run;`);
   console.log(`first six rows: medians of ${ROUNDS} alternating rounds (2xx/ok and other: totals over the rounds)\n`);
   console.table(table.map((r) => ({ run: r.what, 'requests/s': r.requestsPerSec, 'p50 ms': r.p50, 'p99 ms': r.p99, '2xx/ok': r.ok, other: r.other })));
+  if (openLoops.length) {
+    console.log(`\nopen loop (${seconds} s per rate, new clientReqIds over ${SUBSCRIPTIONS} subscriptions; latency from the scheduled send time):\n`);
+    console.table(openLoops.map((f) => ({ 'offered/s': f.offered, 'served/s': f.served, 'p50 ms': f.p50, 'p99 ms': f.p99, '2xx': f.ok, other: f.other })));
+  }
   const ratio = (a: Figures, b: Figures) => (a.requestsPerSec / Math.max(b.requestsPerSec, 1)).toFixed(2);
   console.log(`HTTP / raw SQL, spread: ${ratio(httpSpread, sqlSpread)} (goal >= 0.5), HTTP p99 ${httpSpread.p99} ms (goal <= 25 ms)`);
   console.log(`HTTP / raw SQL, hot:    ${ratio(httpHot, sqlHot)} (goal >= 0.7)`);

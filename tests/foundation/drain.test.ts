@@ -56,9 +56,10 @@ describe('who may call it', () => {
     const off = await startTestApp({ testDatabase: { database: t.database, url: t.databaseUrl, drop: async () => {} } });
     try {
       for (const token of [null, TOKEN, 'x']) {
-        const res = await drain(off, token);
-        expect(res.status, res.text).toBe(404);
-        expect(res.body.error.code).toBe('NOT_FOUND');
+        for (const res of [await drain(off, token), await off.http.get('/internal/metering/batches', token ? { bearer: token } : {})]) {
+          expect(res.status, res.text).toBe(404);
+          expect(res.body.error.code).toBe('NOT_FOUND');
+        }
       }
     } finally {
       await off.close();
@@ -81,6 +82,20 @@ describe('who may call it', () => {
     }
     expect(smtp.received.length).toBe(before);
     expect((await mailsTo(t, 'not-yet@example.test'))[0]).toMatchObject({ status: 'pending', attempts: 0 });
+  });
+
+  it("the batch histogram (GET /internal/metering/batches) is the scheduler's too: 401 to anyone else, 200 with the token", async () => {
+    for (const res of [
+      await t.http.get('/internal/metering/batches'),
+      await t.http.get('/internal/metering/batches', { bearer: TOKEN.slice(0, -1) }),
+      await t.http.get('/internal/metering/batches', { cookie: admin.cookie }),
+    ]) {
+      expect(res.status, res.text).toBe(401);
+      expect(res.body.error.code).toBe('UNAUTHORIZED');
+    }
+    const res = await t.http.get('/internal/metering/batches', { bearer: TOKEN });
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data).toEqual({ batches: expect.any(Array), batchCount: expect.any(Number), callCount: expect.any(Number) });
   });
 
   it('validates the body after the token: 400 for a bad limit, never for an empty body', async () => {
