@@ -2264,6 +2264,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/internal/metering/batches": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * For operators and the benchmark: this instance's group-commit batch sizes since it started
+         * @description Authorization: `Bearer <DRAIN_TOKEN>`. Usage writes (increments, decrements) that arrive while a batch is in flight go out together as the next one (functions/metering/group-commit.ts); this histogram shows how far that coalescing goes under the real load. Per process: each instance counts its own. 404 when DRAIN_TOKEN is not configured.
+         */
+        get: operations["getMeteringBatches"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/me": {
         parameters: {
             query?: never;
@@ -3305,6 +3325,17 @@ export interface components {
             subscriptionId: string;
             /** @description Counter after the event */
             used: number | null;
+        };
+        MeteringBatchReport: {
+            batchCount: number;
+            /** @description Smallest size first; only sizes that occurred */
+            batches: {
+                /** @description batches of that size */
+                count: number;
+                /** @description calls in one batch */
+                size: number;
+            }[];
+            callCount: number;
         };
         MetricDefinition: {
             /** Format: uuid */
@@ -16495,6 +16526,49 @@ export interface operations {
             };
             /** @description Feature not configured or dependency unavailable */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getMeteringBatches: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Batch sizes of this instance */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["MeteringBatchReport"];
+                        error: null;
+                        /** @enum {string} */
+                        status: "success";
+                    };
+                };
+            };
+            /** @description Not signed in, or credentials invalid/expired/revoked */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Resource not found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
