@@ -62,7 +62,7 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
     clock,
     auth,
     mailer,
-    payments: createPayments(config),
+    payments: await createPayments(config),
     authenticator,
     startup: async () => {
       if (config.admin) await ensureAdmin({ auth, database, logger, clock }, config.admin);

@@ -5,7 +5,7 @@ import { newRouter } from './router.ts';
  * GET /docs: the interactive API reference (Swagger UI, from the dependency-free `swagger-ui-dist` package)
  * rendered in the browser from /openapi.json.
  * On Node the renderer is served by the service itself (GET /docs/swagger-ui.js: swagger-ui-dist's bundle with
- * its stylesheet, read from node_modules by platform/node-runtime.ts), so the page works without internet
+ * its stylesheet, vendored in vendor/swagger-ui/ and read by platform/node-runtime.ts), so the page works without internet
  * access; on the edge, where there is no node_modules, the page loads the same pinned files from the public CDN,
  * checked by Subresource Integrity. URLs in the page are relative, so it also works under a path prefix
  * (Supabase: /functions/v1/api/docs).
@@ -15,10 +15,10 @@ export interface DocsOptions {
   script?: (() => Promise<Uint8Array>) | undefined;
 }
 
-/** The pinned swagger-ui-dist (the version in package.json; tests/foundation/docs.test.ts checks both match). */
+/** The pinned swagger-ui-dist (the devDependency in package.json; tests/foundation/docs.test.ts checks both match). */
 export const SWAGGER_UI_VERSION = '5.35.0';
 export const SWAGGER_UI_CDN = `https://cdn.jsdelivr.net/npm/swagger-ui-dist@${SWAGGER_UI_VERSION}`;
-/** sha384 of swagger-ui-bundle.js and swagger-ui.css of that version (checked against node_modules by the test). */
+/** sha384 of swagger-ui-bundle.js and swagger-ui.css of that version (the test checks the package's files and the vendored copies). */
 export const SWAGGER_UI_INTEGRITY = {
   'swagger-ui-bundle.js': 'sha384-gjRm0bEPMeTmMh5jT2cHccIwCUZSTd8YC+j0d0sXw0MdGEfScduGpSyF3ZSSLkX9',
   'swagger-ui.css': 'sha384-WlYgdmXYOOBWL5apwjDEZwN+U3HmXSSu5R6V5aGxEcf7z+KuRNwBhoxKVN1i3D5I',

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { isConnectionLost, openPostgres, type Database } from './db.ts';
 import type { Config } from './config.ts';
@@ -42,17 +42,13 @@ export async function openConfiguredDatabase(config: Config): Promise<Database> 
 }
 
 /**
- * The /docs renderer from the installed swagger-ui-dist, so /docs renders without internet: its browser bundle
- * followed by a few lines that add its stylesheet to the page (one script, GET /docs/swagger-ui.js).
- * Undefined when the package is not installed (the page then loads both files from the CDN).
+ * The /docs renderer, so /docs renders without internet: Swagger UI's browser bundle vendored in
+ * vendor/swagger-ui/ (scripts/vendor-docs.ts copies it from the pinned swagger-ui-dist), followed by a few lines
+ * that add its stylesheet to the page (one script, GET /docs/swagger-ui.js). Undefined when those files are
+ * missing (the page then loads both from the CDN).
  */
 export function localDocsScript(): (() => Promise<Uint8Array>) | undefined {
-  let dir: string;
-  try {
-    dir = dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'));
-  } catch {
-    return undefined;
-  }
+  const dir = fileURLToPath(new URL('../../vendor/swagger-ui/', import.meta.url));
   const script = join(dir, 'swagger-ui-bundle.js');
   const style = join(dir, 'swagger-ui.css');
   if (!existsSync(script) || !existsSync(style)) return undefined;

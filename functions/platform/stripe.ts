@@ -1,4 +1,4 @@
-import Stripe from 'stripe';
+import type Stripe from 'stripe';
 import type { Config } from './config.ts';
 
 /**
@@ -11,6 +11,9 @@ import type { Config } from './config.ts';
  * serves Node and Deno. The API version is the one the SDK
  * pins (Stripe.API_VERSION), so response shapes match the SDK's types. STRIPE_API_URL sends every call to a
  * Stripe-compatible server instead (the tests' fake, a local mock).
+ *
+ * The SDK is imported only when Stripe is configured: loaded, it holds about 8 MB of an idle service's memory,
+ * which a marketplace with free tiers only has no use for.
  */
 export interface Payments {
   stripe: Stripe;
@@ -19,8 +22,9 @@ export interface Payments {
   cryptoProvider: ReturnType<typeof Stripe.createSubtleCryptoProvider>;
 }
 
-export function createPayments(config: Config): Payments | undefined {
+export async function createPayments(config: Config): Promise<Payments | undefined> {
   if (!config.stripe) return undefined;
+  const { default: Stripe } = await import('stripe');
   const { secretKey, webhookSecret, apiUrl } = config.stripe;
   const target = apiUrl ? new URL(apiUrl) : undefined;
   const stripe = new Stripe(secretKey, {

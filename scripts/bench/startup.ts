@@ -51,9 +51,18 @@ async function npmStart(env: Record<string, string>): Promise<Started> {
   return { child, url, output: () => output, seconds: (performance.now() - began) / 1000 };
 }
 
+/**
+ * Stops the service itself, then npm: npm does not always pass SIGTERM on through its shell, and a service left
+ * running would hold its port, its memory and this process's pipes (the benchmark would never exit).
+ */
 async function stop(started: Started): Promise<void> {
   if (started.child.exitCode !== null) return;
   const exited = new Promise((r) => started.child.once('exit', r));
+  const service = servicePid(started.child.pid!);
+  process.kill(service, 'SIGTERM');
+  while (existsSync(`/proc/${service}`) && !/^State:\s+Z/m.test(readFileSync(`/proc/${service}/status`, 'utf8'))) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
   started.child.kill('SIGTERM');
   await exited;
 }

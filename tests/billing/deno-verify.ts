@@ -9,9 +9,9 @@ import { createPayments } from '../../functions/platform/stripe.ts';
 declare const Deno: { env: { get(name: string): string | undefined } };
 
 const input = JSON.parse(Deno.env.get('VERIFY_INPUT')!) as { secret: string; cases: Array<{ payload: string; header: string }> };
-const payments = createPayments(
+const payments = (await createPayments(
   loadConfig({ AUTH_SECRET: 'deno-verify-secret-deno-verify-secret!!', STRIPE_SECRET_KEY: 'sk_test_deno', STRIPE_WEBHOOK_SECRET: input.secret }),
-)!;
+))!;
 for (const c of input.cases) {
   try {
     const event = await payments.stripe.webhooks.constructEventAsync(c.payload, c.header, input.secret, undefined, payments.cryptoProvider);

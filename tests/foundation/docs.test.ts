@@ -6,6 +6,7 @@ import { compileErrors, validate } from '@readme/openapi-parser';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { docsRoutes, SWAGGER_UI_CDN, SWAGGER_UI_INTEGRITY, SWAGGER_UI_VERSION } from '../../functions/http/docs.ts';
+import { docsVendorDir } from '../../scripts/vendor-docs.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { blockOtherHosts, launchChromium } from '../support/browser.ts';
 import { contractText } from '../support/contract.ts';
@@ -112,13 +113,19 @@ describe('GET /docs', () => {
     expect(res.headers.get('x-request-id')).toEqual(expect.any(String));
   });
 
-  it('pins the version package.json installs, and the edge page loads exactly those files from the CDN', async () => {
-    const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as { dependencies: Record<string, string> };
-    expect(pkg.dependencies['swagger-ui-dist']).toBe(SWAGGER_UI_VERSION);
+  it('pins the version package.json installs, serves the vendored copies of its files, and the edge page loads exactly those files from the CDN', async () => {
+    const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as { dependencies: Record<string, string>; devDependencies: Record<string, string> };
+    // A development tool only (npm run gen:docs-vendor copies from it): a production install does without it.
+    expect(pkg.devDependencies['swagger-ui-dist']).toBe(SWAGGER_UI_VERSION);
+    expect(pkg.dependencies['swagger-ui-dist']).toBeUndefined();
     const dir = dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'));
+    const sha384 = (path: string) => `sha384-${createHash('sha384').update(readFileSync(path)).digest('base64')}`;
     for (const [file, integrity] of Object.entries(SWAGGER_UI_INTEGRITY)) {
-      expect(`sha384-${createHash('sha384').update(readFileSync(join(dir, file))).digest('base64')}`, file).toBe(integrity);
+      expect(sha384(join(dir, file)), file).toBe(integrity);
+      // The copy the service serves (else: npm run gen:docs-vendor).
+      expect(sha384(join(docsVendorDir, file)), `vendor/swagger-ui/${file} (run npm run gen:docs-vendor)`).toBe(integrity);
     }
+    for (const file of ['LICENSE', 'NOTICE']) expect(readFileSync(join(docsVendorDir, file), 'utf8')).toBe(readFileSync(join(dir, file), 'utf8'));
     // Without a local script (the Deno edge entry), the same page takes both files from the CDN, integrity-checked.
     const res = await docsRoutes({}).request('/docs');
     expect(res.status).toBe(200);
