@@ -172,12 +172,23 @@ describe('the network drops the app\'s connections (a TCP proxy resets them) und
   });
 });
 
-/** Ends every backend of the app's pool (what a database restart or failover does to the app's connections). */
+/**
+ * Ends every backend of the app's pool (what a database restart or failover does to the app's connections), and
+ * returns once they are gone. pg_terminate_backend only signals: until a backend has exited, a request may still
+ * send its query down that connection and lose it (503 UNAVAILABLE with Retry-After, by design: a write cannot be
+ * retried blindly). What the test holds the app to is what comes after the outage, not that window.
+ */
 async function terminateAppBackends(admin: postgres.Sql, database: string): Promise<number> {
-  const rows = await admin`
-    select pg_terminate_backend(pid) as ended from pg_stat_activity
+  const rows = await admin<{ pid: number; ended: boolean }[]>`
+    select pid, pg_terminate_backend(pid) as ended from pg_stat_activity
     where datname = ${database} and application_name = 'agent-marketplace'`;
-  return rows.length;
+  const pids = rows.map((r) => r.pid);
+  for (let i = 0; i < 250; i++) {
+    const [left] = await admin<{ n: number }[]>`select count(*)::int as n from pg_stat_activity where pid = any(${pids}::int[])`;
+    if (left!.n === 0) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return pids.length;
 }
 
 describe('the server ends the app\'s backends (pg_terminate_backend) under a request in flight', () => {
