@@ -1,64 +1,30 @@
 import { HTTPException } from 'hono/http-exception';
 import type { Context } from 'hono';
-import type { Authenticator, AppEnv } from './http/context.ts';
+import type { AppDeps, AppEnv } from './platform/app-types.ts';
 import { failure } from './http/envelope.ts';
 import { ApiError, errorStatus, type ErrorCode } from './http/errors.ts';
-import { CursorSigner } from './http/pagination.ts';
 import { newRouter } from './http/router.ts';
 import { agentBoundary } from './http/access.ts';
 import { loggedUrl, requestContext } from './http/request-context.ts';
 import { rejectNulCharacters } from './http/nul-guard.ts';
 import { limitBodySize } from './http/body-limit.ts';
 import { docsRoutes } from './http/docs.ts';
-import { openApiDocument } from './http/openapi-document.ts';
-import { healthRoutes } from './health/routes.ts';
-import { catalogRoutes, localFileRoutes } from './catalog/routes.ts';
-import type { FileStore, ObjectStorage } from './platform/storage.ts';
-import { meteringRoutes } from './metering/routes/index.ts';
-import type { Auth } from './auth/better-auth.ts';
-import { authLibraryRoutes } from './auth/mount.ts';
-import { trustedOriginCors } from './auth/cors.ts';
-import { identityRoutes } from './auth/routes.ts';
-import { oauthRoutes } from './auth/oauth/routes.ts';
-import type { Mailer } from './platform/mailer.ts';
-import type { Payments } from './platform/stripe.ts';
-import { billingRoutes } from './billing/routes.ts';
-import { cancelSubscriptionsOnBan } from './billing/cancel-subscription.ts';
-import { adminRoutes } from './admin/routes.ts';
-import { webhookRoutes } from './webhooks/routes.ts';
-import { internalRoutes } from './internal/routes.ts';
-import type { Config } from './platform/config.ts';
-import { signInUrls } from './platform/config.ts';
-import type { Clock } from './platform/clock.ts';
-import { isConnectionLost, type Database } from './platform/db.ts';
-import type { Logger } from './platform/logger.ts';
+import { openApiDocument } from './openapi-document.ts';
+import { healthRoutes } from './health/index.ts';
+import { catalogRoutes, localFileRoutes } from './catalog/index.ts';
+import { meteringRoutes } from './metering/index.ts';
+import { authLibraryRoutes, identityRoutes, oauthRoutes, trustedOriginCors } from './auth/index.ts';
+import { billingRoutes, cancelSubscriptionsOnBan } from './billing/index.ts';
+import { adminRoutes } from './admin/index.ts';
+import { webhookRoutes } from './webhooks/index.ts';
+import { internalRoutes } from './internal/index.ts';
+import { signInUrls, type Config } from './platform/config.ts';
+import { isConnectionLost } from './platform/db.ts';
 
 /**
- * Composition root. Everything the application needs arrives as an argument, so the same code serves
- * Node (scripts/serve.ts), Deno (supabase/functions/api) and tests, each passing its own database, clock
- * and peers. Nothing in here reads the environment or the file system.
+ * Composition root. Everything the application needs arrives as an argument (AppDeps, http/context.ts), so the same
+ * code serves Node, Deno and tests. Nothing in here reads the environment or the file system.
  */
-export interface AppDeps {
-  config: Config;
-  database: Database;
-  logger: Logger;
-  clock: Clock;
-  authenticator: Authenticator;
-  /** Better Auth (sessions, admin, organizations, jwt, OAuth provider), served under /api/auth. */
-  auth: Auth;
-  mailer: Mailer;
-  /** Stripe, or undefined without STRIPE_SECRET_KEY (paid paths then answer 503 PAYMENTS_NOT_CONFIGURED). */
-  payments: Payments | undefined;
-  cursors: CursorSigner;
-  /** Agent media uploads: S3-compatible, or local files when `files` is injected; undefined -> 503 STORAGE_NOT_CONFIGURED. */
-  storage: ObjectStorage | undefined;
-  files?: FileStore | undefined;
-  /** process start, for /health uptime */
-  startedAt: Date;
-  /** The /docs page's script (Node: from node_modules); when absent the page loads it from the public CDN. */
-  docsScript?: (() => Promise<Uint8Array>) | undefined;
-}
-
 export const MAX_BODY_BYTES = 1024 * 1024;
 
 export function createApp(deps: AppDeps) {

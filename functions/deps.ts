@@ -1,17 +1,14 @@
-import type { AppDeps } from './app.ts';
+import type { AppDeps } from './platform/app-types.ts';
 import { CursorSigner } from './http/pagination.ts';
 import { systemClock, type Clock } from './platform/clock.ts';
 import type { Config } from './platform/config.ts';
 import type { Database } from './platform/db.ts';
 import type { Logger } from './platform/logger.ts';
-import { createAuth } from './auth/better-auth.ts';
-import { createAuthenticator } from './auth/authenticator.ts';
-import { ensureAdmin } from './auth/ensure-admin.ts';
-import { startRevocationListPruning } from './auth/revocation-list.ts';
+import { createAuth, createAuthenticator, ensureAdmin, startRevocationListPruning } from './auth/index.ts';
 import { createPayments } from './platform/stripe.ts';
 import { createMailer, type MailTransport } from './platform/mailer.ts';
 import { createStorage, type FileStore } from './platform/storage.ts';
-import { createWebhookWorker } from './webhooks/drain.ts';
+import { createWebhookWorker } from './webhooks/index.ts';
 
 /**
  * Builds the application's dependencies from configuration. Runtime-neutral: the Node entry, the Deno edge

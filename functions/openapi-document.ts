@@ -1,5 +1,4 @@
-import type { Auth } from '../auth/better-auth.ts';
-import { AUTH_TAGS, authOpenApi } from '../auth/openapi.ts';
+import { AUTH_TAGS, authOpenApi, type Auth } from './auth/index.ts';
 
 /**
  * GET /openapi.json: the app's routes (described by their zod schemas) and the auth library's `/api/auth/*`

@@ -1,5 +1,5 @@
 import { pathToFileURL } from 'node:url';
-import type { AppDeps } from '../functions/app.ts';
+import type { AppDeps } from '../functions/platform/app-types.ts';
 import { addChangelogEntry } from '../functions/catalog/changelog.ts';
 import { createAgent } from '../functions/catalog/create-agent.ts';
 import { upsertReview } from '../functions/catalog/reviews.ts';

@@ -1,5 +1,5 @@
 import { z } from '@hono/zod-openapi';
-import { requireAgent } from '../catalog/agents.ts';
+import { requireAgent } from '../catalog/index.ts';
 import { ApiError } from '../http/errors.ts';
 import type { Clock } from '../platform/clock.ts';
 import { rows, sql, type Db } from '../platform/db.ts';

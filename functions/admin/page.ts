@@ -1,6 +1,6 @@
 import type { Context } from 'hono';
 import { currentPrincipal } from '../http/access.ts';
-import type { AppEnv } from '../http/context.ts';
+import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from '../http/errors.ts';
 import { escapeHtml, htmlPage, randomNonce } from '../http/html.ts';
 import { signInUrls } from '../platform/config.ts';

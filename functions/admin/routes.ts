@@ -1,5 +1,5 @@
 import { createRoute, z } from '@hono/zod-openapi';
-import { subscriptionSchema } from '../billing/subscriptions.ts';
+import { listMarketplaceSubscriptions, subscriptionSchema } from '../billing/index.ts';
 import { requireAdmin } from '../http/access.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../http/envelope.ts';
 import { pageQuerySchema } from '../http/pagination.ts';
@@ -7,7 +7,7 @@ import { errors, jsonResponse, newRouter, SECURITY } from '../http/router.ts';
 import { analyticsQuerySchema, analyticsSchema, getAnalytics } from './analytics.ts';
 import { adminPage } from './page.ts';
 import { textParam } from './params.ts';
-import { listSubscriptions, listSubscriptionsQuerySchema } from './subscriptions.ts';
+import { listSubscriptionsQuerySchema } from './subscriptions.ts';
 import { adminUserSchema, getUserProfile, listUsers, listUsersQuerySchema, userProfileSchema } from './users.ts';
 
 /** Administration reads: users with spend, one user's profile, all subscriptions, analytics, and the admin page. */
@@ -85,7 +85,7 @@ export function adminRoutes() {
   router.openapi(listSubscriptionsRoute, async (c) => {
     await requireAdmin(c);
     const { deps } = c.var;
-    const { items, pagination } = await listSubscriptions(deps.database.db, deps.clock, deps.cursors, c.req.valid('query'));
+    const { items, pagination } = await listMarketplaceSubscriptions(deps.database.db, deps.clock, deps.cursors, c.req.valid('query'));
     return c.json(okPage(items, pagination), 200);
   });
 

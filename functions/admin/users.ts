@@ -1,11 +1,6 @@
 import { z } from '@hono/zod-openapi';
-import { bannedUserSchema, getUser, toUserDto, type UserRow } from '../auth/users.ts';
-import {
-  subscriptionColumns,
-  subscriptionSchema,
-  toSubscriptionDto,
-  type SubscriptionRow,
-} from '../billing/subscriptions.ts';
+import { bannedUserSchema, getUser, toUserDto, type UserRow } from '../auth/index.ts';
+import { subscriptionSchema, subscriptionsWithAgentAndTier } from '../billing/index.ts';
 import type { Pagination } from '../http/envelope.ts';
 import { textParam } from './params.ts';
 import { finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
@@ -123,16 +118,6 @@ export async function listUsers(
   return finishPage(cursors, page, found.map(toAdminUser));
 }
 
-interface ProfileSubscriptionRow extends SubscriptionRow {
-  agent_slug: string;
-  agent_name: string;
-  agent_status: string;
-  tier_name: string;
-  price_cents: number;
-  currency: string;
-  interval: 'month' | 'year';
-}
-
 export async function getUserProfile(db: Db, clock: Clock, userId: string): Promise<UserProfile> {
   const user = await getUser(db, userId); // 404 for an unknown id
   const extra = await first<{ banExpires: Date | string | null; subscription_count: number; monthly_spend_cents: number }>(
@@ -141,17 +126,7 @@ export async function getUserProfile(db: Db, clock: Clock, userId: string): Prom
         from "user" u cross join lateral (${summaryOf(sql`u.id`)}) x
         where u.id = ${userId}`,
   );
-  const subscriptions = await rows<ProfileSubscriptionRow>(
-    db,
-    sql`select ${subscriptionColumns(clock.now())},
-               a.slug as agent_slug, a.name as agent_name, a.status as agent_status,
-               t.name as tier_name, t.price_cents, t.currency, t.interval
-        from public.subscriptions s
-        join public.agents a on a.id = s.agent_id
-        join public.tiers t on t.id = s.tier_id
-        where s.user_id = ${userId}
-        order by s.created_at desc, s.id desc`,
-  );
+  const subscriptions = await subscriptionsWithAgentAndTier(db, clock, userId);
   const memberships = await rows<{ id: string; name: string; slug: string; role: string; joined_at: Date | string }>(
     db,
     sql`select o.id, o.name, o.slug, m.role, m."createdAt" as joined_at
@@ -164,11 +139,7 @@ export async function getUserProfile(db: Db, clock: Clock, userId: string): Prom
     subscriptionCount: Number(extra?.subscription_count ?? 0),
     monthlySpendCents: Number(extra?.monthly_spend_cents ?? 0),
     banExpires: extra?.banExpires ? new Date(extra.banExpires).toISOString() : null,
-    subscriptions: subscriptions.map((r) => ({
-      ...toSubscriptionDto(r),
-      agent: { id: r.agent_id, slug: r.agent_slug, name: r.agent_name, status: r.agent_status },
-      tier: { id: r.tier_id, name: r.tier_name, priceCents: Number(r.price_cents), currency: r.currency, interval: r.interval },
-    })),
+    subscriptions,
     organizations: memberships.map((m) => ({
       organizationId: m.id,
       name: m.name,

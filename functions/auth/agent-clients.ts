@@ -77,6 +77,37 @@ export interface AgentClientCredentials {
   clientSecret: string;
 }
 
+/**
+ * The library's client row, written the way @better-auth/oauth-provider writes one (hashed secret, confidential web
+ * client, authorization code + refresh token, PKCE required), for the two kinds of client we create ourselves.
+ */
+async function insertOAuthClient(
+  db: Db,
+  client: {
+    clientId: string;
+    clientSecret: string;
+    now: Date;
+    name: string;
+    scopes: readonly string[];
+    redirectUris: string[];
+    postLogoutRedirectUris: string[];
+    metadata: Record<string, unknown>;
+  },
+): Promise<void> {
+  await sql`
+    insert into "oauthClient" (
+      "id", "clientId", "clientSecret", "disabled", "skipConsent", "enableEndSession", "scopes",
+      "clientCredentialsScopes", "createdAt", "updatedAt", "name", "redirectUris", "postLogoutRedirectUris",
+      "tokenEndpointAuthMethod", "applicationType", "grantTypes", "responseTypes", "requirePKCE",
+      "dpopBoundAccessTokens", "metadata")
+    values (
+      ${crypto.randomUUID()}, ${client.clientId}, ${await hashClientSecret(client.clientSecret)}, false, false, true,
+      ${JSON.stringify(client.scopes)}::text::jsonb, '[]'::jsonb, ${client.now}, ${client.now}, ${client.name.slice(0, 200)},
+      ${JSON.stringify(client.redirectUris)}::text::jsonb, ${JSON.stringify(client.postLogoutRedirectUris)}::text::jsonb,
+      'client_secret_basic', 'web', '["authorization_code","refresh_token"]'::jsonb, '["code"]'::jsonb, true,
+      false, ${JSON.stringify(client.metadata)}::text::jsonb)`.execute(db);
+}
+
 export interface AgentClient {
   clientId: string;
   redirectUris: string[];
@@ -100,18 +131,16 @@ export async function provisionAgentClient(
   const clientSecret = randomToken(32);
   const existing = await first(db, sql`select 1 from public.agent_oauth_clients where agent_id = ${input.agentId}`);
   if (existing) throw new ApiError('CONFLICT', 'This agent already has an OAuth client', { agentId: input.agentId });
-  await sql`
-    insert into "oauthClient" (
-      "id", "clientId", "clientSecret", "disabled", "skipConsent", "enableEndSession", "scopes",
-      "clientCredentialsScopes", "createdAt", "updatedAt", "name", "redirectUris", "postLogoutRedirectUris",
-      "tokenEndpointAuthMethod", "applicationType", "grantTypes", "responseTypes", "requirePKCE",
-      "dpopBoundAccessTokens", "metadata")
-    values (
-      ${crypto.randomUUID()}, ${clientId}, ${await hashClientSecret(clientSecret)}, false, false, true,
-      ${JSON.stringify(OAUTH_SCOPES)}::text::jsonb, '[]'::jsonb, ${now}, ${now}, ${input.name.slice(0, 200)},
-      ${JSON.stringify(redirectUris)}::text::jsonb, ${JSON.stringify(postLogoutRedirectUris)}::text::jsonb,
-      'client_secret_basic', 'web', '["authorization_code","refresh_token"]'::jsonb, '["code"]'::jsonb, true,
-      false, ${JSON.stringify({ agentId: input.agentId })}::text::jsonb)`.execute(db);
+  await insertOAuthClient(db, {
+    clientId,
+    clientSecret,
+    now,
+    name: input.name,
+    scopes: OAUTH_SCOPES,
+    redirectUris,
+    postLogoutRedirectUris,
+    metadata: { agentId: input.agentId },
+  });
   await sql`
     insert into public.agent_oauth_clients (agent_id, client_id, created_at, updated_at)
     values (${input.agentId}, ${clientId}, ${now}, ${now})`.execute(db);
@@ -133,18 +162,16 @@ export async function provisionFirstPartyClient(
   const now = deps.clock.now();
   const clientId = randomToken(24);
   const clientSecret = randomToken(32);
-  await sql`
-    insert into "oauthClient" (
-      "id", "clientId", "clientSecret", "disabled", "skipConsent", "enableEndSession", "scopes",
-      "clientCredentialsScopes", "createdAt", "updatedAt", "name", "redirectUris", "postLogoutRedirectUris",
-      "tokenEndpointAuthMethod", "applicationType", "grantTypes", "responseTypes", "requirePKCE",
-      "dpopBoundAccessTokens", "metadata")
-    values (
-      ${crypto.randomUUID()}, ${clientId}, ${await hashClientSecret(clientSecret)}, false, false, true,
-      ${JSON.stringify([...OAUTH_SCOPES, ADMIN_SCOPE])}::text::jsonb, '[]'::jsonb, ${now}, ${now}, ${input.name.slice(0, 200)},
-      ${JSON.stringify(redirectUris)}::text::jsonb, '[]'::jsonb,
-      'client_secret_basic', 'web', '["authorization_code","refresh_token"]'::jsonb, '["code"]'::jsonb, true,
-      false, ${JSON.stringify({ firstParty: true })}::text::jsonb)`.execute(db);
+  await insertOAuthClient(db, {
+    clientId,
+    clientSecret,
+    now,
+    name: input.name,
+    scopes: [...OAUTH_SCOPES, ADMIN_SCOPE],
+    redirectUris,
+    postLogoutRedirectUris: [],
+    metadata: { firstParty: true },
+  });
   await sql`insert into public.first_party_clients (client_id, created_at) values (${clientId}, ${now})`.execute(db);
   // Linked to the API's own resource (the library seeds the same row from provider-options.ts at start), so its
   // tokens carry `aud` = the API.

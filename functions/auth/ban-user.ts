@@ -1,4 +1,4 @@
-import type { AppDeps } from '../app.ts';
+import type { AppDeps } from '../platform/app-types.ts';
 import { ApiError } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { getUser } from './users.ts';

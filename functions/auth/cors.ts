@@ -1,6 +1,6 @@
 import type { MiddlewareHandler } from 'hono';
 import { cors } from 'hono/cors';
-import type { AppEnv } from '../http/context.ts';
+import type { AppEnv } from '../platform/app-types.ts';
 import { setResponseHeader } from '../http/response-headers.ts';
 import type { Config } from '../platform/config.ts';
 import { trustedOrigins } from './better-auth.ts';

@@ -1,5 +1,5 @@
 import type { Context, Next } from 'hono';
-import type { AppEnv } from '../http/context.ts';
+import type { AppEnv } from '../platform/app-types.ts';
 import { rateLimited, refundToken, takeToken } from '../http/rate-limit.ts';
 
 /**

@@ -1,5 +1,5 @@
 import { Hono, type Context, type Next } from 'hono';
-import type { AppEnv } from '../http/context.ts';
+import type { AppEnv } from '../platform/app-types.ts';
 import { enforceRateLimit } from '../http/rate-limit.ts';
 import { limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';

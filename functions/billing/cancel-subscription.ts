@@ -1,5 +1,5 @@
-import type { AppDeps } from '../app.ts';
-import type { OnUserBanned } from '../auth/ban-user.ts';
+import type { AppDeps } from '../platform/app-types.ts';
+import type { OnUserBanned } from '../auth/index.ts';
 import { notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { callStripe, isStripeRefusal, requirePayments } from './payments.ts';

@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import type { AppDeps } from '../app.ts';
+import type { AppDeps } from '../platform/app-types.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import type { Principal } from '../http/context.ts';
 import { first, sql } from '../platform/db.ts';

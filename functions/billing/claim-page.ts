@@ -1,5 +1,5 @@
 import type { Context } from 'hono';
-import type { AppEnv } from '../http/context.ts';
+import type { AppEnv } from '../platform/app-types.ts';
 import { notFound } from '../http/errors.ts';
 import { htmlPage, randomNonce } from '../http/html.ts';
 

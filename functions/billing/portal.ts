@@ -1,4 +1,4 @@
-import type { AppDeps } from '../app.ts';
+import type { AppDeps } from '../platform/app-types.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { ownUrl } from './checkout.ts';
 import { customerIdOf } from './customers.ts';

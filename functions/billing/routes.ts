@@ -1,5 +1,5 @@
 import { createRoute, z } from '@hono/zod-openapi';
-import { tierSchema } from '../catalog/tiers.ts';
+import { tierSchema } from '../catalog/index.ts';
 import { otherAgent, requireAdmin, requireUser, requireWithinAgent } from '../http/access.ts';
 import { envelopeOf, ok } from '../http/envelope.ts';
 import { notFound } from '../http/errors.ts';

@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import type { AppDeps } from '../app.ts';
+import type { AppDeps } from '../platform/app-types.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { callStripe, requirePayments } from './payments.ts';

@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import type { AppDeps } from '../app.ts';
+import type { AppDeps } from '../platform/app-types.ts';
 import { notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { callStripe, isStripeRefusal, requirePayments } from './payments.ts';

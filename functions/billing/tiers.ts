@@ -1,5 +1,5 @@
-import type { AppDeps } from '../app.ts';
-import { insertTier, type Tier } from '../catalog/tiers.ts';
+import type { AppDeps } from '../platform/app-types.ts';
+import { insertTier, type Tier, type TierBasics } from '../catalog/index.ts';
 import { ApiError, conflict, notFound, pgCode } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
@@ -14,17 +14,10 @@ import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
  *     that subscriptions reference (current or pending) is archived: kept for them, hidden, closed to checkout.
  */
 
-export interface BillingTier {
-  id: string;
-  agentId: string;
-  name: string;
-  priceCents: number;
-  currency: string;
-  interval: 'month' | 'year';
+export interface BillingTier extends TierBasics {
   stripeProductId: string | null;
   stripePriceId: string | null;
   archived: boolean;
-  isPublic: boolean;
   agentStatus: string;
 }
 

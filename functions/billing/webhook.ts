@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import type { AppDeps } from '../app.ts';
+import type { AppDeps } from '../platform/app-types.ts';
 import { ApiError } from '../http/errors.ts';
 import { isStripeMissing, requirePayments } from './payments.ts';
 import { applyStripeState, eventSeen, syncStripeSubscription, type ApplyOutcome } from './subscription-state.ts';

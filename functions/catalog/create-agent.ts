@@ -1,5 +1,5 @@
 import type { z } from '@hono/zod-openapi';
-import { provisionAgentClient } from '../auth/agent-clients.ts';
+import { provisionAgentClient } from '../auth/index.ts';
 import type { Clock } from '../platform/clock.ts';
 import type { Db } from '../platform/db.ts';
 import { replaceContent } from './agent-content.ts';

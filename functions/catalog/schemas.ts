@@ -1,5 +1,5 @@
 import { z } from '@hono/zod-openapi';
-import { postLogoutRedirectUrisSchema, redirectUrisSchema } from '../auth/agent-clients.ts';
+import { postLogoutRedirectUrisSchema, redirectUrisSchema } from '../auth/index.ts';
 import { iso } from '../platform/clock.ts';
 
 /**

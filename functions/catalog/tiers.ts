@@ -57,14 +57,10 @@ export function enterpriseTier(agentId: string): EnterpriseTier {
   };
 }
 
-interface TierRow {
-  id: string;
-  agentId: string;
-  name: string;
-  priceCents: number;
-  currency: string;
-  interval: 'month' | 'year';
-  isPublic: boolean;
+/** What a tier is priced and listed as: the fields every tier shape shares (billing's BillingTier too). */
+export type TierBasics = Pick<Tier, 'id' | 'agentId' | 'name' | 'priceCents' | 'currency' | 'interval' | 'isPublic'>;
+
+interface TierRow extends TierBasics {
   features: unknown;
   createdAt: Date | string;
   updatedAt: Date | string;
@@ -89,13 +85,7 @@ export function toTier(row: TierRow): Tier {
   };
 }
 
-export interface NewTier {
-  agentId: string;
-  name: string;
-  priceCents: number;
-  currency: string;
-  interval: 'month' | 'year';
-  isPublic: boolean;
+export interface NewTier extends Omit<TierBasics, 'id'> {
   features: string[];
   stripeProductId?: string | null;
   stripePriceId?: string | null;

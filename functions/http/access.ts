@@ -1,7 +1,8 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import { first, sql } from '../platform/db.ts';
 import { signInUrls } from '../platform/config.ts';
-import type { AppEnv, Principal } from './context.ts';
+import type { Principal } from './context.ts';
+import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from './errors.ts';
 
 /**

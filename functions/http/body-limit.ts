@@ -1,6 +1,6 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import type { AppEnv } from './context.ts';
+import type { AppEnv } from '../platform/app-types.ts';
 
 /**
  * Request bodies over `maxBytes` are answered by `onError` (413) before any handler reads them.

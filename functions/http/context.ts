@@ -1,5 +1,3 @@
-import type { AppDeps } from '../app.ts';
-
 /** Who is calling: resolved from the session cookie first, else from a bearer access token. */
 export interface Principal {
   userId: string;
@@ -54,11 +52,3 @@ export interface BearerCaller {
   createdAt: Date | string | null;
 }
 
-export interface AppEnv {
-  Variables: {
-    requestId: string;
-    deps: AppDeps;
-    /** Memoized principal lookup for this request (see http/access.ts). */
-    principal: Promise<Principal | null> | undefined;
-  };
-}

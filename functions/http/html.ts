@@ -1,5 +1,5 @@
 import type { Context } from 'hono';
-import type { AppEnv } from './context.ts';
+import type { AppEnv } from '../platform/app-types.ts';
 
 /**
  * The service's few server-rendered HTML pages (the admin page, the OAuth sign-in and consent pages) share one

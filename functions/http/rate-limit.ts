@@ -1,5 +1,5 @@
 import type { Context, MiddlewareHandler } from 'hono';
-import type { AppEnv } from './context.ts';
+import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from './errors.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import type { Clock } from '../platform/clock.ts';

@@ -1,7 +1,6 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import { matchedRoutes } from 'hono/route';
-import type { AppDeps } from '../app.ts';
-import type { AppEnv } from './context.ts';
+import type { AppDeps, AppEnv } from '../platform/app-types.ts';
 import { setResponseHeader } from './response-headers.ts';
 
 /**

@@ -1,5 +1,5 @@
 import type { Context } from 'hono';
-import type { AppEnv } from './context.ts';
+import type { AppEnv } from '../platform/app-types.ts';
 
 /**
  * Sets (or appends) a header on the response already made. Responses built by libraries (fetch results,

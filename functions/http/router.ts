@@ -1,5 +1,5 @@
 import { OpenAPIHono, z, type RouteConfig } from '@hono/zod-openapi';
-import type { AppEnv } from './context.ts';
+import type { AppEnv } from '../platform/app-types.ts';
 import { errorBodySchema } from './envelope.ts';
 import { ApiError } from './errors.ts';
 

@@ -1,6 +1,6 @@
-import type { AppDeps } from '../app.ts';
+import type { AppDeps } from '../platform/app-types.ts';
 import { first, sql } from '../platform/db.ts';
-import { drainWebhookOutbox, type DrainResult } from '../webhooks/drain.ts';
+import { drainWebhookOutbox, type DrainResult } from '../webhooks/index.ts';
 
 /**
  * The service's background work, as one bounded call that any process may make at any time, any number at once:

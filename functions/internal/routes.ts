@@ -2,7 +2,7 @@ import { createRoute, z } from '@hono/zod-openapi';
 import { envelopeOf, ok } from '../http/envelope.ts';
 import { ApiError } from '../http/errors.ts';
 import { errors, jsonResponse, newRouter } from '../http/router.ts';
-import { batchSizes } from '../metering/group-commit.ts';
+import { batchSizes } from '../metering/index.ts';
 import { DEFAULT_DRAIN_LIMIT, isDrainToken, runBackgroundWork } from './background-work.ts';
 
 /**

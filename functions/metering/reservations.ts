@@ -3,8 +3,8 @@ import { ApiError, notFound } from '../http/errors.ts';
 import { otherAgent } from '../http/access.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db } from '../platform/db.ts';
-import type { MetricKind, OriginalRequest, Reservation, ReservationStatus } from './schemas.ts';
-import { idempotencyConflict, quotaExceeded, usageRecord } from './usage.ts';
+import type { OriginalRequest, Reservation, ReservationStatus } from './schemas.ts';
+import { idempotencyConflict, quotaExceeded, usageRecord, type UsageColumns } from './usage.ts';
 import { iso as isoOf } from '../platform/clock.ts';
 
 /**
@@ -40,7 +40,7 @@ export interface ReservationResult {
   replayed: boolean;
 }
 
-interface ReservationRow {
+interface ReservationRow extends UsageColumns {
   outcome:
     | 'ok'
     | 'quota_exceeded'
@@ -59,14 +59,6 @@ interface ReservationRow {
   expires_at: Date | string | null;
   created_at: Date | string | null;
   metric: string | null;
-  kind: MetricKind | null;
-  used: number | null;
-  reserved: number | null;
-  quota_limit: number | null;
-  period_start: Date | string | null;
-  period_end: Date | string | null;
-  requested: number | null;
-  original: OriginalRequest | null;
 }
 
 interface BearerCallerColumns {

@@ -82,14 +82,18 @@ async function prepareChange(trx: Db, now: Date, agentId: string, tierId: string
 const previousDetails = (previous: Target['previous']) =>
   previous ? { exists: true, quotaLimit: previous.quota_limit === null ? null : Number(previous.quota_limit) } : { exists: false };
 
+/** Which quota a change is for, and who makes it (the admin, recorded in the subscribers' metering events). */
+export interface QuotaChange {
+  actorUserId: string;
+  agentId: string;
+  tierId: string;
+  metricId: string;
+}
+
 export async function upsertTierQuota(
   db: Db,
   now: Date,
-  actorUserId: string,
-  agentId: string,
-  tierId: string,
-  metricId: string,
-  quotaLimit: number | null,
+  { actorUserId, agentId, tierId, metricId, quotaLimit }: QuotaChange & { quotaLimit: number | null },
 ): Promise<{ quota: TierQuota; created: boolean }> {
   return db.transaction().execute(async (trx) => {
     const target = await prepareChange(trx, now, agentId, tierId, metricId);
@@ -114,10 +118,7 @@ export async function upsertTierQuota(
 export async function deleteTierQuota(
   db: Db,
   now: Date,
-  actorUserId: string,
-  agentId: string,
-  tierId: string,
-  metricId: string,
+  { actorUserId, agentId, tierId, metricId }: QuotaChange,
 ): Promise<{ id: string }> {
   return db.transaction().execute(async (trx) => {
     const target = await prepareChange(trx, now, agentId, tierId, metricId);

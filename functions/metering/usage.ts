@@ -1,4 +1,4 @@
-import { findActiveSubscription } from '../billing/subscriptions.ts';
+import { findActiveSubscription } from '../billing/index.ts';
 import type { BearerCheck, Principal } from '../http/context.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { otherAgent } from '../http/access.ts';
@@ -16,9 +16,8 @@ import type { MetricKind, OriginalRequest, UsageRecord, UsageResult } from './sc
  * This module only maps the function's outcome to the API.
  */
 
-interface UsageCallRow {
-  outcome: 'ok' | 'quota_exceeded' | 'subscription_required' | 'metric_not_found' | 'not_decrementable' | 'idempotency_conflict';
-  replayed: boolean;
+/** The counter's columns that every usage call returns (increments, decrements, reservations): a usage record. */
+export interface UsageColumns {
   kind: MetricKind | null;
   used: number | null;
   /** units held by live reservations on the counter (on a replay: as the first call saw them) */
@@ -30,6 +29,11 @@ interface UsageCallRow {
   requested: number | null;
   /** idempotency_conflict: the request this clientReqId was first used for */
   original: OriginalRequest | null;
+}
+
+interface UsageCallRow extends UsageColumns {
+  outcome: 'ok' | 'quota_exceeded' | 'subscription_required' | 'metric_not_found' | 'not_decrementable' | 'idempotency_conflict';
+  replayed: boolean;
 }
 
 export interface UsageCall {
@@ -142,15 +146,7 @@ export function idempotencyConflict(
 const describeRequest = (r: OriginalRequest) =>
   `${r.operation} of ${r.amount}${r.ttlSeconds !== undefined ? ` for ${r.ttlSeconds}s` : ''}`;
 
-export function usageRecord(row: {
-  metric: string;
-  kind: MetricKind | null;
-  used: number | null;
-  reserved: number | null;
-  quota_limit: number | null;
-  period_start: Date | string | null;
-  period_end: Date | string | null;
-}): UsageRecord {
+export function usageRecord(row: Omit<UsageColumns, 'requested' | 'original'> & { metric: string }): UsageRecord {
   const used = Number(row.used ?? 0);
   const reserved = Number(row.reserved ?? 0);
   const limit = row.quota_limit === null ? null : Number(row.quota_limit);

@@ -1,4 +1,4 @@
-import type { AppDeps } from '../app.ts';
+import type { AppDeps } from '../platform/app-types.ts';
 import type { Pagination } from '../http/envelope.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { afterCursor, finishPage, pageScope, readPage } from '../http/pagination.ts';

@@ -1,4 +1,4 @@
-import type { AppDeps } from '../app.ts';
+import type { AppDeps } from '../platform/app-types.ts';
 import { notFound } from '../http/errors.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { Webhook, WebhookEventType, WebhookWithSecret } from './schemas.ts';

@@ -1,8 +1,3 @@
-import { Hono } from 'hono';
-import { currentPrincipal, unauthorized } from '../../http/access.ts';
-import type { AppEnv } from '../../http/context.ts';
-import { ApiError } from '../../http/errors.ts';
-
 /**
  * Endpoints of the auth library that nobody may call (contract.md, Trust boundaries): OAuth clients exist only as
  * agents' clients, created by createAgent (functions/auth/agent-clients.ts) and managed by platform admins through
@@ -18,6 +13,9 @@ import { ApiError } from '../../http/errors.ts';
  *
  * Paths are relative to the library's base path /api/auth and matched after normalising the request path
  * (percent-decoded, lower case, repeated and trailing slashes dropped), so no spelling reaches the library.
+ *
+ * This module is the list and its matcher only (better-auth.ts reads the list too); the router that refuses them is
+ * closed-endpoint-routes.ts.
  */
 
 export interface ClosedEndpoint {
@@ -66,29 +64,6 @@ export function closedEndpointOf(requestPath: string): ClosedEndpoint | undefine
       (endpoint.subtree ? rest.length >= pattern.length : rest.length === pattern.length) &&
       pattern.every((s, i) => s.startsWith(':') || s === rest[i]),
   )?.endpoint;
-}
-
-/** Mounted first among the /api/auth routes (routes.ts), so it answers before any wrapper or the library. */
-export function closedEndpointRoutes() {
-  const router = new Hono<AppEnv>();
-  router.use('/api/auth/*', async (c, next) => {
-    const closed = closedEndpointOf(c.req.path);
-    if (!closed) return next();
-    if (closed.path === '/oauth2/register') {
-      throw unauthorized(c, 'Dynamic client registration is not available: OAuth clients are created with their agent by a platform admin');
-    }
-    const principal = await currentPrincipal(c).catch(() => null);
-    if (!principal) throw unauthorized(c, refusal(closed));
-    throw new ApiError('FORBIDDEN', refusal(closed));
-  });
-  return router;
-}
-
-function refusal(closed: ClosedEndpoint): string {
-  if (closed.path === '/token') {
-    return 'Session JWTs are not issued: agent backends get access tokens from POST /api/auth/oauth2/token';
-  }
-  return 'OAuth clients are created with their agent and managed by platform admins at /admin/agents/{agentId}/oauth-client';
 }
 
 /** Path segments, percent-decoded (repeatedly), lower case, without empty ones (repeated or trailing slashes). */

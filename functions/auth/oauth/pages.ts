@@ -1,5 +1,5 @@
 import { Hono, type Context } from 'hono';
-import type { AppEnv } from '../../http/context.ts';
+import type { AppEnv } from '../../platform/app-types.ts';
 import { escapeHtml, htmlPage, randomNonce } from '../../http/html.ts';
 import type { Config } from '../../platform/config.ts';
 import { first, sql } from '../../platform/db.ts';

@@ -1,5 +1,5 @@
 import { Hono, type Context } from 'hono';
-import type { AppEnv } from '../../http/context.ts';
+import type { AppEnv } from '../../platform/app-types.ts';
 import { first, sql, type Db } from '../../platform/db.ts';
 import type { Config } from '../../platform/config.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';

@@ -1,7 +1,7 @@
 import type { Config } from '../../platform/config.ts';
 import { newRouter } from '../../http/router.ts';
 import { agentClientAdminRoutes } from './admin-routes.ts';
-import { closedEndpointRoutes } from './closed-endpoints.ts';
+import { closedEndpointRoutes } from './closed-endpoint-routes.ts';
 import { oauthPages } from './pages.ts';
 import { oauthProtocolRoutes } from './protocol-gaps.ts';
 

@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import type { AppEnv } from '../../http/context.ts';
+import type { AppEnv } from '../../platform/app-types.ts';
 import { failure } from '../../http/envelope.ts';
 import { FileTooLargeError, LocalStorage, STORAGE_KEY_PATTERN, type FileStore, type ObjectStorage } from '../../platform/storage.ts';
 import { contentTypeOfKey } from '../uploads.ts';

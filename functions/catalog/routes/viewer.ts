@@ -1,6 +1,7 @@
 import type { Context } from 'hono';
 import { currentPrincipal } from '../../http/access.ts';
-import type { AppEnv, Principal } from '../../http/context.ts';
+import type { Principal } from '../../http/context.ts';
+import type { AppEnv } from '../../platform/app-types.ts';
 import { ApiError } from '../../http/errors.ts';
 
 /**

@@ -156,15 +156,13 @@ export function metricRoutes() {
     const admin = await requireAdmin(c);
     const { agentId, tierId, metricId } = c.req.valid('param');
     const { database, clock } = c.var.deps;
-    const { quota, created } = await upsertTierQuota(
-      database.db,
-      clock.now(),
-      admin.userId,
+    const { quota, created } = await upsertTierQuota(database.db, clock.now(), {
+      actorUserId: admin.userId,
       agentId,
       tierId,
       metricId,
-      c.req.valid('json').quotaLimit,
-    );
+      quotaLimit: c.req.valid('json').quotaLimit,
+    });
     return created ? c.json(ok(quota), 201) : c.json(ok(quota), 200);
   });
 
@@ -172,7 +170,7 @@ export function metricRoutes() {
     const admin = await requireAdmin(c);
     const { agentId, tierId, metricId } = c.req.valid('param');
     const { database, clock } = c.var.deps;
-    return c.json(ok(await deleteTierQuota(database.db, clock.now(), admin.userId, agentId, tierId, metricId)), 200);
+    return c.json(ok(await deleteTierQuota(database.db, clock.now(), { actorUserId: admin.userId, agentId, tierId, metricId })), 200);
   });
 
   return router;

@@ -4,7 +4,7 @@ import { envelopeOf, ok } from '../../http/envelope.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../../http/router.ts';
 import { decrementUsageBody, incrementUsageBody, usageRecordSchema, usageResultSchema } from '../schemas.ts';
 import type { Context } from 'hono';
-import type { AppEnv } from '../../http/context.ts';
+import type { AppEnv } from '../../platform/app-types.ts';
 import { getMyUsage, listMyUsage, meterUsageAsBearer, quotaHeaders, type UsageCall, type UsageOperation } from '../usage.ts';
 import { ApiError } from '../../http/errors.ts';
 import { idempotencyConflict409, quotaExceeded429, quotaHeaderDocs } from './responses.ts';

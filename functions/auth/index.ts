@@ -1,0 +1,17 @@
+/**
+ * The auth room's public surface: its routers for the composition root (app.ts, deps.ts) and the services other
+ * rooms may call. Imports from another room go through that room's index.ts only; .dependency-cruiser.cjs holds the
+ * rule and `npm test` checks it (tests/foundation/architecture.once.test.ts).
+ */
+export { authLibraryRoutes } from './mount.ts';
+export { trustedOriginCors } from './cors.ts';
+export { identityRoutes } from './routes.ts';
+export { oauthRoutes } from './oauth/routes.ts';
+export { AUTH_TAGS, authOpenApi } from './openapi.ts';
+export { createAuth, type Auth } from './better-auth.ts';
+export { createAuthenticator } from './authenticator.ts';
+export { ensureAdmin } from './ensure-admin.ts';
+export { startRevocationListPruning } from './revocation-list.ts';
+export { postLogoutRedirectUrisSchema, provisionAgentClient, redirectUrisSchema } from './agent-clients.ts';
+export { bannedUserSchema, getUser, toUserDto, type UserRow } from './users.ts';
+export type { OnUserBanned } from './ban-user.ts';

@@ -1,0 +1,7 @@
+/**
+ * The metering room's public surface: its routers for the composition root (app.ts, deps.ts) and the services other
+ * rooms may call. Imports from another room go through that room's index.ts only; .dependency-cruiser.cjs holds the
+ * rule and `npm test` checks it (tests/foundation/architecture.once.test.ts).
+ */
+export { meteringRoutes } from './routes/index.ts';
+export { batchSizes } from './group-commit.ts';
