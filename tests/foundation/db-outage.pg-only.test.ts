@@ -212,21 +212,36 @@ describe('the server ends the app\'s backends (pg_terminate_backend) under a req
       const requestId = `terminated-${round}`;
       const lock = await lockAgents(t.databaseUrl!);
       let inFlight: ReturnType<typeof t.http.get> | undefined;
+      let ended = 0;
       try {
         inFlight = t.http.get('/agents', { headers: { 'x-request-id': requestId } });
         await waitForBlockedAppQuery(admin, database);
-        expect(await terminateAppBackends(admin, database)).toBeGreaterThan(0);
+        ended = await terminateAppBackends(admin, database);
+        expect(ended).toBeGreaterThan(0);
         expectUnavailable(t, await inFlight, requestId);
       } finally {
         await lock.release();
         await inFlight?.catch(() => undefined);
       }
-      // Every connection of the pool died; each following request must get a working one (never a hang, a stale
-      // error of the dead backend, or a crash), including requests that take several connections at once.
-      for (let i = 0; i < 3; i++) {
-        const next = await t.http.get('/agents');
-        expect(next.status, next.text).toBe(200);
+      // Every connection of the pool died. What docs/operations.md promises: a request on a connection the server
+      // ended answers 503 UNAVAILABLE (the driver may not have seen an idle connection close yet when the next
+      // request takes it: seen in CI under load), and the pool recovers by itself. So: at most one 503 per ended
+      // connection, each a clean, logged UNAVAILABLE, then only 200s (never a hang, a stale error that persists, or
+      // a crash), including requests that take several connections at once.
+      let unavailable = 0;
+      for (let i = 0, inARow = 0; inARow < 3; i++) {
+        expect(i, 'requests before three 200s in a row').toBeLessThan(3 * ended + 3);
+        const id = `after-${round}-${i}`;
+        const next = await t.http.get('/agents', { headers: { 'x-request-id': id } });
+        if (next.status === 200) {
+          inARow++;
+        } else {
+          expectUnavailable(t, next, id);
+          unavailable++;
+          inARow = 0;
+        }
       }
+      expect(unavailable).toBeLessThanOrEqual(ended);
       const burst = await Promise.all(Array.from({ length: 8 }, () => t.http.get('/agents')));
       expect(burst.map((r) => r.status)).toEqual(Array(8).fill(200));
       expect((await t.http.get('/ready')).status).toBe(200);
