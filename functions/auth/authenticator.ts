@@ -148,8 +148,9 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
     const caller = await first<BearerCaller>(
       db,
       sql`select status, email, name, role, created_at as "createdAt"
-            from public.bearer_caller(${check.userId}, ${check.tokenKeys}::text[], ${check.issuedAt}, ${clock.now()},
-                                      ${check.clientId}, ${check.agentId})`,
+            from public.bearer_caller(p_user_id => ${check.userId}, p_token_keys => ${check.tokenKeys}::text[],
+                                      p_issued_at => ${check.issuedAt}, p_now => ${clock.now()},
+                                      p_client_id => ${check.clientId}, p_agent_id => ${check.agentId})`,
     );
     return check.principal(caller!);
   }

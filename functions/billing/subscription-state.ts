@@ -152,13 +152,24 @@ export async function applyStripeState(
   const s = input.state;
   const row = await first<{ outcome: ApplyOutcome; subscriptionId: string | null }>(
     deps.database.db,
+    // Named arguments: sixteen positional ones, several of the same type, would swap silently.
     sql`select outcome, subscription_id as "subscriptionId" from public.billing_apply_stripe_subscription(
-          ${input.event?.id ?? null}, ${input.event?.type ?? null},
-          ${s?.stripeSubscriptionId ?? null}, ${s?.stripeCustomerId ?? null}, ${input.userId ?? null},
-          ${s?.priceId ?? null}, ${s?.status ?? null}, ${s?.periodStart ?? null}::timestamptz, ${s?.periodEnd ?? null}::timestamptz,
-          ${s?.cancelAtPeriodEnd ?? false}, ${s?.canceledAt ?? null}::timestamptz,
-          ${s?.pendingPriceId ?? null}, ${s?.pendingKind ?? null}, ${s?.pendingInvoiceId ?? null}, ${s?.scheduleId ?? null},
-          ${deps.clock.now()}::timestamptz)`,
+          p_event_id => ${input.event?.id ?? null}::text,
+          p_event_type => ${input.event?.type ?? null}::text,
+          p_stripe_subscription_id => ${s?.stripeSubscriptionId ?? null}::text,
+          p_stripe_customer_id => ${s?.stripeCustomerId ?? null}::text,
+          p_user_id => ${input.userId ?? null}::text,
+          p_price_id => ${s?.priceId ?? null}::text,
+          p_status => ${s?.status ?? null}::text,
+          p_period_start => ${s?.periodStart ?? null}::timestamptz,
+          p_period_end => ${s?.periodEnd ?? null}::timestamptz,
+          p_cancel_at_period_end => ${s?.cancelAtPeriodEnd ?? false}::boolean,
+          p_canceled_at => ${s?.canceledAt ?? null}::timestamptz,
+          p_pending_price_id => ${s?.pendingPriceId ?? null}::text,
+          p_pending_kind => ${s?.pendingKind ?? null}::text,
+          p_pending_invoice_id => ${s?.pendingInvoiceId ?? null}::text,
+          p_schedule_id => ${s?.scheduleId ?? null}::text,
+          p_now => ${deps.clock.now()}::timestamptz)`,
   );
   const result = row ?? { outcome: 'recorded' as const, subscriptionId: null };
   if (result.outcome === 'unknown_price' || result.outcome === 'conflict') {

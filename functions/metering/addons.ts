@@ -94,9 +94,11 @@ export async function grantAddon(
                   ${input.duration === 'one_cycle' ? target.period_start : null}, ${input.note ?? null}, ${actorUserId}, ${now})
           returning id`,
     );
-    await sql`select public.metering_record_events(array[${subscriptionId}]::uuid[], ${target.metric_id}, 'addon_granted',
-                ${input.amount}, ${inserted!.id}, ${actorUserId},
-                ${JSON.stringify({ duration: input.duration, ...(input.note ? { note: input.note } : {}) })}::text::jsonb, ${now})`.execute(trx);
+    await sql`select public.metering_record_events(
+                p_subscription_ids => array[${subscriptionId}]::uuid[], p_metric_id => ${target.metric_id}, p_event => 'addon_granted',
+                p_amount => ${input.amount}, p_addon_id => ${inserted!.id}, p_actor_user_id => ${actorUserId},
+                p_details => ${JSON.stringify({ duration: input.duration, ...(input.note ? { note: input.note } : {}) })}::text::jsonb,
+                p_now => ${now})`.execute(trx);
     return readAddon(trx, now, subscriptionId, inserted!.id);
   });
 }
@@ -139,8 +141,10 @@ export async function revokeAddon(db: Db, now: Date, actorUserId: string, subscr
           where id = ${addonId} and revoked_at is null returning id`,
     );
     if (revoked) {
-      await sql`select public.metering_record_events(array[${subscriptionId}]::uuid[], ${addon.metric_id}, 'addon_revoked',
-                  ${addon.amount}, ${addonId}, ${actorUserId}, '{}'::jsonb, ${now})`.execute(trx);
+      await sql`select public.metering_record_events(
+                  p_subscription_ids => array[${subscriptionId}]::uuid[], p_metric_id => ${addon.metric_id}, p_event => 'addon_revoked',
+                  p_amount => ${addon.amount}, p_addon_id => ${addonId}, p_actor_user_id => ${actorUserId}, p_details => '{}'::jsonb,
+                  p_now => ${now})`.execute(trx);
     }
     return readAddon(trx, now, subscriptionId, addonId);
   });

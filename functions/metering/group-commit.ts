@@ -101,17 +101,17 @@ async function runBatch(db: Db, calls: BatchedCall[]): Promise<CallRow[]> {
   const found = await rows<CallRow & { call_index: number }>(
     db,
     sql`select * from public.metering_batch_as_bearer(
-          ${calls.map((c) => c.operation)}::text[],
-          ${calls.map((c) => c.check.userId)}::text[],
-          ${calls.map((c) => c.check.tokenKeys.join(' '))}::text[],
-          ${calls.map((c) => c.check.issuedAt.toISOString())}::text[]::timestamptz[],
-          ${calls.map((c) => c.check.clientId)}::text[],
-          ${calls.map((c) => c.check.agentId)}::text[]::uuid[],
-          ${calls.map((c) => c.agentId)}::text[]::uuid[],
-          ${calls.map((c) => c.metricSlug)}::text[],
-          ${calls.map((c) => c.clientReqId ?? null)}::text[],
-          ${calls.map((c) => String(c.amount))}::text[]::bigint[],
-          ${calls.map((c) => c.now.toISOString())}::text[]::timestamptz[])`,
+          p_operations => ${calls.map((c) => c.operation)}::text[],
+          p_user_ids => ${calls.map((c) => c.check.userId)}::text[],
+          p_token_keys => ${calls.map((c) => c.check.tokenKeys.join(' '))}::text[],
+          p_issued_ats => ${calls.map((c) => c.check.issuedAt.toISOString())}::text[]::timestamptz[],
+          p_client_ids => ${calls.map((c) => c.check.clientId)}::text[],
+          p_token_agent_ids => ${calls.map((c) => c.check.agentId)}::text[]::uuid[],
+          p_agent_ids => ${calls.map((c) => c.agentId)}::text[]::uuid[],
+          p_metric_slugs => ${calls.map((c) => c.metricSlug)}::text[],
+          p_client_req_ids => ${calls.map((c) => c.clientReqId ?? null)}::text[],
+          p_amounts => ${calls.map((c) => String(c.amount))}::text[]::bigint[],
+          p_nows => ${calls.map((c) => c.now.toISOString())}::text[]::timestamptz[])`,
   );
   const byIndex: CallRow[] = new Array(calls.length);
   for (const row of found) byIndex[Number(row.call_index) - 1] = row;

@@ -83,13 +83,15 @@ export async function callReservation(
     operation === 'reserve'
       ? await first<ReservationRow>(
           db,
-          sql`select * from public.metering_reserve(${userId}, ${call.agentId}, ${call.metricSlug!}, ${call.clientReqId!},
-                                                    ${call.amount!}, ${ttl}, ${now})`,
+          sql`select * from public.metering_reserve(
+                p_user_id => ${userId}, p_agent_id => ${call.agentId}, p_metric_slug => ${call.metricSlug!},
+                p_client_req_id => ${call.clientReqId!}, p_amount => ${call.amount!}, p_ttl_seconds => ${ttl}, p_now => ${now})`,
         )
       : await first<ReservationRow>(
           db,
-          sql`select * from public.metering_settle_reservation(${userId}, ${call.agentId}, ${call.reservationId!}, ${operation},
-                                                               ${call.amount ?? null}, ${now})`,
+          sql`select * from public.metering_settle_reservation(
+                p_user_id => ${userId}, p_agent_id => ${call.agentId}, p_reservation_id => ${call.reservationId!},
+                p_action => ${operation}, p_amount => ${call.amount ?? null}, p_now => ${now})`,
         );
   return reservationOutcome(row!, operation, call, now);
 }
@@ -110,10 +112,11 @@ export async function callReservationAsBearer(
   const now = clock.now();
   const row = await first<ReservationRow & BearerCallerColumns>(
     db,
-    sql`select * from public.metering_reservation_as_bearer(${operation}, ${check.userId}, ${check.tokenKeys}::text[], ${check.issuedAt},
-                                                            ${check.clientId}, ${check.agentId},
-                                                            ${call.agentId}, ${call.metricSlug ?? null}, ${call.reservationId ?? null},
-                                                            ${call.clientReqId ?? null}, ${call.amount ?? null}, ${ttl}, ${now})`,
+    sql`select * from public.metering_reservation_as_bearer(
+          p_operation => ${operation}, p_user_id => ${check.userId}, p_token_keys => ${check.tokenKeys}::text[],
+          p_issued_at => ${check.issuedAt}, p_client_id => ${check.clientId}, p_token_agent_id => ${check.agentId},
+          p_agent_id => ${call.agentId}, p_metric_slug => ${call.metricSlug ?? null}, p_reservation_id => ${call.reservationId ?? null},
+          p_client_req_id => ${call.clientReqId ?? null}, p_amount => ${call.amount ?? null}, p_ttl_seconds => ${ttl}, p_now => ${now})`,
   );
   if (row!.caller_status === 'other_agent') throw otherAgent();
   const principal = check.principal({

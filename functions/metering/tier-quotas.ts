@@ -106,9 +106,11 @@ export async function upsertTierQuota(
     );
     const changed = !target.previous || (target.previous.quota_limit === null ? null : Number(target.previous.quota_limit)) !== quotaLimit;
     if (changed && target.subscriptionIds.length) {
-      await sql`select public.metering_record_events(${target.subscriptionIds}::uuid[], ${metricId}, 'quota_changed', ${quotaLimit},
-                  null, ${actorUserId}, ${JSON.stringify({ tierId, quotaLimit, previous: previousDetails(target.previous) })}::text::jsonb,
-                  ${now})`.execute(trx);
+      await sql`select public.metering_record_events(
+                  p_subscription_ids => ${target.subscriptionIds}::uuid[], p_metric_id => ${metricId}, p_event => 'quota_changed',
+                  p_amount => ${quotaLimit}, p_addon_id => null, p_actor_user_id => ${actorUserId},
+                  p_details => ${JSON.stringify({ tierId, quotaLimit, previous: previousDetails(target.previous) })}::text::jsonb,
+                  p_now => ${now})`.execute(trx);
     }
     return { quota: toTierQuota(row!), created: !target.previous };
   });
@@ -125,9 +127,11 @@ export async function deleteTierQuota(
     if (!target.previous) throw notFound('Tier quota', { tierId, metricId });
     await sql`delete from public.tier_quotas where tier_id = ${tierId} and metric_id = ${metricId}`.execute(trx);
     if (target.subscriptionIds.length) {
-      await sql`select public.metering_record_events(${target.subscriptionIds}::uuid[], ${metricId}, 'quota_changed', null,
-                  null, ${actorUserId}, ${JSON.stringify({ tierId, removed: true, previous: previousDetails(target.previous) })}::text::jsonb,
-                  ${now})`.execute(trx);
+      await sql`select public.metering_record_events(
+                  p_subscription_ids => ${target.subscriptionIds}::uuid[], p_metric_id => ${metricId}, p_event => 'quota_changed',
+                  p_amount => null, p_addon_id => null, p_actor_user_id => ${actorUserId},
+                  p_details => ${JSON.stringify({ tierId, removed: true, previous: previousDetails(target.previous) })}::text::jsonb,
+                  p_now => ${now})`.execute(trx);
     }
     return { id: metricId };
   });
