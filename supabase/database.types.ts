@@ -2517,6 +2517,7 @@ export type Database = {
           "week": string;
         }[];
       };
+      "agent_is_published": { Args: { "p_status": string }; Returns: boolean };
       "background_housekeeping": { Args: { "p_now": string }; Returns: Json };
       "banned_at": {
         Args: { "p_at": string; "p_ban_expires": string; "p_banned": boolean };
@@ -2934,6 +2935,10 @@ export type Database = {
       "schedule_background_jobs": {
         Args: Record<PropertyKey, never>;
         Returns: (string)[];
+      };
+      "subscription_grants_access": {
+        Args: { "p_status": string };
+        Returns: boolean;
       };
       "usage_writer": {
         Args: {

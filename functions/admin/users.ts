@@ -73,7 +73,7 @@ export const listUsersQuerySchema = z.object({
 const summaryOf = (user: RawBuilder<unknown>) => sql`
   select count(*) filter (where s.status <> 'canceled') as subscription_count,
          coalesce(round(sum(case when t.interval = 'year' then t.price_cents / 12.0 else t.price_cents end)
-                        filter (where s.status in ('active', 'past_due') and t.price_cents > 0)), 0)::bigint as monthly_spend_cents
+                        filter (where public.subscription_grants_access(s.status) and t.price_cents > 0)), 0)::bigint as monthly_spend_cents
   from public.subscriptions s
   join public.tiers t on t.id = s.tier_id
   where s.user_id = ${user}`;

@@ -5,7 +5,7 @@ import { first, sql } from '../platform/db.ts';
 import { callStripe, isStripeRefusal, requirePayments } from './payments.ts';
 import { billingSubscription, liveSubscription, liveSubscriptionsOf, type BillingSubscription } from './subscription-queries.ts';
 import { readStripeSubscription, syncStripeSubscription } from './subscription-state.ts';
-import type { SubscriptionDto } from './subscriptions.ts';
+import { grantsAccess, type SubscriptionDto } from './subscriptions.ts';
 import { invalidState } from './tiers.ts';
 
 /**
@@ -23,7 +23,7 @@ export async function cancelSubscription(deps: AppDeps, subscriptionId: string, 
 /** The signed-in user's own cancel: paid tiers at period end, free tiers now. 404 when none is active. */
 export async function cancelMySubscription(deps: AppDeps, userId: string, agentId: string): Promise<SubscriptionDto> {
   const sub = await liveSubscription(deps, userId, agentId);
-  if (!sub || (sub.status !== 'active' && sub.status !== 'past_due')) {
+  if (!sub || !grantsAccess(sub.status)) {
     throw notFound('Active subscription', { agentId });
   }
   return cancel(deps, sub, false);

@@ -4,6 +4,7 @@ import { ownUrl } from './checkout.ts';
 import { customerIdOf } from './customers.ts';
 import { callStripe, requirePayments } from './payments.ts';
 import { liveSubscription } from './subscription-queries.ts';
+import { grantsAccess } from './subscriptions.ts';
 import { invalidState } from './tiers.ts';
 
 /**
@@ -26,7 +27,7 @@ export async function createPortalSession(
       });
     }
     const sub = await liveSubscription(deps, userId, input.agentId);
-    if (!sub || (sub.status !== 'active' && sub.status !== 'past_due')) throw notFound('Active subscription', { agentId: input.agentId });
+    if (!sub || !grantsAccess(sub.status)) throw notFound('Active subscription', { agentId: input.agentId });
     if (!sub.stripeSubscriptionId || !sub.stripeCustomerId) {
       throw invalidState('This subscription is on a free tier: cancel it with POST /me/subscriptions/{agentId}/cancel');
     }

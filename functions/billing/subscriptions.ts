@@ -18,8 +18,15 @@ import { iso } from '../platform/clock.ts';
 export const SUBSCRIPTION_STATUSES = ['active', 'past_due', 'canceled', 'incomplete'] as const;
 export type SubscriptionStatus = (typeof SUBSCRIPTION_STATUSES)[number];
 
-/** Statuses that grant access (to metering and /me/subscriptions/{agentId}). */
+/**
+ * Statuses that grant access (to metering and /me/subscriptions/{agentId}): active, or past due while Stripe
+ * retries. SQL owns the rule: `public.subscription_grants_access(status)` (migration 20261125000100), which the
+ * metering functions and every query call; this is its one TypeScript mirror, for rows already read, and
+ * tests/foundation/status-rules.test.ts checks that both agree on every status.
+ */
 export const ACTIVE_STATUSES: readonly SubscriptionStatus[] = ['active', 'past_due'];
+
+export const grantsAccess = (status: SubscriptionStatus) => ACTIVE_STATUSES.includes(status);
 
 export interface SubscriptionDto {
   id: string;
@@ -104,7 +111,7 @@ export async function findActiveSubscription(
   const row = await first<SubscriptionRow>(
     db,
     sql`select ${subscriptionColumns(clock.now())} from public.subscriptions s
-        where s.user_id = ${userId} and s.agent_id = ${agentId} and s.status in ('active', 'past_due')
+        where s.user_id = ${userId} and s.agent_id = ${agentId} and public.subscription_grants_access(s.status)
         limit 1`,
   );
   return row && toSubscriptionDto(row);
@@ -165,7 +172,7 @@ export async function startFreeSubscription(
         where s.user_id = ${input.userId} and s.agent_id = ${tier.agent_id} and s.status <> 'canceled'
         limit 1`,
   );
-  if (live && live.tier_id === input.tierId && ACTIVE_STATUSES.includes(live.status)) {
+  if (live && live.tier_id === input.tierId && grantsAccess(live.status)) {
     return { subscription: toSubscriptionDto(live), created: false };
   }
   throw conflictWithLive(tier.agent_id, live?.id);

@@ -19,7 +19,12 @@ import { setAgentTags } from './tags.ts';
 export type AgentSummary = z.infer<typeof agentSummarySchema>;
 export type Agent = z.infer<typeof agentSchema>;
 
-export const PUBLISHED: AgentStatus[] = ['active', 'coming_soon'];
+/**
+ * Published = listed in the catalog. SQL owns the rule: `public.agent_is_published(status)` (migration
+ * 20261125000100), which every policy, view and query calls; this is its one TypeScript mirror, for rows already
+ * read, and tests/foundation/status-rules.test.ts checks that both agree on every status.
+ */
+export const PUBLISHED: readonly AgentStatus[] = ['active', 'coming_soon'];
 
 export const isPublished = (status: AgentStatus) => PUBLISHED.includes(status);
 
@@ -85,7 +90,7 @@ export interface ListAgentsInput {
 export async function listAgents(db: Db, cursors: CursorSigner, { query, admin }: ListAgentsInput) {
   const { status, tag, q, pricing } = query;
   const page = await readPage(cursors, pageScope('agents', { view: admin ? 'admin' : 'public', status, tag, q, pricing }), query);
-  const visible = admin ? sql`true` : sql`a.status in ('active', 'coming_soon')`;
+  const visible = admin ? sql`true` : sql`public.agent_is_published(a.status)`;
   const byStatus = status ? sql`a.status = ${status}` : sql`true`;
   const byTag = tag
     ? sql`exists (select 1 from public.agent_tags at join public.tags t on t.id = at.tag_id

@@ -40,7 +40,7 @@ function toMetricDefinition(row: MetricRow): MetricDefinition {
 async function requireAgent(db: Db, agentId: string, admin: boolean): Promise<void> {
   const agent = await first(
     db,
-    sql`select 1 from public.agents where id = ${agentId} and (${admin} or status in ('active', 'coming_soon'))`,
+    sql`select 1 from public.agents where id = ${agentId} and (${admin} or public.agent_is_published(status))`,
   );
   if (!agent) throw notFound('Agent', { agentId });
 }
@@ -58,7 +58,7 @@ export async function getMetricDefinition(db: Db, agentId: string, metricId: str
   const row = await first<MetricRow>(
     db,
     sql`select ${columns} from public.metric_definitions m join public.agents a on a.id = m.agent_id
-        where m.id = ${metricId} and m.agent_id = ${agentId} and (${admin} or a.status in ('active', 'coming_soon'))`,
+        where m.id = ${metricId} and m.agent_id = ${agentId} and (${admin} or public.agent_is_published(a.status))`,
   );
   if (!row) throw notFound('Metric definition', { agentId, metricId });
   return toMetricDefinition(row);

@@ -36,7 +36,7 @@ export async function listTierQuotas(db: Db, agentId: string, tierId: string, ad
     db,
     sql`select 1 from public.tiers t join public.agents a on a.id = t.agent_id
         where t.id = ${tierId} and t.agent_id = ${agentId}
-          and (${admin} or (t.is_public and a.status in ('active', 'coming_soon')))`,
+          and (${admin} or (t.is_public and public.agent_is_published(a.status)))`,
   );
   if (!tier) throw notFound('Tier', { agentId, tierId });
   const found = await rows<QuotaRow>(

@@ -23,6 +23,9 @@ beforeAll(async () => {
     await insertTier(t.db, agent.id, { name: 'Hidden', priceCents: 100, isPublic: false });
     await sql`insert into agent_capabilities (agent_id, position, title) values (${agent.id}, 1, 'cap')`.execute(t.db);
     await sql`insert into reviews (agent_id, user_id, rating) values (${agent.id}, 'user-a', 5)`.execute(t.db);
+    await sql`with m as (insert into metric_definitions (agent_id, slug, name, kind) values (${agent.id}, 'calls', 'Calls', 'fixed') returning id)
+              insert into tier_quotas (tier_id, metric_id, quota_limit)
+              select t.id, m.id, 10 from tiers t, m where t.agent_id = ${agent.id}`.execute(t.db);
     await sql`insert into agent_installs (agent_id, user_id) values (${agent.id}, 'user-a'), (${agent.id}, 'user-b')`.execute(t.db);
   }
   await sql`insert into waitlist_entries (agent_id, email, user_id) values
@@ -67,6 +70,19 @@ describe('anon and authenticated reads', () => {
     const direct = (await as(role, sql`select agent_id, name from tiers`)) as any[];
     expect(direct.every((x) => x.name === 'Public')).toBe(true);
     expect(ids(direct)).toEqual(published());
+  });
+
+  it.each(['anon', 'authenticated'] as const)('%s sees metrics of published agents and quotas of their public tiers only', async (role) => {
+    expect(ids(await as(role, sql`select agent_id from metric_definitions`))).toEqual(published());
+    // A public tier of a draft or inactive agent is hidden, and so are its quotas: tier_quotas' policy asks for a public
+    // tier, and its subquery on tiers runs under the tiers policy (published agents only).
+    // Each agent has a public and a hidden tier with one quota each: only the two published agents' public tiers show.
+    const visible = await database.database.db.transaction().execute((trx) =>
+      rows<{ tier_id: string }>(trx, sql`select q.tier_id from tier_quotas q join tiers t on t.id = q.tier_id
+                                        join agents a on a.id = t.agent_id
+                                        where t.is_public and a.status in ('active', 'coming_soon') order by 1`));
+    expect(await as(role, sql`select tier_id from tier_quotas order by 1`)).toEqual(visible);
+    expect(visible).toHaveLength(2);
   });
 
   it('anon sees content and reviews of published agents only', async () => {
