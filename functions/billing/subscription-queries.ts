@@ -4,20 +4,17 @@ import { subscriptionColumns, toSubscriptionDto, type SubscriptionDto, type Subs
 
 /** Billing's reads of subscriptions: the DTO plus the Stripe links the paid paths need. */
 
-export interface BillingSubscription {
+/**
+ * The API shape (SubscriptionDto, its fields at the top level for billing's code) plus the Stripe links, which
+ * never leave the service: a response sends `dto`, never the whole object.
+ */
+export type BillingSubscription = SubscriptionDto & {
   dto: SubscriptionDto;
-  id: string;
-  userId: string;
-  agentId: string;
-  tierId: string;
-  status: SubscriptionDto['status'];
   stripeSubscriptionId: string | null;
   stripeCustomerId: string | null;
-  pendingChangeKind: 'upgrade' | 'downgrade' | null;
   pendingInvoiceId: string | null;
   stripeScheduleId: string | null;
-  cancelAtPeriodEnd: boolean;
-}
+};
 
 interface Row extends SubscriptionRow {
   stripe_customer_id: string | null;
@@ -31,18 +28,12 @@ const columns = (now: Date) =>
 function toBilling(row: Row): BillingSubscription {
   const dto = toSubscriptionDto(row);
   return {
+    ...dto,
     dto,
-    id: row.id,
-    userId: row.user_id,
-    agentId: row.agent_id,
-    tierId: row.tier_id,
-    status: row.status,
     stripeSubscriptionId: row.stripe_subscription_id,
     stripeCustomerId: row.stripe_customer_id,
-    pendingChangeKind: row.pending_change_kind,
     pendingInvoiceId: row.pending_invoice_id,
     stripeScheduleId: row.stripe_schedule_id,
-    cancelAtPeriodEnd: row.cancel_at_period_end,
   };
 }
 

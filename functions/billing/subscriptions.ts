@@ -28,20 +28,6 @@ export const ACTIVE_STATUSES: readonly SubscriptionStatus[] = ['active', 'past_d
 
 export const grantsAccess = (status: SubscriptionStatus) => ACTIVE_STATUSES.includes(status);
 
-export interface SubscriptionDto {
-  id: string;
-  userId: string;
-  agentId: string;
-  tierId: string;
-  status: SubscriptionStatus;
-  currentPeriodStart: string;
-  currentPeriodEnd: string;
-  cancelAtPeriodEnd: boolean;
-  pendingTierId: string | null;
-  pendingChangeKind: 'upgrade' | 'downgrade' | null;
-  createdAt: string;
-}
-
 export const subscriptionSchema = z
   .object({
     id: z.uuid(),
@@ -57,6 +43,9 @@ export const subscriptionSchema = z
     createdAt: z.string(),
   })
   .openapi('Subscription');
+
+/** A subscription as the API shows it: the type is the schema's, so the two cannot drift. */
+export type SubscriptionDto = z.infer<typeof subscriptionSchema>;
 
 /** A subscription row as selected by `subscriptionColumns` (period already resolved for `now`). */
 export interface SubscriptionRow {

@@ -47,12 +47,16 @@ export async function listContent(db: Db, kind: ContentKind, agentId: string): P
 }
 
 /** Replaces the whole list (agent create/update). Inside the caller's transaction. */
+/** Which list of which agent: the target of every content write. */
+export interface ContentList {
+  kind: ContentKind;
+  agentId: string;
+}
+
 export async function replaceContent(
   trx: Db,
-  kind: ContentKind,
-  agentId: string,
-  items: Array<{ title: string; description?: string | undefined }>,
   now: Date,
+  { kind, agentId, items }: ContentList & { items: Array<{ title: string; description?: string | undefined }> },
 ): Promise<void> {
   await sql`delete from ${tableOf(kind)} where agent_id = ${agentId}`.execute(trx);
   if (items.length === 0) return;
@@ -84,10 +88,8 @@ const clampSlot = (position: number | undefined, length: number) =>
 
 export async function addContent(
   db: Db,
-  kind: ContentKind,
-  agentId: string,
-  input: { title: string; description?: string | undefined; position?: number | undefined },
   now: Date,
+  { kind, agentId, item }: ContentList & { item: { title: string; description?: string | undefined; position?: number | undefined } },
 ): Promise<ContentItem> {
   return db.transaction().execute(async (trx) => {
     // Lock the agent row: the parent of the list, so even the first item of an empty list is serialized.
@@ -97,10 +99,10 @@ export async function addContent(
     const inserted = await first<{ id: string }>(
       trx,
       sql`insert into ${tableOf(kind)} (agent_id, position, title, description, created_at, updated_at)
-          values (${agentId}, ${ids.length + 1}, ${input.title}, ${input.description ?? ''}, ${now}, ${now})
+          values (${agentId}, ${ids.length + 1}, ${item.title}, ${item.description ?? ''}, ${now}, ${now})
           returning id`,
     );
-    ids.splice(clampSlot(input.position, ids.length), 0, inserted!.id);
+    ids.splice(clampSlot(item.position, ids.length), 0, inserted!.id);
     await renumber(trx, kind, ids);
     return (await getContent(trx, kind, agentId, inserted!.id))!;
   });
@@ -113,11 +115,11 @@ async function getContent(db: Db, kind: ContentKind, agentId: string, id: string
 
 export async function updateContent(
   db: Db,
-  kind: ContentKind,
-  agentId: string,
-  id: string,
-  patch: { title?: string | undefined; description?: string | undefined; position?: number | undefined },
   now: Date,
+  { kind, agentId, id, patch }: ContentList & {
+    id: string;
+    patch: { title?: string | undefined; description?: string | undefined; position?: number | undefined };
+  },
 ): Promise<ContentItem> {
   return db.transaction().execute(async (trx) => {
     await first(trx, sql`select id from public.agents where id = ${agentId} for update`);

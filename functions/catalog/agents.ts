@@ -218,8 +218,8 @@ export async function updateAgent(db: Db, agentId: string, patch: AgentPatch, no
     }
     if (!row) throw notFound('Agent', { agentId });
     if (patch.tags) await setAgentTags(trx, agentId, patch.tags, now);
-    if (patch.capabilities) await replaceContent(trx, 'capabilities', agentId, patch.capabilities, now);
-    if (patch.steps) await replaceContent(trx, 'steps', agentId, patch.steps, now);
+    if (patch.capabilities) await replaceContent(trx, now, { kind: 'capabilities', agentId, items: patch.capabilities });
+    if (patch.steps) await replaceContent(trx, now, { kind: 'steps', agentId, items: patch.steps });
     return getAgent(trx, { id: agentId }, true);
   });
 }

@@ -21,8 +21,8 @@ export async function createAgent(
   return db.transaction().execute(async (trx) => {
     const agentId = await insertAgentRow(trx, input, now);
     if (input.tags?.length) await setAgentTags(trx, agentId, input.tags, now);
-    if (input.capabilities?.length) await replaceContent(trx, 'capabilities', agentId, input.capabilities, now);
-    if (input.steps?.length) await replaceContent(trx, 'steps', agentId, input.steps, now);
+    if (input.capabilities?.length) await replaceContent(trx, now, { kind: 'capabilities', agentId, items: input.capabilities });
+    if (input.steps?.length) await replaceContent(trx, now, { kind: 'steps', agentId, items: input.steps });
     const oauthClient = await provisionAgentClient(deps, trx, {
       agentId,
       name: input.name,

@@ -135,7 +135,11 @@ export async function listStoredTiers(db: Db, agentId: string, includeHidden: bo
  * The public/hidden toggle: changes `is_public` (and updated_at) only, never the provider product or price.
  * An archived tier stays hidden (404): it is closed to new buyers.
  */
-export async function setTierVisibility(db: Db, agentId: string, tierId: string, isPublic: boolean, now: Date): Promise<Tier> {
+export async function setTierVisibility(
+  db: Db,
+  now: Date,
+  { agentId, tierId, isPublic }: { agentId: string; tierId: string; isPublic: boolean },
+): Promise<Tier> {
   const row = await first<TierRow>(
     db,
     sql`update public.tiers t set is_public = ${isPublic}, updated_at = ${now}

@@ -59,12 +59,18 @@ function toAddon(row: AddonRow): Addon {
   };
 }
 
+/** Who acts on which subscription: the target of an addon grant or revoke (the actor is written to the ledger). */
+export interface AddonTarget {
+  actorUserId: string;
+  subscriptionId: string;
+}
+
 export async function grantAddon(
   db: Db,
   now: Date,
-  actorUserId: string,
-  subscriptionId: string,
-  input: { metricSlug: string; amount: number; duration: 'permanent' | 'one_cycle'; note?: string | undefined },
+  { actorUserId, subscriptionId, addon }: AddonTarget & {
+    addon: { metricSlug: string; amount: number; duration: 'permanent' | 'one_cycle'; note?: string | undefined };
+  },
 ): Promise<Addon> {
   return db.transaction().execute(async (trx) => {
     const target = await first<{ status: string; metric_id: string | null; kind: string | null; period_start: Date }>(
@@ -73,14 +79,14 @@ export async function grantAddon(
           from public.subscriptions s
           cross join lateral public.billing_period(s.current_period_start, s.current_period_end,
                                                    s.stripe_subscription_id is null, ${now}::timestamptz) p
-          left join public.metric_definitions m on m.agent_id = s.agent_id and m.slug = ${input.metricSlug}
+          left join public.metric_definitions m on m.agent_id = s.agent_id and m.slug = ${addon.metricSlug}
           where s.id = ${subscriptionId}`,
     );
     if (!target) throw notFound('Subscription', { subscriptionId });
-    if (!target.metric_id) throw notFound('Metric', { metricSlug: input.metricSlug });
-    if (input.duration === 'one_cycle' && target.kind !== 'rolling') {
+    if (!target.metric_id) throw notFound('Metric', { metricSlug: addon.metricSlug });
+    if (addon.duration === 'one_cycle' && target.kind !== 'rolling') {
       throw new ApiError('ONE_CYCLE_NOT_ALLOWED', 'A one_cycle addon applies to rolling metrics only; grant a permanent one', {
-        metric: input.metricSlug,
+        metric: addon.metricSlug,
         kind: target.kind,
       });
     }
@@ -90,14 +96,14 @@ export async function grantAddon(
     const inserted = await first<{ id: string }>(
       trx,
       sql`insert into public.usage_addons (subscription_id, metric_id, amount, duration, period_start, note, granted_by, created_at)
-          values (${subscriptionId}, ${target.metric_id}, ${input.amount}, ${input.duration},
-                  ${input.duration === 'one_cycle' ? target.period_start : null}, ${input.note ?? null}, ${actorUserId}, ${now})
+          values (${subscriptionId}, ${target.metric_id}, ${addon.amount}, ${addon.duration},
+                  ${addon.duration === 'one_cycle' ? target.period_start : null}, ${addon.note ?? null}, ${actorUserId}, ${now})
           returning id`,
     );
     await sql`select public.metering_record_events(
                 p_subscription_ids => array[${subscriptionId}]::uuid[], p_metric_id => ${target.metric_id}, p_event => 'addon_granted',
-                p_amount => ${input.amount}, p_addon_id => ${inserted!.id}, p_actor_user_id => ${actorUserId},
-                p_details => ${JSON.stringify({ duration: input.duration, ...(input.note ? { note: input.note } : {}) })}::text::jsonb,
+                p_amount => ${addon.amount}, p_addon_id => ${inserted!.id}, p_actor_user_id => ${actorUserId},
+                p_details => ${JSON.stringify({ duration: addon.duration, ...(addon.note ? { note: addon.note } : {}) })}::text::jsonb,
                 p_now => ${now})`.execute(trx);
     return readAddon(trx, now, subscriptionId, inserted!.id);
   });
@@ -125,7 +131,11 @@ export async function listAddons(db: Db, now: Date, subscriptionId: string): Pro
 }
 
 /** Revokes an addon. Idempotent: revoking again changes nothing and returns the same revoked record. */
-export async function revokeAddon(db: Db, now: Date, actorUserId: string, subscriptionId: string, addonId: string): Promise<Addon> {
+export async function revokeAddon(
+  db: Db,
+  now: Date,
+  { actorUserId, subscriptionId, addonId }: AddonTarget & { addonId: string },
+): Promise<Addon> {
   return db.transaction().execute(async (trx) => {
     const addon = await first<{ metric_id: string; amount: number; revoked_at: Date | null }>(
       trx,

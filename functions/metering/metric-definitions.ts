@@ -90,22 +90,24 @@ export async function createMetricDefinition(
 export async function updateMetricDefinition(
   db: Db,
   now: Date,
-  agentId: string,
-  metricId: string,
-  input: { name?: string | undefined; unit?: string | null | undefined; slug?: string | undefined; kind?: string | undefined },
+  { agentId, metricId, patch }: {
+    agentId: string;
+    metricId: string;
+    patch: { name?: string | undefined; unit?: string | null | undefined; slug?: string | undefined; kind?: string | undefined };
+  },
 ): Promise<MetricDefinition> {
   const current = await getMetricDefinition(db, agentId, metricId, true);
   // Sending the current value back is not a change (clients often PATCH the whole object).
   for (const field of ['slug', 'kind'] as const) {
-    if (input[field] !== undefined && input[field] !== current[field]) {
+    if (patch[field] !== undefined && patch[field] !== current[field]) {
       throw new ApiError('IMMUTABLE_FIELD', `A metric's ${field} cannot be changed`, { field, current: current[field] });
     }
   }
   const row = await first<MetricRow>(
     db,
     sql`update public.metric_definitions m
-        set name = coalesce(${input.name ?? null}, m.name),
-            unit = case when ${input.unit !== undefined} then ${input.unit ?? null} else m.unit end,
+        set name = coalesce(${patch.name ?? null}, m.name),
+            unit = case when ${patch.unit !== undefined} then ${patch.unit ?? null} else m.unit end,
             updated_at = ${now}
         where m.id = ${metricId} and m.agent_id = ${agentId}
         returning ${columns}`,

@@ -1,10 +1,9 @@
 import type { BearerCheck, Principal } from '../http/context.ts';
 import { ApiError, notFound } from '../http/errors.ts';
-import { otherAgent } from '../http/access.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import type { OriginalRequest, Reservation, ReservationStatus } from './schemas.ts';
-import { idempotencyConflict, quotaExceeded, usageRecord, type UsageColumns } from './usage.ts';
+import { bearerCaller, idempotencyConflict, quotaExceeded, usageRecord, type BearerCallerColumns, type UsageColumns } from './usage.ts';
 import { iso as isoOf } from '../platform/clock.ts';
 
 /**
@@ -61,21 +60,11 @@ interface ReservationRow extends UsageColumns {
   metric: string | null;
 }
 
-interface BearerCallerColumns {
-  caller_status: string;
-  caller_email: string | null;
-  caller_name: string | null;
-  caller_role: string | null;
-  caller_created_at: Date | string | null;
-}
-
 /** For a caller already authenticated (`userId`): one call of metering_reserve or metering_settle_reservation. */
 export async function callReservation(
   db: Db,
   clock: Clock,
-  operation: ReservationOperation,
-  userId: string,
-  call: ReservationCall,
+  { operation, userId, call }: { operation: ReservationOperation; userId: string; call: ReservationCall },
 ): Promise<ReservationResult> {
   const ttl = call.ttlSeconds ?? DEFAULT_TTL_SECONDS;
   const now = clock.now();
@@ -104,9 +93,7 @@ export async function callReservation(
 export async function callReservationAsBearer(
   db: Db,
   clock: Clock,
-  operation: ReservationOperation,
-  check: BearerCheck,
-  call: ReservationCall,
+  { operation, check, call }: { operation: ReservationOperation; check: BearerCheck; call: ReservationCall },
 ): Promise<{ principal: Principal; result: ReservationResult }> {
   const ttl = operation === 'reserve' ? (call.ttlSeconds ?? DEFAULT_TTL_SECONDS) : null;
   const now = clock.now();
@@ -118,14 +105,7 @@ export async function callReservationAsBearer(
           p_agent_id => ${call.agentId}, p_metric_slug => ${call.metricSlug ?? null}, p_reservation_id => ${call.reservationId ?? null},
           p_client_req_id => ${call.clientReqId ?? null}, p_amount => ${call.amount ?? null}, p_ttl_seconds => ${ttl}, p_now => ${now})`,
   );
-  if (row!.caller_status === 'other_agent') throw otherAgent();
-  const principal = check.principal({
-    status: row!.caller_status,
-    email: row!.caller_email,
-    name: row!.caller_name,
-    role: row!.caller_role,
-    createdAt: row!.caller_created_at,
-  });
+  const principal = bearerCaller(check, row!);
   return { principal, result: reservationOutcome(row!, operation, call, now) };
 }
 
@@ -146,8 +126,8 @@ function reservationOutcome(row: ReservationRow, operation: ReservationOperation
         operation === 'reserve'
           ? { operation: 'reserve', amount: call.amount!, ttlSeconds: call.ttlSeconds ?? DEFAULT_TTL_SECONDS }
           : { operation: 'commit', amount: call.amount! };
-      if (operation === 'reserve') throw idempotencyConflict(call.metricSlug, call.clientReqId, row.original!, request);
-      throw idempotencyConflict(row.metric ?? undefined, undefined, row.original!, request, { reservation: toReservation(row) });
+      if (operation === 'reserve') throw idempotencyConflict({ metric: call.metricSlug, clientReqId: call.clientReqId, original: row.original!, request });
+      throw idempotencyConflict({ metric: row.metric ?? undefined, original: row.original!, request, extra: { reservation: toReservation(row) } });
     }
     case 'expired':
       throw new ApiError(

@@ -68,9 +68,7 @@ export async function meterUsage(db: Db, clock: Clock, operation: UsageOperation
 export async function meterUsageAsBearer(
   db: Db,
   clock: Clock,
-  operation: UsageOperation,
-  check: BearerCheck,
-  call: Omit<UsageCall, 'userId'>,
+  { operation, check, call }: { operation: UsageOperation; check: BearerCheck; call: Omit<UsageCall, 'userId'> },
 ): Promise<{ principal: Principal; result: UsageResult }> {
   // Through group commit: concurrent calls share one statement, one transaction and one commit (group-commit.ts).
   const now = clock.now();
@@ -83,24 +81,32 @@ export async function meterUsageAsBearer(
     amount: call.amount,
     now,
   })) as unknown as UsageCallRow & BearerCallerColumns;
-  // A live caller whose token is not the path agent's own: nothing was counted.
-  if (row!.caller_status === 'other_agent') throw otherAgent();
-  const principal = check.principal({
-    status: row!.caller_status,
-    email: row!.caller_email,
-    name: row!.caller_name,
-    role: row!.caller_role,
-    createdAt: row!.caller_created_at,
-  });
+  const principal = bearerCaller(check, row!);
   return { principal, result: usageOutcome(row!, { ...call, userId: check.userId }, operation, now) };
 }
 
-interface BearerCallerColumns {
+/** The columns public.bearer_caller adds to a bearer usage statement (metering_batch_as_bearer, ..._as_bearer). */
+export interface BearerCallerColumns {
   caller_status: string;
   caller_email: string | null;
   caller_name: string | null;
   caller_role: string | null;
   caller_created_at: Date | string | null;
+}
+
+/**
+ * The caller of a bearer usage statement, from the caller check's columns: 403 when the token is live but not the
+ * path agent's own (the statement did nothing then), otherwise the principal (401 for a refused token).
+ */
+export function bearerCaller(check: BearerCheck, row: BearerCallerColumns): Principal {
+  if (row.caller_status === 'other_agent') throw otherAgent();
+  return check.principal({
+    status: row.caller_status,
+    email: row.caller_email,
+    name: row.caller_name,
+    role: row.caller_role,
+    createdAt: row.caller_created_at,
+  });
 }
 
 function usageOutcome(row: UsageCallRow, call: UsageCall, operation: UsageOperation, now: Date): UsageResult {
@@ -119,7 +125,12 @@ function usageOutcome(row: UsageCallRow, call: UsageCall, operation: UsageOperat
         kind: row.kind,
       });
     case 'idempotency_conflict':
-      throw idempotencyConflict(call.metricSlug, call.clientReqId, row.original!, { operation, amount: call.amount });
+      throw idempotencyConflict({
+        metric: call.metricSlug,
+        clientReqId: call.clientReqId,
+        original: row.original!,
+        request: { operation, amount: call.amount },
+      });
   }
 }
 
@@ -127,13 +138,20 @@ function usageOutcome(row: UsageCallRow, call: UsageCall, operation: UsageOperat
  * 409 IDEMPOTENCY_CONFLICT: a clientReqId (or, for a commit, a reservation) already stands for another request.
  * Nothing was changed; `details.original` is the first request, so the caller can tell a retry bug from a reuse.
  */
-export function idempotencyConflict(
-  metric: string | undefined,
-  clientReqId: string | undefined,
-  original: OriginalRequest,
-  request: OriginalRequest,
-  extra: Record<string, unknown> = {},
-): ApiError {
+export function idempotencyConflict({
+  metric,
+  clientReqId,
+  original,
+  request,
+  extra = {},
+}: {
+  metric: string | undefined;
+  /** Absent for a settled reservation (its id is the key). */
+  clientReqId?: string | undefined;
+  original: OriginalRequest;
+  request: OriginalRequest;
+  extra?: Record<string, unknown>;
+}): ApiError {
   const what = clientReqId === undefined ? 'This reservation was already settled' : `This clientReqId was already used`;
   return new ApiError(
     'IDEMPOTENCY_CONFLICT',
@@ -228,7 +246,11 @@ export async function listMyUsage(db: Db, clock: Clock, userId: string, agentId:
   return subscriptionUsage(db, clock, subscription.id);
 }
 
-export async function getMyUsage(db: Db, clock: Clock, userId: string, agentId: string, metricSlug: string): Promise<UsageRecord> {
+export async function getMyUsage(
+  db: Db,
+  clock: Clock,
+  { userId, agentId, metricSlug }: { userId: string; agentId: string; metricSlug: string },
+): Promise<UsageRecord> {
   const usage = await listMyUsage(db, clock, userId, agentId);
   const record = usage.find((u) => u.metric === metricSlug);
   if (!record) throw notFound('Metric', { agentId, metricSlug });

@@ -3,7 +3,7 @@ import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { walkPages } from '../support/pages.ts';
-import { meteredAgent, reqId, subscribe, usagePath, meter } from './support.ts';
+import { meteredAgent, reqId, subscribe, meter } from './support.ts';
 
 /** Admin metering of a subscription over HTTP: addons, the quota ledger, usage of every metric. */
 

@@ -3,7 +3,7 @@ import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { insertAgent, insertTier } from '../support/fixtures.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
-import { meter, reqId, subscribe, usagePath } from './support.ts';
+import { meter, reqId, subscribe } from './support.ts';
 
 /** Metric definitions and tier quotas over HTTP. */
 

@@ -128,7 +128,7 @@ async function world(base: Record<Metric, number>) {
   // reservations in the order they were asked for (denied ones included: settling one of those is skipped)
   const holds: Array<{ id: string | undefined; amount: number }> = [];
   const reservation = (operation: 'reserve' | 'commit' | 'release', call: Omit<ReservationCall, 'agentId'>) =>
-    callReservation(t.db, t.clock, operation, userId, { agentId: a.agentId, ...call }).then(({ reservation: r, replayed }) => ({
+    callReservation(t.db, t.clock, { operation, userId, call: { agentId: a.agentId, ...call } }).then(({ reservation: r, replayed }) => ({
       ...r.usage,
       replayed,
       hold: r.status,
@@ -174,7 +174,11 @@ async function world(base: Record<Metric, number>) {
         }
         case 'grant': {
           try {
-            const addon = await grantAddon(t.db, t.clock.now(), admin, sub.id, { metricSlug: op.metric, amount: op.amount, duration: op.duration });
+            const addon = await grantAddon(t.db, t.clock.now(), {
+              actorUserId: admin,
+              subscriptionId: sub.id,
+              addon: { metricSlug: op.metric, amount: op.amount, duration: op.duration },
+            });
             addonIds.push(addon.id);
             return { status: 201, addonIndex: addonIds.length - 1 };
           } catch (err) {
@@ -185,7 +189,7 @@ async function world(base: Record<Metric, number>) {
         case 'revoke': {
           if (!addonIds.length) return { status: 0 };
           const index = op.index % addonIds.length;
-          await revokeAddon(t.db, t.clock.now(), admin, sub.id, addonIds[index]!);
+          await revokeAddon(t.db, t.clock.now(), { actorUserId: admin, subscriptionId: sub.id, addonId: addonIds[index]! });
           return { status: 200, addonIndex: index };
         }
         case 'nextPeriod': {

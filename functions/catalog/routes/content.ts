@@ -174,13 +174,18 @@ export function contentRoutes() {
       await requireAdmin(c);
       const { deps } = c.var;
       const { agentId } = c.req.valid('param');
-      return c.json(ok(await addContent(deps.database.db, kind, agentId, c.req.valid('json'), deps.clock.now())), 201);
+      return c.json(ok(await addContent(deps.database.db, deps.clock.now(), { kind, agentId, item: c.req.valid('json') })), 201);
     });
     router.openapi(r.update, async (c) => {
       await requireAdmin(c);
       const { deps } = c.var;
       const params = c.req.valid('param');
-      const item = await updateContent(deps.database.db, kind, params.agentId!, itemId(params), c.req.valid('json'), deps.clock.now());
+      const item = await updateContent(deps.database.db, deps.clock.now(), {
+        kind,
+        agentId: params.agentId!,
+        id: itemId(params),
+        patch: c.req.valid('json'),
+      });
       return c.json(ok(item), 200);
     });
     router.openapi(r.remove, async (c) => {

@@ -53,7 +53,7 @@ export function pricingRoutes() {
     await requireAdmin(c);
     const { deps } = c.var;
     const { agentId, tierId } = c.req.valid('param');
-    const tier = await setTierVisibility(deps.database.db, agentId, tierId, c.req.valid('json').isPublic, deps.clock.now());
+    const tier = await setTierVisibility(deps.database.db, deps.clock.now(), { agentId, tierId, isPublic: c.req.valid('json').isPublic });
     return c.json(ok(tier), 200);
   });
 

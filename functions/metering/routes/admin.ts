@@ -75,7 +75,7 @@ export function meteringAdminRoutes() {
     const admin = await requireAdmin(c);
     const { subscriptionId } = c.req.valid('param');
     const { database, clock } = c.var.deps;
-    return c.json(ok(await grantAddon(database.db, clock.now(), admin.userId, subscriptionId, c.req.valid('json'))), 201);
+    return c.json(ok(await grantAddon(database.db, clock.now(), { actorUserId: admin.userId, subscriptionId, addon: c.req.valid('json') })), 201);
   });
 
   router.openapi(routes.list, async (c) => {
@@ -89,7 +89,7 @@ export function meteringAdminRoutes() {
     const admin = await requireAdmin(c);
     const { subscriptionId, addonId } = c.req.valid('param');
     const { database, clock } = c.var.deps;
-    return c.json(ok(await revokeAddon(database.db, clock.now(), admin.userId, subscriptionId, addonId)), 200);
+    return c.json(ok(await revokeAddon(database.db, clock.now(), { actorUserId: admin.userId, subscriptionId, addonId })), 200);
   });
 
   router.openapi(routes.ledger, async (c) => {

@@ -137,7 +137,7 @@ export function metricRoutes() {
     await requireAdmin(c);
     const { agentId, metricId } = c.req.valid('param');
     const { database, clock } = c.var.deps;
-    return c.json(ok(await updateMetricDefinition(database.db, clock.now(), agentId, metricId, c.req.valid('json'))), 200);
+    return c.json(ok(await updateMetricDefinition(database.db, clock.now(), { agentId, metricId, patch: c.req.valid('json') })), 200);
   });
 
   router.openapi(routes.delete, async (c) => {

@@ -143,7 +143,7 @@ async function reservation(c: Context<AppEnv>, operation: ReservationOperation, 
     await requireUser(c); // no credentials (or a bad token): 401
     throw new ApiError('FORBIDDEN', "Reservations are the agent backend's, with its bearer token; a cookie session cannot hold or settle usage");
   }
-  const { principal, result } = await callReservationAsBearer(database.db, clock, operation, check, call);
+  const { principal, result } = await callReservationAsBearer(database.db, clock, { operation, check, call });
   c.set('principal', Promise.resolve(principal));
   return result;
 }

@@ -118,7 +118,7 @@ export function usageRoutes() {
     const principal = await requireUser(c);
     const { agentId, metricSlug } = c.req.valid('param');
     const { database, clock } = c.var.deps;
-    return c.json(ok(await getMyUsage(database.db, clock, principal.userId, agentId, metricSlug)), 200);
+    return c.json(ok(await getMyUsage(database.db, clock, { userId: principal.userId, agentId, metricSlug })), 200);
   });
 
   return router;
@@ -136,7 +136,7 @@ async function meter(c: Context<AppEnv>, operation: UsageOperation, call: Omit<U
     await requireUser(c); // no credentials (or a bad token): 401
     throw new ApiError('FORBIDDEN', "Usage is changed by the agent's backend with its bearer token; a cookie session can only read usage");
   }
-  const { principal, result } = await meterUsageAsBearer(database.db, clock, operation, check, call);
+  const { principal, result } = await meterUsageAsBearer(database.db, clock, { operation, check, call });
   c.set('principal', Promise.resolve(principal));
   return result;
 }
