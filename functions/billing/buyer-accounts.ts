@@ -1,4 +1,4 @@
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import { first, sql } from '../platform/db.ts';
 import { claimOfSubscription, ensureClaimMailed } from './purchase-claims.ts';
 
@@ -35,7 +35,7 @@ export interface AnonymousPurchase {
 }
 
 export async function placeAnonymousPurchase(
-  deps: AppDeps,
+  deps: BillingDeps,
   purchase: AnonymousPurchase,
   options: { renewExpiredClaim: boolean },
 ): Promise<Placement> {
@@ -86,7 +86,7 @@ export async function placeAnonymousPurchase(
  * Made without the library's sign-up, which would mail a verification link too, and answer an existing address
  * with a made-up user; the role and ban fields are the admin plugin's defaults. Returns whether it was made now.
  */
-export async function createBuyerAccount(deps: AppDeps, email: string, name: string, stripeCustomerId: string): Promise<boolean> {
+export async function createBuyerAccount(deps: BillingDeps, email: string, name: string, stripeCustomerId: string): Promise<boolean> {
   const ctx = await deps.auth.$context;
   const hash = await ctx.password.hash(randomPassword());
   const now = deps.clock.now();
@@ -111,7 +111,7 @@ export async function createBuyerAccount(deps: AppDeps, email: string, name: str
 }
 
 /** Links a Stripe customer to a user that has none yet (the first link stays: one customer per user). */
-export async function linkCustomer(deps: AppDeps, userId: string, stripeCustomerId: string): Promise<void> {
+export async function linkCustomer(deps: BillingDeps, userId: string, stripeCustomerId: string): Promise<void> {
   // No conflict target: the user may have a customer already (user_id) and the customer may be linked already
   // (stripe_customer_id); either way the first link stays.
   await first(
@@ -123,7 +123,7 @@ export async function linkCustomer(deps: AppDeps, userId: string, stripeCustomer
 }
 
 /** The "welcome, choose your password" mail: the library's password reset, to the buyer's address. */
-async function sendSetPasswordMail(deps: AppDeps, email: string, userId: string): Promise<void> {
+async function sendSetPasswordMail(deps: BillingDeps, email: string, userId: string): Promise<void> {
   const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
   try {
     await deps.auth.api.requestPasswordReset({ body: { email, redirectTo: `${origin}/reset-password` } });
@@ -133,14 +133,14 @@ async function sendSetPasswordMail(deps: AppDeps, email: string, userId: string)
   }
 }
 
-export async function findUserByEmail(deps: AppDeps, email: string) {
+export async function findUserByEmail(deps: BillingDeps, email: string) {
   return first<{ id: string; email: string; emailVerified: boolean }>(
     deps.database.db,
     sql`select id, email, "emailVerified" from "user" where lower(email) = ${email.trim().toLowerCase()}`,
   );
 }
 
-async function findUserById(deps: AppDeps, userId: string) {
+async function findUserById(deps: BillingDeps, userId: string) {
   return first<{ id: string; email: string }>(deps.database.db, sql`select id, email from "user" where id = ${userId}`);
 }
 

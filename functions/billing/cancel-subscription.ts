@@ -1,4 +1,4 @@
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import type { OnUserBanned } from '../auth/index.ts';
 import { notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
@@ -14,14 +14,14 @@ import { invalidState } from './tiers.ts';
  * and no period to honour, so it ends now whichever way it is canceled (docs/billing.md).
  */
 
-export async function cancelSubscription(deps: AppDeps, subscriptionId: string, immediate: boolean): Promise<SubscriptionDto> {
+export async function cancelSubscription(deps: BillingDeps, subscriptionId: string, immediate: boolean): Promise<SubscriptionDto> {
   const sub = await billingSubscription(deps, subscriptionId);
   if (!sub) throw notFound('Subscription', { subscriptionId });
   return cancel(deps, sub, immediate);
 }
 
 /** The signed-in user's own cancel: paid tiers at period end, free tiers now. 404 when none is active. */
-export async function cancelMySubscription(deps: AppDeps, userId: string, agentId: string): Promise<SubscriptionDto> {
+export async function cancelMySubscription(deps: BillingDeps, userId: string, agentId: string): Promise<SubscriptionDto> {
   const sub = await liveSubscription(deps, userId, agentId);
   if (!sub || !grantsAccess(sub.status)) {
     throw notFound('Active subscription', { agentId });
@@ -33,7 +33,7 @@ export async function cancelMySubscription(deps: AppDeps, userId: string, agentI
  * Used when an admin bans a user with `cancelSubscriptions`: every live subscription is canceled at period end
  * (free ones now). Each is tried; failures are logged and reported, not thrown, so the ban itself stands.
  */
-export async function cancelSubscriptionsAtPeriodEnd(deps: AppDeps, userId: string): Promise<{ canceled: string[]; failed: string[] }> {
+export async function cancelSubscriptionsAtPeriodEnd(deps: BillingDeps, userId: string): Promise<{ canceled: string[]; failed: string[] }> {
   const canceled: string[] = [];
   const failed: string[] = [];
   for (const sub of await liveSubscriptionsOf(deps, userId)) {
@@ -48,7 +48,7 @@ export async function cancelSubscriptionsAtPeriodEnd(deps: AppDeps, userId: stri
   return { canceled, failed };
 }
 
-async function cancel(deps: AppDeps, sub: BillingSubscription, immediate: boolean): Promise<SubscriptionDto> {
+async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: boolean): Promise<SubscriptionDto> {
   if (sub.status === 'canceled') throw invalidState('The subscription is already canceled');
   if (!sub.stripeSubscriptionId) {
     const now = deps.clock.now();

@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import type { Principal } from '../http/context.ts';
 import { first, sql } from '../platform/db.ts';
@@ -28,7 +28,7 @@ export type StartCheckoutResult =
   | { kind: 'paid'; checkoutUrl: string; sessionId: string };
 
 export async function startCheckout(
-  deps: AppDeps,
+  deps: BillingDeps,
   principal: Principal,
   input: { tierId: string } & CheckoutUrls,
 ): Promise<StartCheckoutResult> {
@@ -43,7 +43,7 @@ export async function startCheckout(
 }
 
 /** Admin: a checkout link for a user and a paid tier (also hidden, custom tiers), to share with the user. */
-export async function createCheckoutLink(deps: AppDeps, input: { userId: string; tierId: string }): Promise<{ checkoutUrl: string; sessionId: string }> {
+export async function createCheckoutLink(deps: BillingDeps, input: { userId: string; tierId: string }): Promise<{ checkoutUrl: string; sessionId: string }> {
   const user = await first<{ id: string; email: string; name: string }>(
     deps.database.db,
     sql`select id, email, name from "user" where id = ${input.userId}`,
@@ -56,7 +56,7 @@ export async function createCheckoutLink(deps: AppDeps, input: { userId: string;
 }
 
 async function createSubscriptionCheckout(
-  deps: AppDeps,
+  deps: BillingDeps,
   tier: BillingTier,
   buyer: { userId: string; email: string; name?: string },
   urls: CheckoutUrls,
@@ -89,7 +89,7 @@ async function createSubscriptionCheckout(
 
 /** Anonymous checkout: Stripe collects the email; the buyer's account is found or made on completion. */
 export async function startAnonymousCheckout(
-  deps: AppDeps,
+  deps: BillingDeps,
   input: { tierId: string } & CheckoutUrls,
 ): Promise<{ checkoutUrl: string; sessionId: string }> {
   const tier = await purchasableTier(deps, input.tierId, 'buyer');
@@ -110,7 +110,7 @@ export async function startAnonymousCheckout(
   return { checkoutUrl: session.url!, sessionId: session.id };
 }
 
-async function retrieveSession(deps: AppDeps, sessionId: string): Promise<Stripe.Checkout.Session> {
+async function retrieveSession(deps: BillingDeps, sessionId: string): Promise<Stripe.Checkout.Session> {
   const { stripe } = requirePayments(deps);
   try {
     return await callStripe(() => stripe.checkout.sessions.retrieve(sessionId));
@@ -130,7 +130,7 @@ export type CompletedAnonymousCheckout =
   | { kind: 'attached'; subscription: SubscriptionDto; user: { id: string; email: string }; created: boolean }
   | { kind: 'claim' };
 
-export async function completeAnonymousCheckout(deps: AppDeps, sessionId: string): Promise<CompletedAnonymousCheckout> {
+export async function completeAnonymousCheckout(deps: BillingDeps, sessionId: string): Promise<CompletedAnonymousCheckout> {
   const session = await retrieveSession(deps, sessionId);
   // Sessions of signed-in buyers are theirs: this public endpoint would otherwise reveal who bought what.
   if (session.metadata?.anonymous !== 'true') throw notFound('Checkout session', { sessionId });
@@ -176,7 +176,7 @@ export interface CheckoutSessionView {
 }
 
 /** Read-through to Stripe for the signed-in buyer's own session; writes nothing (the webhook owns writes). */
-export async function verifyCheckoutSession(deps: AppDeps, principal: Principal, sessionId: string): Promise<CheckoutSessionView> {
+export async function verifyCheckoutSession(deps: BillingDeps, principal: Principal, sessionId: string): Promise<CheckoutSessionView> {
   const session = await retrieveSession(deps, sessionId);
   const owner = session.client_reference_id ?? session.metadata?.userId;
   if (owner !== principal.userId) throw notFound('Checkout session', { sessionId });
@@ -196,7 +196,7 @@ export async function verifyCheckoutSession(deps: AppDeps, principal: Principal,
  * Where Stripe sends the buyer back. Only our own origins (the front end, or the service's pages) are accepted,
  * so a checkout link cannot be turned into a redirect to somewhere else.
  */
-function checkoutUrls(deps: AppDeps, urls: CheckoutUrls): { success_url: string; cancel_url: string } {
+function checkoutUrls(deps: BillingDeps, urls: CheckoutUrls): { success_url: string; cancel_url: string } {
   const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
   return {
     success_url: ownUrl(deps, urls.successUrl, 'successUrl') ?? `${origin}/checkout/success?session_id={CHECKOUT_SESSION_ID}`,
@@ -204,7 +204,7 @@ function checkoutUrls(deps: AppDeps, urls: CheckoutUrls): { success_url: string;
   };
 }
 
-export function ownUrl(deps: AppDeps, url: string | undefined, field: string): string | undefined {
+export function ownUrl(deps: BillingDeps, url: string | undefined, field: string): string | undefined {
   if (url === undefined) return undefined;
   const allowed = [deps.config.publicBaseUrl, deps.config.frontendUrl].filter(Boolean).map((u) => new URL(u!).origin);
   let origin: string;

@@ -1,4 +1,4 @@
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { createBuyerAccount, findUserByEmail, randomPassword } from './buyer-accounts.ts';
@@ -27,7 +27,7 @@ export interface ClaimedPurchase {
   passwordResetToken: string;
 }
 
-export async function claimPurchase(deps: AppDeps, token: string): Promise<ClaimedPurchase> {
+export async function claimPurchase(deps: BillingDeps, token: string): Promise<ClaimedPurchase> {
   const claim = await claimOfToken(deps, token);
   if (!claim) throw notFound('Purchase claim');
   refuseUnusable(claim.claimedAt ? 'used' : claim.expiresAt <= deps.clock.now() ? 'expired' : 'ok');
@@ -76,7 +76,7 @@ function refuseUnusable(state: 'ok' | 'used' | 'expired'): void {
  * `reset-password:<token>` naming the user, through its adapter), without the mail: the caller just proved the
  * mailbox. Its expiry is the library's, checked by the library against the real time.
  */
-async function passwordResetToken(deps: AppDeps, userId: string): Promise<string> {
+async function passwordResetToken(deps: BillingDeps, userId: string): Promise<string> {
   const ctx = await deps.auth.$context;
   const bytes = crypto.getRandomValues(new Uint8Array(18));
   const token = btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_');

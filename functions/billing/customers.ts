@@ -1,4 +1,4 @@
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import { first, sql } from '../platform/db.ts';
 import { callStripe, requirePayments } from './payments.ts';
 
@@ -7,7 +7,7 @@ import { callStripe, requirePayments } from './payments.ts';
  * portal shows every subscription and saved card together). The idempotency key makes two concurrent first
  * checkouts of the same user create one customer at Stripe.
  */
-export async function customerIdOf(deps: AppDeps, userId: string): Promise<string | undefined> {
+export async function customerIdOf(deps: BillingDeps, userId: string): Promise<string | undefined> {
   const row = await first<{ id: string }>(
     deps.database.db,
     sql`select stripe_customer_id as id from public.billing_customers where user_id = ${userId}`,
@@ -15,7 +15,7 @@ export async function customerIdOf(deps: AppDeps, userId: string): Promise<strin
   return row?.id;
 }
 
-export async function ensureCustomer(deps: AppDeps, user: { userId: string; email: string; name?: string | undefined }): Promise<string> {
+export async function ensureCustomer(deps: BillingDeps, user: { userId: string; email: string; name?: string | undefined }): Promise<string> {
   const existing = await customerIdOf(deps, user.userId);
   if (existing) return existing;
   const { stripe } = requirePayments(deps);

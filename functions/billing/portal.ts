@@ -1,4 +1,4 @@
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { ownUrl } from './checkout.ts';
 import { customerIdOf } from './customers.ts';
@@ -12,7 +12,7 @@ import { invalidState } from './tiers.ts';
  * subscriptions); `cancel` deep-links to cancelling the user's subscription to one agent.
  */
 export async function createPortalSession(
-  deps: AppDeps,
+  deps: BillingDeps,
   userId: string,
   input: { flow: 'overview' | 'cancel'; agentId?: string | undefined; returnUrl?: string | undefined },
 ): Promise<{ url: string }> {

@@ -1,4 +1,4 @@
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import { first, sql } from '../platform/db.ts';
 
 /**
@@ -26,14 +26,14 @@ export interface PurchaseClaim {
 const claimColumns = sql`id, email, stripe_subscription_id as "stripeSubscriptionId", stripe_customer_id as "stripeCustomerId",
   expires_at as "expiresAt", claimed_at as "claimedAt", claimed_by as "claimedBy"`;
 
-export async function claimOfSubscription(deps: AppDeps, stripeSubscriptionId: string): Promise<PurchaseClaim | undefined> {
+export async function claimOfSubscription(deps: BillingDeps, stripeSubscriptionId: string): Promise<PurchaseClaim | undefined> {
   return first<PurchaseClaim>(
     deps.database.db,
     sql`select ${claimColumns} from public.purchase_claims where stripe_subscription_id = ${stripeSubscriptionId}`,
   );
 }
 
-export async function claimOfToken(deps: AppDeps, token: string): Promise<PurchaseClaim | undefined> {
+export async function claimOfToken(deps: BillingDeps, token: string): Promise<PurchaseClaim | undefined> {
   return first<PurchaseClaim>(
     deps.database.db,
     sql`select ${claimColumns} from public.purchase_claims where token_hash = ${await hashToken(token)}`,
@@ -55,7 +55,7 @@ export interface ClaimRequest {
  * link (new token, new expiry) if the pending one has expired. The claim and its mail are written in one
  * transaction, so a link is never stored without its mail or mailed without being stored.
  */
-export async function ensureClaimMailed(deps: AppDeps, request: ClaimRequest, options: { renewExpired: boolean }): Promise<void> {
+export async function ensureClaimMailed(deps: BillingDeps, request: ClaimRequest, options: { renewExpired: boolean }): Promise<void> {
   const now = deps.clock.now();
   const expiresAt = new Date(now.getTime() + CLAIM_TTL_MS);
   const token = newClaimToken();
@@ -87,7 +87,7 @@ export async function ensureClaimMailed(deps: AppDeps, request: ClaimRequest, op
 }
 
 /** The link goes to the page that posts the token (the front end's `/claim`, or the service's own). */
-function claimMail(deps: AppDeps, email: string, purchase: string, token: string) {
+function claimMail(deps: BillingDeps, email: string, purchase: string, token: string) {
   const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
   const link = `${origin}/claim?token=${encodeURIComponent(token)}`;
   return {
@@ -103,7 +103,7 @@ function claimMail(deps: AppDeps, email: string, purchase: string, token: string
   };
 }
 
-async function purchaseName(deps: AppDeps, request: ClaimRequest): Promise<string> {
+async function purchaseName(deps: BillingDeps, request: ClaimRequest): Promise<string> {
   if (!request.agentId) return 'a subscription';
   const row = await first<{ agent: string; tier: string | null }>(
     deps.database.db,

@@ -1,4 +1,4 @@
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import { first, rows, sql } from '../platform/db.ts';
 import { subscriptionColumns, toSubscriptionDto, type SubscriptionDto, type SubscriptionRow } from './subscriptions.ts';
 
@@ -37,7 +37,7 @@ function toBilling(row: Row): BillingSubscription {
   };
 }
 
-export async function billingSubscription(deps: AppDeps, subscriptionId: string): Promise<BillingSubscription | undefined> {
+export async function billingSubscription(deps: BillingDeps, subscriptionId: string): Promise<BillingSubscription | undefined> {
   const row = await first<Row>(
     deps.database.db,
     sql`select ${columns(deps.clock.now())} from public.subscriptions s where s.id = ${subscriptionId}`,
@@ -46,7 +46,7 @@ export async function billingSubscription(deps: AppDeps, subscriptionId: string)
 }
 
 /** The user's non-canceled subscription to the agent (active, past_due or incomplete), if any. */
-export async function liveSubscription(deps: AppDeps, userId: string, agentId: string): Promise<BillingSubscription | undefined> {
+export async function liveSubscription(deps: BillingDeps, userId: string, agentId: string): Promise<BillingSubscription | undefined> {
   const row = await first<Row>(
     deps.database.db,
     sql`select ${columns(deps.clock.now())} from public.subscriptions s
@@ -55,7 +55,7 @@ export async function liveSubscription(deps: AppDeps, userId: string, agentId: s
   return row && toBilling(row);
 }
 
-export async function findSubscriptionByStripeId(deps: AppDeps, stripeSubscriptionId: string): Promise<SubscriptionDto | undefined> {
+export async function findSubscriptionByStripeId(deps: BillingDeps, stripeSubscriptionId: string): Promise<SubscriptionDto | undefined> {
   const row = await first<SubscriptionRow>(
     deps.database.db,
     sql`select ${subscriptionColumns(deps.clock.now())} from public.subscriptions s
@@ -68,7 +68,7 @@ export async function findSubscriptionByStripeId(deps: AppDeps, stripeSubscripti
  * The user's subscriptions (all statuses, newest first; not paginated: a user has at most one live subscription
  * per agent, so the list stays short).
  */
-export async function listUserSubscriptions(deps: AppDeps, userId: string): Promise<SubscriptionDto[]> {
+export async function listUserSubscriptions(deps: BillingDeps, userId: string): Promise<SubscriptionDto[]> {
   const found = await rows<SubscriptionRow>(
     deps.database.db,
     sql`select ${subscriptionColumns(deps.clock.now())} from public.subscriptions s
@@ -78,7 +78,7 @@ export async function listUserSubscriptions(deps: AppDeps, userId: string): Prom
 }
 
 /** The user's live subscriptions, free and paid (for cancelling them all, e.g. when an admin bans the user). */
-export async function liveSubscriptionsOf(deps: AppDeps, userId: string): Promise<BillingSubscription[]> {
+export async function liveSubscriptionsOf(deps: BillingDeps, userId: string): Promise<BillingSubscription[]> {
   const found = await rows<Row>(
     deps.database.db,
     sql`select ${columns(deps.clock.now())} from public.subscriptions s

@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { callStripe, requirePayments } from './payments.ts';
@@ -97,7 +97,7 @@ export function stateOf(sub: Stripe.Subscription): StripeSubscriptionState {
 }
 
 /** Reads a subscription from Stripe with what the local state needs. */
-export async function readStripeSubscription(deps: AppDeps, stripeSubscriptionId: string): Promise<Stripe.Subscription> {
+export async function readStripeSubscription(deps: BillingDeps, stripeSubscriptionId: string): Promise<Stripe.Subscription> {
   const { stripe } = requirePayments(deps);
   return callStripe(() => stripe.subscriptions.retrieve(stripeSubscriptionId, { expand: ['schedule'] }));
 }
@@ -109,7 +109,7 @@ export async function readStripeSubscription(deps: AppDeps, stripeSubscriptionId
  * not start, and while a claim is pending (an unverified account holds the buyer's address): the subscription
  * then has no local row until the claim link is used.
  */
-export async function subscriberOf(deps: AppDeps, sub: Stripe.Subscription): Promise<string | undefined> {
+export async function subscriberOf(deps: BillingDeps, sub: Stripe.Subscription): Promise<string | undefined> {
   const metadataUser = sub.metadata?.userId;
   if (metadataUser) return metadataUser;
   const customerId = idOf(sub.customer as string | { id: string })!;
@@ -146,7 +146,7 @@ export interface ApplyResult {
 
 /** Writes Stripe's state of one subscription (and records the event id, when there is one) in one transaction. */
 export async function applyStripeState(
-  deps: AppDeps,
+  deps: BillingDeps,
   input: { event?: { id: string; type: string }; state?: StripeSubscriptionState; userId?: string | undefined },
 ): Promise<ApplyResult> {
   const s = input.state;
@@ -188,7 +188,7 @@ export async function applyStripeState(
  * anonymous success page, admin tier changes and cancellations).
  */
 export async function syncStripeSubscription(
-  deps: AppDeps,
+  deps: BillingDeps,
   stripeSubscriptionId: string,
   event?: { id: string; type: string },
 ): Promise<ApplyResult> {

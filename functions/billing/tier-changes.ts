@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import { notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { callStripe, isStripeRefusal, requirePayments } from './payments.ts';
@@ -18,17 +18,17 @@ import { ensureTierPrice, findBillingTier, invalidState, isPaid } from './tiers.
  * same state sync as the webhook; this module never writes a tier itself.
  */
 
-async function subscriptionOr404(deps: AppDeps, subscriptionId: string): Promise<BillingSubscription> {
+async function subscriptionOr404(deps: BillingDeps, subscriptionId: string): Promise<BillingSubscription> {
   const sub = await billingSubscription(deps, subscriptionId);
   if (!sub) throw notFound('Subscription', { subscriptionId });
   return sub;
 }
 
-async function reread(deps: AppDeps, subscriptionId: string): Promise<SubscriptionDto> {
+async function reread(deps: BillingDeps, subscriptionId: string): Promise<SubscriptionDto> {
   return (await billingSubscription(deps, subscriptionId))!.dto;
 }
 
-export async function changeSubscriptionTier(deps: AppDeps, subscriptionId: string, tierId: string): Promise<SubscriptionDto> {
+export async function changeSubscriptionTier(deps: BillingDeps, subscriptionId: string, tierId: string): Promise<SubscriptionDto> {
   const sub = await subscriptionOr404(deps, subscriptionId);
   if (sub.status === 'canceled' || sub.status === 'incomplete') {
     throw invalidState(`A ${sub.status} subscription cannot change tier`, { status: sub.status });
@@ -112,7 +112,7 @@ async function scheduleDowngrade(
   );
 }
 
-export async function cancelPendingTierChange(deps: AppDeps, subscriptionId: string): Promise<SubscriptionDto> {
+export async function cancelPendingTierChange(deps: BillingDeps, subscriptionId: string): Promise<SubscriptionDto> {
   const sub = await subscriptionOr404(deps, subscriptionId);
   if (!sub.pendingChangeKind || !sub.stripeSubscriptionId) {
     throw invalidState('There is no pending tier change on this subscription');

@@ -1,4 +1,4 @@
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import { insertTier, type Tier, type TierBasics } from '../catalog/index.ts';
 import { ApiError, conflict, notFound, pgCode } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
@@ -23,7 +23,7 @@ export interface BillingTier extends TierBasics {
 
 export const isPaid = (tier: Pick<BillingTier, 'priceCents'>) => tier.priceCents > 0;
 
-export async function findBillingTier(deps: AppDeps, tierId: string): Promise<BillingTier | undefined> {
+export async function findBillingTier(deps: BillingDeps, tierId: string): Promise<BillingTier | undefined> {
   return first<BillingTier>(
     deps.database.db,
     sql`select t.id, t.agent_id as "agentId", t.name, t.price_cents as "priceCents", t.currency, t.interval,
@@ -43,7 +43,7 @@ export interface NewTierInput {
   features: string[];
 }
 
-export async function createTier(deps: AppDeps, agentId: string, input: NewTierInput): Promise<Tier> {
+export async function createTier(deps: BillingDeps, agentId: string, input: NewTierInput): Promise<Tier> {
   const db = deps.database.db;
   const agent = await first<{ name: string }>(db, sql`select name from public.agents where id = ${agentId}`);
   if (!agent) throw notFound('Agent', { agentId });
@@ -64,7 +64,7 @@ export async function createTier(deps: AppDeps, agentId: string, input: NewTierI
 }
 
 async function createStripePrice(
-  deps: AppDeps,
+  deps: BillingDeps,
   tier: { agentId: string; agentName: string; name: string; priceCents: number; currency: string; interval: 'month' | 'year'; tierId?: string },
 ): Promise<{ stripeProductId: string; stripePriceId: string }> {
   const { stripe } = requirePayments(deps);
@@ -88,7 +88,7 @@ async function createStripePrice(
   return { stripeProductId: product.id, stripePriceId: price.id };
 }
 
-async function archiveStripePrice(deps: AppDeps, ids: { stripeProductId: string | null; stripePriceId: string | null }) {
+async function archiveStripePrice(deps: BillingDeps, ids: { stripeProductId: string | null; stripePriceId: string | null }) {
   const { stripe } = requirePayments(deps);
   const archive = async (fn: () => Promise<unknown>) => {
     try {
@@ -105,7 +105,7 @@ async function archiveStripePrice(deps: AppDeps, ids: { stripeProductId: string 
  * A paid tier's Stripe price, made now when the tier was created before Stripe was configured.
  * Idempotency keys (per tier) make concurrent first checkouts create one product and one price.
  */
-export async function ensureTierPrice(deps: AppDeps, tier: BillingTier): Promise<string> {
+export async function ensureTierPrice(deps: BillingDeps, tier: BillingTier): Promise<string> {
   requirePayments(deps);
   if (tier.stripePriceId) return tier.stripePriceId;
   const agent = await first<{ name: string }>(deps.database.db, sql`select name from public.agents where id = ${tier.agentId}`);
@@ -120,7 +120,7 @@ export async function ensureTierPrice(deps: AppDeps, tier: BillingTier): Promise
   return row?.stripePriceId ?? ids.stripePriceId;
 }
 
-export async function deleteTier(deps: AppDeps, agentId: string, tierId: string): Promise<{ id: string; archived: boolean }> {
+export async function deleteTier(deps: BillingDeps, agentId: string, tierId: string): Promise<{ id: string; archived: boolean }> {
   const db = deps.database.db;
   const tier = await first<BillingTier>(
     db,
@@ -157,7 +157,7 @@ export async function deleteTier(deps: AppDeps, agentId: string, tierId: string)
  * A tier that can be bought: not archived, of an agent that is not inactive. Buyers see public tiers of active
  * agents only (a hidden tier is a custom deal an admin sends as a checkout link), so anything else is a 404.
  */
-export async function purchasableTier(deps: AppDeps, tierId: string, by: 'buyer' | 'admin'): Promise<BillingTier> {
+export async function purchasableTier(deps: BillingDeps, tierId: string, by: 'buyer' | 'admin'): Promise<BillingTier> {
   const tier = await findBillingTier(deps, tierId);
   const visible =
     tier && !tier.archived && (by === 'admin' ? tier.agentStatus !== 'inactive' : tier.isPublic && tier.agentStatus === 'active');

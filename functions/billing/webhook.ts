@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import type { AppDeps } from '../platform/app-types.ts';
+import type { BillingDeps } from './billing-deps.ts';
 import { ApiError } from '../http/errors.ts';
 import { isStripeMissing, requirePayments } from './payments.ts';
 import { applyStripeState, eventSeen, syncStripeSubscription, type ApplyOutcome } from './subscription-state.ts';
@@ -38,7 +38,7 @@ export interface WebhookResult {
   outcome: ApplyOutcome | 'ignored';
 }
 
-export async function verifyStripeEvent(deps: AppDeps, payload: string, signature: string | undefined): Promise<Stripe.Event> {
+export async function verifyStripeEvent(deps: BillingDeps, payload: string, signature: string | undefined): Promise<Stripe.Event> {
   const payments = requirePayments(deps);
   if (!payments.webhookSecret) {
     throw new ApiError('PAYMENTS_NOT_CONFIGURED', 'The Stripe webhook is not configured (STRIPE_WEBHOOK_SECRET)');
@@ -68,7 +68,7 @@ export function subscriptionIdOf(event: Stripe.Event): string | undefined {
   return undefined;
 }
 
-export async function handleStripeWebhook(deps: AppDeps, payload: string, signature: string | undefined): Promise<WebhookResult> {
+export async function handleStripeWebhook(deps: BillingDeps, payload: string, signature: string | undefined): Promise<WebhookResult> {
   const event = await verifyStripeEvent(deps, payload, signature);
   const base = { received: true as const, eventId: event.id, type: event.type };
   if (!HANDLED_EVENTS.has(event.type)) return { ...base, outcome: 'ignored' };
