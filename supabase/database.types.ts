@@ -2585,7 +2585,10 @@ export type Database = {
           "p_now": string;
           "p_stored_end": string;
         };
-        Returns: Record<string, unknown>;
+        Returns: {
+          "period_end": string;
+          "period_start": string;
+        }[];
       };
       "ensure_agent_resource": {
         Args: { "p_base_url": string; "p_client_id": string; "p_now": string };

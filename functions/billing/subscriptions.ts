@@ -68,8 +68,11 @@ export interface SubscriptionRow {
  * `select ${subscriptionColumns(now)} from public.subscriptions s where ...`.
  */
 export function subscriptionColumns(now: Date): RawBuilder<unknown> {
+  // scalar subqueries, not a join: this list also serves RETURNING clauses; billing_period is inlined, so each costs
+  // a few expressions
+  const period = sql`public.billing_period(s.current_period_start, s.current_period_end, s.stripe_subscription_id is null, ${now}::timestamptz)`;
   return sql`s.id, s.user_id, s.agent_id, s.tier_id, s.status,
-    (public.billing_period(s.current_period_start, s.current_period_end, s.stripe_subscription_id is null, ${now}::timestamptz)).*,
+    (select p.period_start from ${period} p) as period_start, (select p.period_end from ${period} p) as period_end,
     s.cancel_at_period_end, s.pending_tier_id, s.pending_change_kind, s.stripe_subscription_id, s.created_at`;
 }
 

@@ -31,7 +31,8 @@ interface AddonRow {
 const addonColumns = (now: Date) => sql`a.id, a.subscription_id, a.metric_id, m.slug as metric, a.amount, a.duration, a.period_start,
   a.note, a.granted_by, a.revoked_at, a.revoked_by, a.created_at,
   (a.revoked_at is null and (a.duration = 'permanent' or a.period_start =
-     (public.billing_period(s.current_period_start, s.current_period_end, s.stripe_subscription_id is null, ${now}::timestamptz)).period_start)
+     (select p.period_start from public.billing_period(s.current_period_start, s.current_period_end,
+                                                        s.stripe_subscription_id is null, ${now}::timestamptz) p))
   ) as in_effect`;
 
 const addonFrom = sql`public.usage_addons a

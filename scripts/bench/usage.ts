@@ -6,7 +6,7 @@ import postgres from 'postgres';
 import { findPostgresBin, startPostgres } from '../postgres-server.ts';
 import { startFreeSubscription } from '../../functions/billing/subscriptions.ts';
 import { systemClock } from '../../functions/platform/clock.ts';
-import { openPostgres, sql } from '../../functions/platform/db.ts';
+import { openPostgres, sql, type Db } from '../../functions/platform/db.ts';
 import { HttpClient } from '../../tests/support/http.ts';
 import { accessTokenFor, TEST_REDIRECT_URI, type TestOAuthClient } from '../../tests/support/oauth.ts';
 import { provisionAgentClient } from '../../functions/auth/agent-clients.ts';
@@ -65,6 +65,8 @@ const poolSize = Number(process.env.BENCH_POOL_SIZE ?? connections);
 const ADMIN = { email: 'bench-admin@example.com', password: 'bench admin password' };
 /** Offered rates of the open-loop runs (issue 16), each for `seconds`, new clientReqIds over all subscriptions. */
 const OPEN_LOOP_RATES = (process.env.BENCH_OPEN_LOOP_RATES ?? '250,500,1000,2000').split(',').map(Number).filter((r) => r > 0);
+/** Print the database's time per statement for the first round's spread runs (see main). */
+const PG_STATEMENTS = process.env.BENCH_PG_STATEMENTS === '1';
 /** The service's scheduler token: it also guards GET /internal/metering/batches, the batch histogram read here. */
 const DRAIN_TOKEN = 'bench-drain-token-bench-drain-token-0123';
 
@@ -299,9 +301,31 @@ function printBatches(before: Histogram, after: Histogram) {
   console.log(`          batches: ${batches} for ${calls} calls, ${(calls / batches).toFixed(1)} calls per batch; by size: ${line}`);
 }
 
+async function resetStatements(db: Db) {
+  await sql`create extension if not exists pg_stat_statements`.execute(db);
+  await sql`select pg_stat_statements_reset()`.execute(db);
+}
+
+/** The statements that took the database's time in the run just done, per increment answered (`calls`). */
+async function printStatements(db: Db, calls: number) {
+  const { rows } = await sql<{ query: string; calls: string; ms: number }>`
+    select regexp_replace(query, '[[:space:]]+', ' ', 'g') as query, calls, total_exec_time as ms
+      from pg_stat_statements where query not ilike '%pg_stat_statements%'
+     order by total_exec_time desc limit 20`.execute(db);
+  console.log(`          database time per statement (pg_stat_statements, track=all; nested statements count inside their caller too), per increment:`);
+  for (const r of rows) {
+    console.log(`          ${((r.ms * 1000) / calls).toFixed(1).padStart(7)} us  ${(Number(r.calls) / calls).toFixed(2).padStart(6)} calls  ${r.query.slice(0, 150)}`);
+  }
+}
+
 async function main() {
   if (!pgbenchBin()) throw new Error('pgbench not found (install postgresql 15)');
-  const server = await startPostgres({ durable: true });
+  const server = await startPostgres({
+    durable: true,
+    // BENCH_PG_STATEMENTS=1: where the database's time goes, statement by statement, including those run inside the
+    // metering functions (track=all). It costs time of its own: figures from such a run are not the headline ones.
+    settings: PG_STATEMENTS ? { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' } : {},
+  });
   const dataDir = mkdtempSync(join(tmpdir(), 'mkt-bench-usage-'));
   const results: Figures[] = [];
   const rounds: Record<'sqlSpread' | 'httpSpread' | 'sqlHot' | 'httpHot' | 'httpReplay' | 'httpHoldCommit', Figures[]> = {
@@ -426,9 +450,14 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
       // Rounds alternate raw SQL and HTTP runs, so load from elsewhere on the machine does not land on one side only;
       // the ratios compare the medians.
       for (let round = 1; round <= ROUNDS; round++) {
+        const profile = PG_STATEMENTS && round === 1;
+        if (profile) await resetStatements(db);
         rounds.sqlSpread.push(pgbench(`[${round}] raw SQL: pgbench, ${connections} clients, ${SUBSCRIPTIONS} subscriptions`, dbUrl, spreadScript, seconds));
+        if (profile) await printStatements(db, rounds.sqlSpread.at(-1)!.ok);
         let batchesBefore = await batchHistogram(service.url);
+        if (profile) await resetStatements(db);
         rounds.httpSpread.push(await http(`[${round}] HTTP bearer, ${connections} concurrent, ${SUBSCRIPTIONS} subscriptions`, service.url, spreadNext, { seconds }));
+        if (profile) await printStatements(db, rounds.httpSpread.at(-1)!.ok);
         printBatches(batchesBefore, (batchesBefore = await batchHistogram(service.url)));
         rounds.sqlHot.push(pgbench(`[${round}] raw SQL: pgbench, ${connections} clients, 1 hot subscription`, dbUrl, hotScript, seconds));
         rounds.httpHot.push(await http(`[${round}] HTTP bearer, ${connections} concurrent, 1 hot subscription`, service.url, hotNext, { seconds }));
