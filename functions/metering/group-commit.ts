@@ -2,7 +2,8 @@ import type { BearerCheck } from '../http/context.ts';
 import { isConnectionLost, rows, sql, type Db } from '../platform/db.ts';
 
 /**
- * Group commit of the agent backends' usage writes (issue 16; migration 20261123000800).
+ * Group commit of the agent backends' usage writes and reservations (issue 16; migrations 20261123000800 and
+ * 20261125000300).
  *
  * Calls that arrive while a batch is in flight wait for it and then go out together as the next batch: ONE call of
  * public.metering_batch_as_bearer, one transaction, one commit, one round trip. No timers: when fewer than
@@ -15,18 +16,28 @@ import { isConnectionLost, rows, sql, type Db } from '../platform/db.ts';
  * connection fails every call of the batch with that error (503 UNAVAILABLE with Retry-After to each caller).
  */
 
-/** One usage write, as public.metering_call_as_bearer takes it. */
+/**
+ * One usage write, as public.metering_call_as_bearer (increment, decrement) or public.metering_reservation_as_bearer
+ * (reserve, commit, release, read) takes it.
+ */
 export interface BatchedCall {
-  operation: 'increment' | 'decrement';
+  operation: 'increment' | 'decrement' | 'reserve' | 'commit' | 'release' | 'read';
   check: BearerCheck;
   agentId: string;
-  metricSlug: string;
+  /** increment, decrement, reserve */
+  metricSlug: string | undefined;
+  /** increment, decrement (optional), reserve */
   clientReqId: string | undefined;
-  amount: number;
+  /** increment, decrement, reserve, commit */
+  amount: number | undefined;
+  /** commit, release, read */
+  reservationId?: string | undefined;
+  /** reserve */
+  ttlSeconds?: number | undefined;
   now: Date;
 }
 
-/** A row of public.metering_call_as_bearer (the caller columns and the usage outcome). */
+/** A row of the batch: the caller columns and the call's outcome (a reservation call also fills its own columns). */
 export type CallRow = Record<string, unknown> & { caller_status: string };
 
 /** Batches in flight at once per database: the next batch fills while one executes and another commits. */
@@ -108,10 +119,12 @@ async function runBatch(db: Db, calls: BatchedCall[]): Promise<CallRow[]> {
           p_client_ids => ${calls.map((c) => c.check.clientId)}::text[],
           p_token_agent_ids => ${calls.map((c) => c.check.agentId)}::text[]::uuid[],
           p_agent_ids => ${calls.map((c) => c.agentId)}::text[]::uuid[],
-          p_metric_slugs => ${calls.map((c) => c.metricSlug)}::text[],
+          p_metric_slugs => ${calls.map((c) => c.metricSlug ?? null)}::text[],
           p_client_req_ids => ${calls.map((c) => c.clientReqId ?? null)}::text[],
-          p_amounts => ${calls.map((c) => String(c.amount))}::text[]::bigint[],
-          p_nows => ${calls.map((c) => c.now.toISOString())}::text[]::timestamptz[])`,
+          p_amounts => ${calls.map((c) => (c.amount === undefined ? null : String(c.amount)))}::text[]::bigint[],
+          p_nows => ${calls.map((c) => c.now.toISOString())}::text[]::timestamptz[],
+          p_reservation_ids => ${calls.map((c) => c.reservationId ?? null)}::text[]::uuid[],
+          p_ttl_seconds => ${calls.map((c) => (c.ttlSeconds === undefined ? null : String(c.ttlSeconds)))}::text[]::integer[])`,
   );
   const byIndex: CallRow[] = new Array(calls.length);
   for (const row of found) byIndex[Number(row.call_index) - 1] = row;

@@ -3,6 +3,7 @@ import { ApiError, notFound } from '../http/errors.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import type { OriginalRequest, Reservation, ReservationStatus } from './schemas.ts';
+import { meterInBatch } from './group-commit.ts';
 import { bearerCaller, idempotencyConflict, quotaExceeded, usageRecord, type BearerCallerColumns, type UsageColumns } from './usage.ts';
 import { iso as isoOf } from '../platform/clock.ts';
 
@@ -10,7 +11,8 @@ import { iso as isoOf } from '../platform/clock.ts';
  * Usage reservations: hold units before an action whose cost is known only afterwards, then commit the actual
  * amount or release the hold (contract.md, Usage). Each call is ONE call of a SQL function (migration
  * 20261123000500): public.metering_reserve / public.metering_settle_reservation, or with a bearer token
- * public.metering_reservation_as_bearer, which runs the caller check in the same statement. A hold counts against
+ * public.metering_reservation_as_bearer, which runs the caller check in the same statement (and goes out in the
+ * group commit's batches, group-commit.ts). A hold counts against
  * the quota under the same counter lock and the same rule as an increment; expiry needs no job (see the migration).
  * This module only maps the function's outcome to the API.
  */
@@ -95,18 +97,22 @@ export async function callReservationAsBearer(
   clock: Clock,
   { operation, check, call }: { operation: ReservationOperation; check: BearerCheck; call: ReservationCall },
 ): Promise<{ principal: Principal; result: ReservationResult }> {
-  const ttl = operation === 'reserve' ? (call.ttlSeconds ?? DEFAULT_TTL_SECONDS) : null;
   const now = clock.now();
-  const row = await first<ReservationRow & BearerCallerColumns>(
-    db,
-    sql`select * from public.metering_reservation_as_bearer(
-          p_operation => ${operation}, p_user_id => ${check.userId}, p_token_keys => ${check.tokenKeys}::text[],
-          p_issued_at => ${check.issuedAt}, p_client_id => ${check.clientId}, p_token_agent_id => ${check.agentId},
-          p_agent_id => ${call.agentId}, p_metric_slug => ${call.metricSlug ?? null}, p_reservation_id => ${call.reservationId ?? null},
-          p_client_req_id => ${call.clientReqId ?? null}, p_amount => ${call.amount ?? null}, p_ttl_seconds => ${ttl}, p_now => ${now})`,
-  );
-  const principal = bearerCaller(check, row!);
-  return { principal, result: reservationOutcome(row!, operation, call, now) };
+  // through the group commit, with the increments and decrements: one statement and one commit for all the calls that
+  // arrived together (the batch runs public.metering_reservation_as_bearer for this call)
+  const row = (await meterInBatch(db, {
+    operation,
+    check,
+    agentId: call.agentId,
+    metricSlug: call.metricSlug,
+    clientReqId: call.clientReqId,
+    amount: call.amount,
+    reservationId: call.reservationId,
+    ttlSeconds: operation === 'reserve' ? (call.ttlSeconds ?? DEFAULT_TTL_SECONDS) : undefined,
+    now,
+  })) as unknown as ReservationRow & BearerCallerColumns;
+  const principal = bearerCaller(check, row);
+  return { principal, result: reservationOutcome(row, operation, call, now) };
 }
 
 function reservationOutcome(row: ReservationRow, operation: ReservationOperation, call: ReservationCall, now: Date): ReservationResult {

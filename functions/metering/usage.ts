@@ -112,9 +112,9 @@ export function bearerCaller(check: BearerCheck, row: BearerCallerColumns): Prin
 function usageOutcome(row: UsageCallRow, call: UsageCall, operation: UsageOperation, now: Date): UsageResult {
   switch (row.outcome) {
     case 'ok':
-      return { ...usageRecord({ metric: call.metricSlug, ...row }), replayed: row.replayed };
+      return { ...usageRecord({ ...row, metric: call.metricSlug }), replayed: row.replayed };
     case 'quota_exceeded':
-      throw quotaExceeded(usageRecord({ metric: call.metricSlug, ...row }), Number(row.requested ?? call.amount), row.replayed, now);
+      throw quotaExceeded(usageRecord({ ...row, metric: call.metricSlug }), Number(row.requested ?? call.amount), row.replayed, now);
     case 'subscription_required':
       throw new ApiError('SUBSCRIPTION_REQUIRED', 'An active subscription to this agent is required', { agentId: call.agentId });
     case 'metric_not_found':

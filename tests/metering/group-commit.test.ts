@@ -4,6 +4,7 @@ import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { agentToken, ledgerAgreesWithCounters, meteredAgent, reqId, subscribe, usagePath, type MeteredAgent } from './support.ts';
+import { reservationPath, reservePath } from './reservation-support.ts';
 
 /**
  * Group commit (issue 16): usage writes sent concurrently over HTTP share batches (one statement, one transaction).
@@ -206,5 +207,58 @@ describe('group commit of usage writes', () => {
       await sql`update tier_quotas set quota_limit = 12 where tier_id = ${agent.tierId} and metric_id = ${agent.metrics.calls!}`.execute(t.db);
       await sql`update tier_quotas set quota_limit = 8 where tier_id = ${agent.tierId} and metric_id = ${agent.metrics.sites!}`.execute(t.db);
     }
+  });
+
+  it('reservations share the batches: concurrent holds, commits, releases and increments on one counter, exact totals', async () => {
+    // a subscriber of its own, so the counter starts at 0 whatever the tests above left
+    const user = await signUp(t);
+    const sub = await subscribe(t, user.userId, agent.tierId);
+    const token = await agentToken(t, user, agent.agentId);
+    const before = (await t.http.get('/internal/metering/batches', { bearer: DRAIN_TOKEN })).body.data as { callCount: number; batchCount: number };
+
+    // 1. 10 holds of 2 and 10 increments of 1, all at once, on a quota of 12 (demand 30)
+    const [holds, increments] = await Promise.all([
+      Promise.all(
+        Array.from({ length: 10 }, () =>
+          t.http.post(reservePath(agent.agentId, 'calls'), { bearer: token, json: { clientReqId: reqId(), amount: 2 } }),
+        ),
+      ),
+      Promise.all(
+        Array.from({ length: 10 }, () => t.http.post(usagePath(agent.agentId, 'calls', 'increment'), { bearer: token, json: { clientReqId: reqId() } })),
+      ),
+    ]);
+    for (const r of [...holds, ...increments]) expect([200, 201, 429], r.text).toContain(r.status);
+    const held = holds.filter((r) => r.status === 201).map((r) => r.body.data.id as string);
+    const counted = increments.filter((r) => r.status === 200).length;
+    // never past the quota; and nothing that still fitted was refused (usage only grew, so a refused increment means
+    // the counter was full, a refused hold of 2 that at most 1 unit was free)
+    expect(held.length * 2 + counted).toBeLessThanOrEqual(12);
+    if (counted < 10) expect(held.length * 2 + counted).toBe(12);
+    else if (held.length < 10) expect(held.length * 2 + counted).toBeGreaterThanOrEqual(11);
+    const usage = (await t.http.get(usagePath(agent.agentId, 'calls'), { cookie: user.cookie })).body.data;
+    expect(usage).toMatchObject({ used: counted, reserved: held.length * 2 });
+
+    // 2. every hold settled at once (the first half committed as 1 unit, the rest released), with 4 more increments
+    const half = Math.ceil(held.length / 2);
+    const settled = await Promise.all([
+      ...held.map((id, i) =>
+        i < half
+          ? t.http.post(reservationPath(agent.agentId, id, 'commit'), { bearer: token, json: { amount: 1 } })
+          : t.http.post(reservationPath(agent.agentId, id, 'release'), { bearer: token }),
+      ),
+      ...Array.from({ length: 4 }, () => t.http.post(usagePath(agent.agentId, 'calls', 'increment'), { bearer: token, json: { clientReqId: reqId() } })),
+    ]);
+    const settles = settled.slice(0, held.length);
+    expect(settles.map((r) => r.status)).toEqual(held.map(() => 200));
+    expect(settles.map((r) => r.body.data.status)).toEqual(held.map((_, i) => (i < half ? 'committed' : 'released')));
+    const later = settled.slice(held.length).filter((r) => r.status === 200).length;
+    const after = (await t.http.get(usagePath(agent.agentId, 'calls'), { cookie: user.cookie })).body.data;
+    expect(after).toMatchObject({ used: counted + half + later, reserved: 0 });
+    for (const counter of await ledgerAgreesWithCounters(t.db, sub.id)) expect(counter.sum).toBe(counter.used);
+
+    // every one of these calls, holds and settlements included, went out through the batches
+    const now = (await t.http.get('/internal/metering/batches', { bearer: DRAIN_TOKEN })).body.data as { callCount: number; batchCount: number };
+    expect(now.callCount - before.callCount).toBe(20 + held.length + 4);
+    if (t.database.kind === 'postgres') expect(now.batchCount - before.batchCount).toBeLessThan(20 + held.length + 4);
   });
 });
