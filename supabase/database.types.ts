@@ -2604,18 +2604,25 @@ export type Database = {
           "p_metric_slugs": (string)[];
           "p_nows": (string)[];
           "p_operations": (string)[];
+          "p_reservation_ids": (string)[];
           "p_token_agent_ids": (string)[];
           "p_token_keys": (string)[];
+          "p_ttl_seconds": (number)[];
           "p_user_ids": (string)[];
         };
         Returns: {
+          "amount": number;
           "call_index": number;
           "caller_created_at": string;
           "caller_email": string;
           "caller_name": string;
           "caller_role": string;
           "caller_status": string;
+          "committed_amount": number;
+          "created_at": string;
+          "expires_at": string;
           "kind": string;
+          "metric": string;
           "original": Json;
           "outcome": string;
           "period_end": string;
@@ -2623,7 +2630,9 @@ export type Database = {
           "quota_limit": number;
           "replayed": boolean;
           "requested": number;
+          "reservation_id": string;
           "reserved": number;
+          "status": string;
           "used": number;
         }[];
       };

@@ -98,7 +98,8 @@ describe('no client input produces a 5xx', () => {
  * Every route the app actually mounts, not only those /openapi.json documents: Hono's route table (our routes,
  * the built-in pages, /files, /internal, /webhooks) and every endpoint of the auth library under /api/auth (its
  * `api` object: sessions, admin, organizations, OAuth client management, consents, ...), each called with
- * malformed path values and bodies by an anonymous caller, a user, an admin and an agent's bearer token.
+ * malformed path values (and, except for the admin, the real agent's id) and bodies by an anonymous caller, a user,
+ * another user, an admin, the user's bearer token of the agent and the same user's token of another agent.
  */
 describe('no client input produces a 5xx on any mounted route', () => {
   interface Route {
@@ -128,7 +129,7 @@ describe('no client input produces a 5xx on any mounted route', () => {
   /** Hono `:param` and `*` placeholders filled with one malformed value. */
   const fillRoute = (path: string, value: string) => path.replace(/:[A-Za-z_]+/g, value).replace(/\*/g, `${value}/x`);
 
-  it('holds for every route of the app and of the auth library, for anonymous, user, admin and bearer callers', async () => {
+  it('holds for every route of the app and of the auth library, for anonymous, a user, another user, admin, and bearer tokens of the agent and of another agent', async () => {
     const routes = mountedRoutes();
     const paths = new Set(routes.map((r) => r.path));
     expect(routes.length).toBeGreaterThan(200);
@@ -141,11 +142,18 @@ describe('no client input produces a 5xx on any mounted route', () => {
       json: { slug: 'fuzz-agent', name: 'Fuzz', description: 'fuzz', status: 'active', redirectUris: ['http://127.0.0.1:9/callback'] },
     });
     expect(agent.status, agent.text).toBe(201);
-    const people: Record<'user' | 'admin', TestUser> = { user: await signUp(t), admin: await createAdmin(t) };
+    const people: Record<'user' | 'otherUser' | 'admin', TestUser> = { user: await signUp(t), otherUser: await signUp(t), admin: await createAdmin(t) };
     let bearer = (await accessTokenFor(t, people.user, { agentId: agent.body.data.id })).accessToken;
+    // the same user's token of another agent, sent to routes that name the first agent
+    const other = await t.http.post('/agents', {
+      cookie: admin.cookie,
+      json: { slug: 'fuzz-agent-2', name: 'Fuzz 2', description: 'fuzz', status: 'active', redirectUris: ['http://127.0.0.1:9/callback'] },
+    });
+    expect(other.status, other.text).toBe(201);
+    let otherAgentBearer = (await accessTokenFor(t, people.user, { agentId: other.body.data.id })).accessToken;
 
     /** A route may end the caller's session (sign-out, revoke-sessions, delete-user): sign in again, or anew. */
-    const stillSignedIn = async (who: 'user' | 'admin') => {
+    const stillSignedIn = async (who: 'user' | 'otherUser' | 'admin') => {
       const session = await t.http.get('/api/auth/get-session', { cookie: people[who].cookie });
       if (session.body?.user) return;
       people[who] = await signIn(t, people[who]).catch(() => (who === 'admin' ? createAdmin(t) : signUp(t)));
@@ -155,16 +163,31 @@ describe('no client input produces a 5xx on any mounted route', () => {
       await stillSignedIn('user');
       bearer = (await accessTokenFor(t, people.user, { agentId: agent.body.data.id })).accessToken;
     };
+    const otherAgentBearerStillValid = async () => {
+      if ((await t.http.get('/me', { bearer: otherAgentBearer })).status === 200) return;
+      await stillSignedIn('user');
+      otherAgentBearer = (await accessTokenFor(t, people.user, { agentId: other.body.data.id })).accessToken;
+    };
 
-    const values = ['00000000-0000-4000-8000-000000000000', 'not-a-uuid%00'];
+    // a fresh id, a malformed one, and (for every caller but the admin, who could archive it mid-walk) the real agent's
+    const junkValues = ['00000000-0000-4000-8000-000000000000', 'not-a-uuid%00'];
+    const realAgentId = agent.body.data.id as string;
     const junkBodies: unknown[] = [{}, { id: 1, userId: ['x'], email: {}, token: null, client_id: 7, redirect_uris: 'x', amount: -1 }];
     const failures: string[] = [];
     for (const route of routes) {
-      for (const who of ['anonymous', 'user', 'admin', 'bearer'] as const) {
-        if (who === 'user' || who === 'admin') await stillSignedIn(who);
+      for (const who of ['anonymous', 'user', 'otherUser', 'admin', 'bearer', 'otherAgentBearer'] as const) {
+        if (who === 'user' || who === 'otherUser' || who === 'admin') await stillSignedIn(who);
         if (who === 'bearer') await bearerStillValid();
+        if (who === 'otherAgentBearer') await otherAgentBearerStillValid();
         const auth =
-          who === 'anonymous' ? {} : who === 'bearer' ? { bearer } : { cookie: people[who].cookie, headers: { origin: t.baseUrl } };
+          who === 'anonymous'
+            ? {}
+            : who === 'bearer'
+              ? { bearer }
+              : who === 'otherAgentBearer'
+                ? { bearer: otherAgentBearer }
+                : { cookie: people[who].cookie, headers: { origin: t.baseUrl } };
+        const values = who === 'admin' || !/:[A-Za-z_]+/.test(route.path) ? junkValues : [...junkValues, realAgentId];
         for (const value of values) {
           const url = `${fillRoute(route.path, value)}?id=${value}&token=%%%&client_id=&limit=abc&cursor=%FF`;
           const bodies = route.method === 'GET' || route.method === 'DELETE' ? [undefined] : junkBodies;

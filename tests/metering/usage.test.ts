@@ -147,12 +147,18 @@ describe('incrementUsage', () => {
   it('answers 404 for an unknown metric slug (and for a metric of another agent)', async () => {
     const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
     const b = await meteredAgent(t.db, [{ slug: 'other-metric', kind: 'rolling', quota: 5 }]);
-    await subscribe(t, user.userId, a.tierId);
+    const sub = await subscribe(t, user.userId, a.tierId);
     const res = await increment(user, a.agentId, 'nope', { clientReqId: reqId() });
     expect(res.status).toBe(404);
     expect(res.body.error.code).toBe('NOT_FOUND');
     expect((await increment(user, a.agentId, 'other-metric', { clientReqId: reqId() })).status).toBe(404);
-    expect(b.metrics['other-metric']).toBeDefined();
+    // nothing was counted: not on this subscription, and not on the other agent's metric of that name
+    const { rows } = await sql<{ subscription: number; other: number }>`
+      select (select count(*)::int from quota_ledger where subscription_id = ${sub.id}) +
+             (select count(*)::int from usage_counters where subscription_id = ${sub.id}) as subscription,
+             (select count(*)::int from quota_ledger where metric_id = ${b.metrics['other-metric']!}) +
+             (select count(*)::int from usage_counters where metric_id = ${b.metrics['other-metric']!}) as other`.execute(t.db);
+    expect(rows[0]).toEqual({ subscription: 0, other: 0 });
   });
 
   it('refuses bad input with 400 and changes nothing', async () => {
