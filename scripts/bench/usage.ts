@@ -39,7 +39,7 @@ import {
  *      authorization-code flow) at 32 concurrent over the same 1,000 subscriptions;
  *   3. the same against one hot subscription;
  *   4. replays: HTTP increments repeating clientReqIds already counted in run 2;
- *   5. reserve+commit pairs: a hold of 2 units then its commit of 1 (the reservation's own statements), spread;
+ *   5. reserve+commit pairs: a hold of 2 units then its commit of 1 (two requests, each through the group commit), spread;
  *   6. open loop: HTTP increments at fixed offered rates (250, 500, 1,000, 2,000/s; BENCH_OPEN_LOOP_RATES), each sent
  *      on schedule whatever the answers before it, latency from the scheduled time (lib.ts openLoop).
  *   After each HTTP increment run, the service's group-commit batch sizes over that run (GET /internal/metering/batches).
@@ -600,7 +600,7 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
     const goal = f.offered === 1000 ? 25 : 50;
     console.log(`open loop ${f.offered}/s: ${f.served}/s served, p99 ${f.p99} ms (goal: all served, p99 <= ${goal} ms)`);
   }
-  console.log(`reserve+commit pairs / increments over HTTP: ${ratio(httpHoldCommit, httpSpread)} (two requests and two statements per pair)`);
+  console.log(`reserve+commit pairs / increments over HTTP: ${ratio(httpHoldCommit, httpSpread)} (two requests and two batched calls per pair)`);
   console.log(failures ? `\n${failures} check(s) FAILED` : '\nzero over-admission: every check passed');
   if (failures) process.exit(1);
 }
