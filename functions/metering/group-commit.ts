@@ -25,11 +25,11 @@ export interface BatchedCall {
   check: BearerCheck;
   agentId: string;
   /** increment, decrement, reserve */
-  metricSlug: string | undefined;
+  metricSlug?: string | undefined;
   /** increment, decrement (optional), reserve */
-  clientReqId: string | undefined;
+  clientReqId?: string | undefined;
   /** increment, decrement, reserve, commit */
-  amount: number | undefined;
+  amount?: number | undefined;
   /** commit, release, read */
   reservationId?: string | undefined;
   /** reserve */

@@ -101,13 +101,9 @@ export async function callReservationAsBearer(
   // through the group commit, with the increments and decrements: one statement and one commit for all the calls that
   // arrived together (the batch runs public.metering_reservation_as_bearer for this call)
   const row = (await meterInBatch(db, {
+    ...call,
     operation,
     check,
-    agentId: call.agentId,
-    metricSlug: call.metricSlug,
-    clientReqId: call.clientReqId,
-    amount: call.amount,
-    reservationId: call.reservationId,
     ttlSeconds: operation === 'reserve' ? (call.ttlSeconds ?? DEFAULT_TTL_SECONDS) : undefined,
     now,
   })) as unknown as ReservationRow & BearerCallerColumns;

@@ -72,15 +72,7 @@ export async function meterUsageAsBearer(
 ): Promise<{ principal: Principal; result: UsageResult }> {
   // Through group commit: concurrent calls share one statement, one transaction and one commit (group-commit.ts).
   const now = clock.now();
-  const row = (await meterInBatch(db, {
-    operation,
-    check,
-    agentId: call.agentId,
-    metricSlug: call.metricSlug,
-    clientReqId: call.clientReqId,
-    amount: call.amount,
-    now,
-  })) as unknown as UsageCallRow & BearerCallerColumns;
+  const row = (await meterInBatch(db, { ...call, operation, check, now })) as unknown as UsageCallRow & BearerCallerColumns;
   const principal = bearerCaller(check, row!);
   return { principal, result: usageOutcome(row!, { ...call, userId: check.userId }, operation, now) };
 }
