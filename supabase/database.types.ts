@@ -2604,10 +2604,10 @@ export type Database = {
           "p_metric_slugs": (string)[];
           "p_nows": (string)[];
           "p_operations": (string)[];
-          "p_reservation_ids": (string)[];
+          "p_reservation_ids"?: (string)[];
           "p_token_agent_ids": (string)[];
           "p_token_keys": (string)[];
-          "p_ttl_seconds": (number)[];
+          "p_ttl_seconds"?: (number)[];
           "p_user_ids": (string)[];
         };
         Returns: {

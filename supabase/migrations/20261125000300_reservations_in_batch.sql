@@ -16,7 +16,8 @@ create function public.metering_batch_as_bearer(
   p_operations text[], p_user_ids text[], p_token_keys text[], p_issued_ats timestamptz[],
   p_client_ids text[], p_token_agent_ids uuid[], p_agent_ids uuid[], p_metric_slugs text[],
   p_client_req_ids text[], p_amounts bigint[], p_nows timestamptz[],
-  p_reservation_ids uuid[], p_ttl_seconds integer[]
+  -- defaults: an instance still running the previous code (a rolling deploy) calls without them and keeps working
+  p_reservation_ids uuid[] default null, p_ttl_seconds integer[] default null
 ) returns table (
   call_index integer,
   caller_status text, caller_email text, caller_name text, caller_role text, caller_created_at timestamptz,

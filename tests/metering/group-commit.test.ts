@@ -209,6 +209,16 @@ describe('group commit of usage writes', () => {
     }
   });
 
+  it("the batch function still takes the previous release's arguments, so instances not yet replaced in a rolling deploy keep metering", async () => {
+    const { rows } = await sql<{ call_index: number; caller_status: string; outcome: string | null }>`
+      select call_index, caller_status, outcome from public.metering_batch_as_bearer(
+        p_operations => array['increment'], p_user_ids => array['no-such-user'], p_token_keys => array['k'],
+        p_issued_ats => array[now()], p_client_ids => array['c'], p_token_agent_ids => array[${agent.agentId}::uuid],
+        p_agent_ids => array[${agent.agentId}::uuid], p_metric_slugs => array['calls'], p_client_req_ids => array['r'],
+        p_amounts => array[1::bigint], p_nows => array[now()])`.execute(t.db);
+    expect(rows).toEqual([{ call_index: 1, caller_status: 'no_user', outcome: null }]);
+  });
+
   it('reservations share the batches: concurrent holds, commits, releases and increments on one counter, exact totals', async () => {
     // a subscriber of its own, so the counter starts at 0 whatever the tests above left
     const user = await signUp(t);
