@@ -1,0 +1,45 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rows, sql, type Db } from '../../functions/platform/db.ts';
+import { createTestDatabase, type TestDatabase } from '../support/databases.ts';
+
+/**
+ * Functions that write are the service's (migration 20261125000400): no volatile function of the public schema,
+ * other than trigger functions, may be executed by the Data API's roles (anon, authenticated), which would otherwise
+ * reach it through PostgREST's /rpc. The rule is checked over the catalog, so a function added later without its
+ * revoke fails here.
+ */
+
+let database: TestDatabase;
+let db: Db;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  db = database.database.db;
+});
+afterAll(() => database.drop());
+
+describe('function privileges', () => {
+  it('no volatile function of the public schema is executable by anon or authenticated', async () => {
+    const open = await rows<{ fn: string; role: string }>(
+      db,
+      sql`select p.oid::regprocedure::text as fn, r.rolname as role
+            from pg_proc p
+            join pg_namespace n on n.oid = p.pronamespace
+            cross join pg_roles r
+           where n.nspname = 'public' and p.prokind = 'f' and p.provolatile = 'v'
+             and p.prorettype <> 'trigger'::regtype
+             and r.rolname in ('anon', 'authenticated')
+             and has_function_privilege(r.rolname, p.oid, 'execute')
+           order by 1, 2`,
+    );
+    expect(open).toEqual([]);
+    // the check is not empty-handed: the writing functions exist, and the service's own role can run them
+    const writers = await rows<{ n: number }>(
+      db,
+      sql`select count(*)::int as n from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+           where n.nspname = 'public' and p.proname in ('metering_increment', 'metering_decrement', 'metering_batch_as_bearer')
+             and has_function_privilege(current_user, p.oid, 'execute')`,
+    );
+    expect(writers[0]!.n).toBeGreaterThanOrEqual(3);
+  });
+});
