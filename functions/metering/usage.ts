@@ -73,8 +73,8 @@ export async function meterUsageAsBearer(
   // Through group commit: concurrent calls share one statement, one transaction and one commit (group-commit.ts).
   const now = clock.now();
   const row = (await meterInBatch(db, { ...call, operation, check, now })) as unknown as UsageCallRow & BearerCallerColumns;
-  const principal = bearerCaller(check, row!);
-  return { principal, result: usageOutcome(row!, { ...call, userId: check.userId }, operation, now) };
+  const principal = bearerCaller(check, row);
+  return { principal, result: usageOutcome(row, { ...call, userId: check.userId }, operation, now) };
 }
 
 /** The columns public.bearer_caller adds to a bearer usage statement (metering_batch_as_bearer, ..._as_bearer). */

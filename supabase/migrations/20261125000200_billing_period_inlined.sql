@@ -7,7 +7,7 @@
 -- of a 224 us increment, more than the counter and the ledger writes together; inlined it costs about 10 us
 -- (measured in a loop of 5,000 calls in one transaction on this machine; docs/internals/metering.md). Same
 -- arguments, same columns, same rule: every caller already reads it in FROM (`from`, `cross join lateral`) except
--- two service queries, which now read it through a scalar subquery or a lateral join.
+-- two service queries, which now read it through scalar subqueries.
 drop function public.billing_period(timestamptz, timestamptz, boolean, timestamptz);
 
 -- Billing period of a subscription at a given time (rule unchanged, see 20261122000500_metering.sql).

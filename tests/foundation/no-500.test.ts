@@ -143,14 +143,12 @@ describe('no client input produces a 5xx on any mounted route', () => {
     });
     expect(agent.status, agent.text).toBe(201);
     const people: Record<'user' | 'otherUser' | 'admin', TestUser> = { user: await signUp(t), otherUser: await signUp(t), admin: await createAdmin(t) };
-    let bearer = (await accessTokenFor(t, people.user, { agentId: agent.body.data.id })).accessToken;
     // the same user's token of another agent, sent to routes that name the first agent
     const other = await t.http.post('/agents', {
       cookie: admin.cookie,
       json: { slug: 'fuzz-agent-2', name: 'Fuzz 2', description: 'fuzz', status: 'active', redirectUris: ['http://127.0.0.1:9/callback'] },
     });
     expect(other.status, other.text).toBe(201);
-    let otherAgentBearer = (await accessTokenFor(t, people.user, { agentId: other.body.data.id })).accessToken;
 
     /** A route may end the caller's session (sign-out, revoke-sessions, delete-user): sign in again, or anew. */
     const stillSignedIn = async (who: 'user' | 'otherUser' | 'admin') => {
@@ -158,15 +156,15 @@ describe('no client input produces a 5xx on any mounted route', () => {
       if (session.body?.user) return;
       people[who] = await signIn(t, people[who]).catch(() => (who === 'admin' ? createAdmin(t) : signUp(t)));
     };
-    const bearerStillValid = async () => {
-      if ((await t.http.get('/me', { bearer })).status === 200) return;
+    /** The user's bearer token of an agent, minted again when a route ended it (or the session behind it). */
+    const tokens = new Map<string, string>();
+    const bearerOf = async (agentId: string) => {
+      const token = tokens.get(agentId);
+      if (token && (await t.http.get('/me', { bearer: token })).status === 200) return token;
       await stillSignedIn('user');
-      bearer = (await accessTokenFor(t, people.user, { agentId: agent.body.data.id })).accessToken;
-    };
-    const otherAgentBearerStillValid = async () => {
-      if ((await t.http.get('/me', { bearer: otherAgentBearer })).status === 200) return;
-      await stillSignedIn('user');
-      otherAgentBearer = (await accessTokenFor(t, people.user, { agentId: other.body.data.id })).accessToken;
+      const fresh = (await accessTokenFor(t, people.user, { agentId })).accessToken;
+      tokens.set(agentId, fresh);
+      return fresh;
     };
 
     // a fresh id, a malformed one, and (for every caller but the admin, who could archive it mid-walk) the real agent's
@@ -176,17 +174,13 @@ describe('no client input produces a 5xx on any mounted route', () => {
     const failures: string[] = [];
     for (const route of routes) {
       for (const who of ['anonymous', 'user', 'otherUser', 'admin', 'bearer', 'otherAgentBearer'] as const) {
-        if (who === 'user' || who === 'otherUser' || who === 'admin') await stillSignedIn(who);
-        if (who === 'bearer') await bearerStillValid();
-        if (who === 'otherAgentBearer') await otherAgentBearerStillValid();
-        const auth =
-          who === 'anonymous'
-            ? {}
-            : who === 'bearer'
-              ? { bearer }
-              : who === 'otherAgentBearer'
-                ? { bearer: otherAgentBearer }
-                : { cookie: people[who].cookie, headers: { origin: t.baseUrl } };
+        let auth: { bearer?: string; cookie?: string; headers?: Record<string, string> } = {};
+        if (who === 'bearer' || who === 'otherAgentBearer') {
+          auth = { bearer: await bearerOf(who === 'bearer' ? agent.body.data.id : other.body.data.id) };
+        } else if (who !== 'anonymous') {
+          await stillSignedIn(who);
+          auth = { cookie: people[who].cookie, headers: { origin: t.baseUrl } };
+        }
         const values = who === 'admin' || !/:[A-Za-z_]+/.test(route.path) ? junkValues : [...junkValues, realAgentId];
         for (const value of values) {
           const url = `${fillRoute(route.path, value)}?id=${value}&token=%%%&client_id=&limit=abc&cursor=%FF`;

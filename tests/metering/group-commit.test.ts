@@ -36,6 +36,13 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
+/** The instance's batch histogram (GET /internal/metering/batches), as an operator or the benchmark reads it. */
+async function histogram() {
+  const res = await t.http.get('/internal/metering/batches', { bearer: DRAIN_TOKEN });
+  expect(res.status, res.text).toBe(200);
+  return res.body.data as { batches: Array<{ size: number; count: number }>; batchCount: number; callCount: number };
+}
+
 type Metric = 'calls' | 'sites';
 type Op =
   | { type: 'inc'; who: number; metric: Metric; amount: number; reuse: number | null; same: boolean }
@@ -174,12 +181,6 @@ describe('group commit of usage writes', () => {
   it('a lone call waits for nothing and a crowd shares batches: 200 concurrent increments, exact totals', async () => {
     const { token, user } = users[0]!;
     await sql`update tier_quotas set quota_limit = null where tier_id = ${agent.tierId}`.execute(t.db);
-    // The instance's batch histogram (GET /internal/metering/batches), as an operator or the benchmark reads it.
-    const histogram = async () => {
-      const res = await t.http.get('/internal/metering/batches', { bearer: DRAIN_TOKEN });
-      expect(res.status, res.text).toBe(200);
-      return res.body.data as { batches: Array<{ size: number; count: number }>; batchCount: number; callCount: number };
-    };
     try {
       const lone = await histogram();
       const one = await t.http.post(usagePath(agent.agentId, 'calls', 'increment'), { bearer: token, json: { clientReqId: reqId() } });
@@ -224,7 +225,7 @@ describe('group commit of usage writes', () => {
     const user = await signUp(t);
     const sub = await subscribe(t, user.userId, agent.tierId);
     const token = await agentToken(t, user, agent.agentId);
-    const before = (await t.http.get('/internal/metering/batches', { bearer: DRAIN_TOKEN })).body.data as { callCount: number; batchCount: number };
+    const before = await histogram();
 
     // 1. 10 holds of 2 and 10 increments of 1, all at once, on a quota of 12 (demand 30)
     const [holds, increments] = await Promise.all([
@@ -267,7 +268,7 @@ describe('group commit of usage writes', () => {
     for (const counter of await ledgerAgreesWithCounters(t.db, sub.id)) expect(counter.sum).toBe(counter.used);
 
     // every one of these calls, holds and settlements included, went out through the batches
-    const now = (await t.http.get('/internal/metering/batches', { bearer: DRAIN_TOKEN })).body.data as { callCount: number; batchCount: number };
+    const now = await histogram();
     expect(now.callCount - before.callCount).toBe(20 + held.length + 4);
     if (t.database.kind === 'postgres') expect(now.batchCount - before.batchCount).toBeLessThan(20 + held.length + 4);
   });
