@@ -511,6 +511,9 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
       await sql`update tier_quotas set quota_limit = ${EDGE_QUOTA} where tier_id = (select id from tiers where agent_id = ${edge.agentId})`.execute(db);
       await sql`delete from usage_counters where subscription_id = (select id from subscriptions where user_id = ${edge.userId} and agent_id = ${edge.agentId})`.execute(db);
       await sql`delete from quota_ledger where subscription_id = (select id from subscriptions where user_id = ${edge.userId} and agent_id = ${edge.agentId})`.execute(db);
+      // and its holds: the reserve+commit runs walk every subscription, and one whose run ended between a hold and
+      // its commit leaves a live hold (2 units, 60 s), which the edge would rightly count against the 1,000
+      await sql`delete from usage_reservations where subscription_id = (select id from subscriptions where user_id = ${edge.userId} and agent_id = ${edge.agentId})`.execute(db);
       let e = 0;
       const edgeRun = await http(
         `HTTP bearer, ${connections} concurrent, quota ${EDGE_QUOTA} (edge)`,
