@@ -4,9 +4,9 @@ import { drainWebhookOutbox, type DrainResult } from '../webhooks/index.ts';
 
 /**
  * The service's background work, as one bounded call that any process may make at any time, any number at once:
- *   - housekeeping, in SQL (public.background_housekeeping, migration 20261123000700): expired revocation-list rows,
- *     ended rate-limit windows, expired usage reservations (whose ledger rows and reservation.expired webhooks
- *     otherwise wait for the next read of their counter);
+ *   - housekeeping, in SQL (public.background_housekeeping, migrations 20261123000700 and 20261125000600): expired
+ *     revocation-list rows, ended rate-limit windows, expired usage reservations (whose ledger rows and
+ *     reservation.expired webhooks otherwise wait for the next read of their counter), mails done a week ago;
  *   - the mail outbox (platform/mailer.ts) and the agent-webhook outbox (webhooks/drain.ts), each claiming what it
  *     sends with FOR UPDATE SKIP LOCKED under a lease, so concurrent drains never send the same mail or delivery.
  *
@@ -20,6 +20,8 @@ export interface HousekeepingReport {
   revokedTokensPruned: number;
   rateLimitsPruned: number;
   reservationsExpired: number;
+  /** mails done (sent, logged or failed for good) more than 7 days ago, deleted: they carry links with tokens */
+  mailPruned: number;
 }
 
 export interface BackgroundWorkReport {

@@ -31,6 +31,7 @@ const drainReport = z
       revokedTokensPruned: z.int(),
       rateLimitsPruned: z.int(),
       reservationsExpired: z.int(),
+      mailPruned: z.int().openapi({ description: 'mails done (sent, logged or failed for good) more than 7 days ago, deleted' }),
     }),
     mail: z.object({ handled: z.int().openapi({ description: 'mails sent, logged or rescheduled after a failed attempt' }) }),
     webhooks: z.object({ attempted: z.int(), delivered: z.int(), retrying: z.int(), failed: z.int() }),

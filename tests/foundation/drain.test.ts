@@ -150,6 +150,26 @@ describe('what a drain does', () => {
     expect(revoked.map((k) => k.key)).toEqual(['jti:drain-test-live']);
   });
 
+  it('deletes mails done more than 7 days ago (they carry links with tokens), never a pending one or a recent one', async () => {
+    const now = t.clock.now();
+    const days = (n: number) => new Date(now.getTime() - n * 24 * 60 * 60_000);
+    const mail = (to: string, status: string, sentAt: Date | null, nextAttemptAt: Date) =>
+      sql`insert into public.mail_outbox (to_address, subject, text_body, status, attempts, sent_at, next_attempt_at, created_at)
+          values (${to}, 'Reset your password', ${`https://example.test/reset-password/secret-${to}`}, ${status}, 1, ${sentAt},
+                  ${nextAttemptAt}, ${nextAttemptAt})`.execute(t.db);
+    await mail('old-sent@prune.test', 'sent', days(8), days(8));
+    await mail('old-logged@prune.test', 'logged', days(8), days(8));
+    await mail('old-failed@prune.test', 'failed', null, days(8));
+    await mail('recent-sent@prune.test', 'sent', days(6), days(6));
+    // pending for 8 days (its server is down): it still has to go out
+    await mail('old-pending@prune.test', 'pending', null, days(8));
+    const res = await drain(t);
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data.housekeeping.mailPruned).toBeGreaterThanOrEqual(3);
+    const left = await rows<{ to_address: string }>(t.db, sql`select to_address from public.mail_outbox where to_address like '%@prune.test' order by to_address`);
+    expect(left.map((m) => m.to_address)).toEqual(['old-pending@prune.test', 'recent-sent@prune.test']);
+  });
+
   it('keeps a mail the server refuses pending for a later drain (the outbox survives an SMTP outage)', async () => {
     smtp.setFailing(true);
     try {

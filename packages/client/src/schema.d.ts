@@ -3194,6 +3194,8 @@ export interface components {
         DrainReport: {
             durationMs: number;
             housekeeping: {
+                /** @description mails done (sent, logged or failed for good) more than 7 days ago, deleted */
+                mailPruned: number;
                 rateLimitsPruned: number;
                 reservationsExpired: number;
                 revokedTokensPruned: number;
