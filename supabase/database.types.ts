@@ -540,6 +540,25 @@ export type Database = {
           },
         ];
       };
+      "invitation_claims": {
+        Row: {
+          "created_at": string;
+          "id": number;
+          "inviter_id": string;
+        };
+        ComputedFields: never;
+        Insert: {
+          "created_at": string;
+          "id"?: never;
+          "inviter_id": string;
+        };
+        Update: {
+          "created_at"?: string;
+          "id"?: never;
+          "inviter_id"?: string;
+        };
+        Relationships: [];
+      };
       "jwks": {
         Row: {
           "alg": string | null;
@@ -2592,6 +2611,10 @@ export type Database = {
       };
       "ensure_agent_resource": {
         Args: { "p_base_url": string; "p_client_id": string; "p_now": string };
+        Returns: string;
+      };
+      "invitation_claim": {
+        Args: { "p_inviter_id": string; "p_now": string; "p_per_day": number };
         Returns: string;
       };
       "metering_batch_as_bearer": {

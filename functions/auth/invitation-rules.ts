@@ -10,7 +10,9 @@ import { first, sql, type Db } from '../platform/db.ts';
  *     (429 RATE_LIMITED with Retry-After), counted in PostgreSQL from the invitation table, so every instance
  *     and every restart agrees. A "resend" is made a new invitation (better-auth.ts), so it counts too.
  * Runs in the organization plugin's beforeCreateInvitation hook; the errors are the library's (its JSON shape).
- * Two invitations sent at the very same moment may both pass the count (at most the requests in flight).
+ * The hook takes a claim (public.invitation_claim, migration 20261125000700): the count and the claim are one step
+ * under a lock per inviter, and writing the invitation consumes the claim, so invitations sent all at once stop at
+ * the limit too.
  */
 export const INVITATIONS_PER_DAY = 20;
 const WINDOW_MS = 24 * 60 * 60 * 1000;
@@ -23,15 +25,13 @@ export async function assertMayInvite(db: Db, clock: Clock, inviter: { id: strin
     });
   }
   const now = clock.now();
-  const row = await first<{ n: number; oldest: Date | string | null }>(
+  const row = await first<{ retry_at: Date | string | null }>(
     db,
-    sql`select count(*)::int as n, min("createdAt") as oldest
-          from invitation where "inviterId" = ${inviter.id} and "createdAt" > ${new Date(now.getTime() - WINDOW_MS)}`,
+    sql`select public.invitation_claim(${inviter.id}, ${now}, ${INVITATIONS_PER_DAY}) as retry_at`,
   );
-  if ((row?.n ?? 0) < INVITATIONS_PER_DAY) return;
-  const oldest = row?.oldest ? new Date(row.oldest).getTime() : now.getTime();
+  if (!row?.retry_at) return;
   // (The library stamps invitations with the real time; the service clock may differ a little: bounded by the window.)
-  const retryAfterSec = Math.min(WINDOW_MS / 1000, Math.max(1, Math.ceil((oldest + WINDOW_MS - now.getTime()) / 1000)));
+  const retryAfterSec = Math.min(WINDOW_MS / 1000, Math.max(1, Math.ceil((new Date(row.retry_at).getTime() - now.getTime()) / 1000)));
   throw new APIError(
     'TOO_MANY_REQUESTS',
     {

@@ -160,6 +160,22 @@ describe('invitations', () => {
     }
   });
 
+  it(`invitations sent all at once still stop at ${INVITATIONS_PER_DAY} (the count and the insert are one step)`, async () => {
+    // The attack: fire the invitations in parallel, so that every count is read before any invitation is written.
+    const owner = await verifiedUser();
+    const org = await createOrg(owner, 'Burst Co');
+    await sql`insert into invitation (id, "organizationId", email, role, status, "expiresAt", "createdAt", "inviterId")
+              select gen_random_uuid()::text, ${org.id}, 'seeded-' || g || '@example.test', 'member', 'pending',
+                     now() + interval '2 days', now(), ${owner.userId}
+                from generate_series(1, ${INVITATIONS_PER_DAY - 5}) g`.execute(t.db);
+    const targets = Array.from({ length: 15 }, () => address('burst'));
+    const answers = await Promise.all(targets.map((target) => invite(owner, org.id, target)));
+    expect(answers.map((a) => a.status).sort()).toEqual([...Array(5).fill(200), ...Array(10).fill(429)]);
+    expect(await invitationRows(owner.userId)).toBe(INVITATIONS_PER_DAY);
+    const mailed = (await Promise.all(targets.map((target) => mailsTo(t, target)))).filter((m) => m.length > 0);
+    expect(mailed).toHaveLength(5);
+  });
+
   it('a resend replaces the pending invitation with a new one (counted), and the old link dies', async () => {
     const owner = await verifiedUser();
     const org = await createOrg(owner, 'Resend Co');
