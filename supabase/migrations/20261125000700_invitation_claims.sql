@@ -48,7 +48,9 @@ begin
 end
 $$;
 
--- Writing an invitation turns the inviter's oldest claim into it.
+-- Writing an invitation turns the inviter's oldest claim into it. SKIP LOCKED: invitations written at the same time
+-- each take a different claim (without it, both would pick the same oldest one, one would delete nothing, and a
+-- claim would be left counting for 5 minutes).
 create function public.invitation_claim_consume()
 returns trigger
 language plpgsql volatile
@@ -56,7 +58,8 @@ set search_path = public, pg_temp
 as $$
 begin
   delete from public.invitation_claims
-   where id = (select c.id from public.invitation_claims c where c.inviter_id = new."inviterId" order by c.id limit 1);
+   where id = (select c.id from public.invitation_claims c where c.inviter_id = new."inviterId"
+                order by c.id limit 1 for update skip locked);
   return null;
 end
 $$;

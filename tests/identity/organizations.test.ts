@@ -160,7 +160,7 @@ describe('invitations', () => {
     }
   });
 
-  it(`invitations sent all at once still stop at ${INVITATIONS_PER_DAY} (the count and the insert are one step)`, async () => {
+  it(`invitations sent all at once still stop at ${INVITATIONS_PER_DAY} (the count and the claim are one step)`, async () => {
     // The attack: fire the invitations in parallel, so that every count is read before any invitation is written.
     const owner = await verifiedUser();
     const org = await createOrg(owner, 'Burst Co');
@@ -174,6 +174,8 @@ describe('invitations', () => {
     expect(await invitationRows(owner.userId)).toBe(INVITATIONS_PER_DAY);
     const mailed = (await Promise.all(targets.map((target) => mailsTo(t, target)))).filter((m) => m.length > 0);
     expect(mailed).toHaveLength(5);
+    // Every claim became its invitation: none is left counting against the inviter.
+    expect((await first<{ n: number }>(t.db, sql`select count(*)::int as n from invitation_claims where inviter_id = ${owner.userId}`))!.n).toBe(0);
   });
 
   it('a resend replaces the pending invitation with a new one (counted), and the old link dies', async () => {
