@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { rows, sql, type Db } from '../../functions/platform/db.ts';
-import { createTestDatabase, type TestDatabase } from '../support/databases.ts';
+import { describe, expect, it } from 'vitest';
+import { rows, sql } from '../../functions/platform/db.ts';
+import { useTestDatabase } from '../support/databases.ts';
 
 /**
  * Functions that write are the service's (migration 20261125000400): no volatile function of the public schema,
@@ -9,19 +9,12 @@ import { createTestDatabase, type TestDatabase } from '../support/databases.ts';
  * revoke fails here.
  */
 
-let database: TestDatabase;
-let db: Db;
-
-beforeAll(async () => {
-  database = await createTestDatabase();
-  db = database.database.db;
-});
-afterAll(() => database.drop());
+const db = useTestDatabase();
 
 describe('function privileges', () => {
   it('no volatile function of the public schema is executable by anon or authenticated', async () => {
     const open = await rows<{ fn: string; role: string }>(
-      db,
+      db(),
       sql`select p.oid::regprocedure::text as fn, r.rolname as role
             from pg_proc p
             join pg_namespace n on n.oid = p.pronamespace
@@ -35,7 +28,7 @@ describe('function privileges', () => {
     expect(open).toEqual([]);
     // the check is not empty-handed: the writing functions exist, and the service's own role can run them
     const writers = await rows<{ n: number }>(
-      db,
+      db(),
       sql`select count(*)::int as n from pg_proc p join pg_namespace n on n.oid = p.pronamespace
            where n.nspname = 'public' and p.proname in ('metering_increment', 'metering_decrement', 'metering_batch_as_bearer')
              and has_function_privilege(current_user, p.oid, 'execute')`,

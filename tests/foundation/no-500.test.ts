@@ -176,7 +176,7 @@ describe('no client input produces a 5xx on any mounted route', () => {
       for (const who of ['anonymous', 'user', 'otherUser', 'admin', 'bearer', 'otherAgentBearer'] as const) {
         let auth: { bearer?: string; cookie?: string; headers?: Record<string, string> } = {};
         if (who === 'bearer' || who === 'otherAgentBearer') {
-          auth = { bearer: await bearerOf(who === 'bearer' ? agent.body.data.id : other.body.data.id) };
+          auth = { bearer: await bearerOf(who === 'bearer' ? realAgentId : other.body.data.id) };
         } else if (who !== 'anonymous') {
           await stillSignedIn(who);
           auth = { cookie: people[who].cookie, headers: { origin: t.baseUrl } };

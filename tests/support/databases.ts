@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import postgres from 'postgres';
-import { openPostgres, type Database } from '../../functions/platform/db.ts';
+import { openPostgres, type Database, type Db } from '../../functions/platform/db.ts';
 import { openPGlite } from '../../functions/platform/pglite.ts';
 import { migrate } from '../../functions/platform/migrations.ts';
 import { readFile } from 'node:fs/promises';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, inject } from 'vitest';
 
 /**
  * Fresh, migrated databases for tests, one per test file (or per test), on the tier chosen by the vitest
@@ -60,6 +60,22 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     : await openPGlite(undefined);
   if (!snapshot) await migrate(database);
   return { database, url: undefined, drop: () => database.close() };
+}
+
+/**
+ * A fresh, migrated database for the whole test file: created before its first test and dropped after its last.
+ * Call it at the top level of the file; the returned function gives the handle once the tests run.
+ */
+export function useTestDatabase(): () => Db {
+  let database: TestDatabase | undefined;
+  beforeAll(async () => {
+    database = await createTestDatabase();
+  });
+  afterAll(() => database?.drop());
+  return () => {
+    if (!database) throw new Error('useTestDatabase: the database exists only inside the tests');
+    return database.database.db;
+  };
 }
 
 export function withDatabase(url: string, name: string): string {
