@@ -7,7 +7,11 @@
 -- out?", and the request log keeps who asked for it.
 --
 -- Bounded like the rest: at most 1,000 mails per run, oldest first; the next run (every minute under pg_cron, or
--- every drain) takes the rest. Pending mails are never touched.
+-- every drain) takes the rest. Pending mails are never touched. The index keeps each run from reading the whole
+-- week of mail (a drain may run every few seconds).
+create index mail_outbox_done_idx on public.mail_outbox ((coalesce(sent_at, next_attempt_at, created_at)))
+  where status <> 'pending';
+
 create or replace function public.background_housekeeping(p_now timestamptz)
 returns jsonb
 language plpgsql volatile
