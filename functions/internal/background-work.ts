@@ -4,9 +4,10 @@ import { drainWebhookOutbox, type DrainResult } from '../webhooks/index.ts';
 
 /**
  * The service's background work, as one bounded call that any process may make at any time, any number at once:
- *   - housekeeping, in SQL (public.background_housekeeping, migrations 20261123000700 and 20261125000600): expired
- *     revocation-list rows, ended rate-limit windows, expired usage reservations (whose ledger rows and
- *     reservation.expired webhooks otherwise wait for the next read of their counter), mails done a week ago;
+ *   - housekeeping, in SQL (public.background_housekeeping, migrations 20261123000700, 20261125000600 and
+ *     20261125000800): expired revocation-list rows, ended rate-limit windows, expired usage reservations (whose
+ *     ledger rows and reservation.expired webhooks otherwise wait for the next read of their counter), mails done a
+ *     week ago, agent-webhook deliveries and events 30 days after they ended;
  *   - the mail outbox (platform/mailer.ts) and the agent-webhook outbox (webhooks/drain.ts), each claiming what it
  *     sends with FOR UPDATE SKIP LOCKED under a lease, so concurrent drains never send the same mail or delivery.
  *
@@ -22,6 +23,10 @@ export interface HousekeepingReport {
   reservationsExpired: number;
   /** mails done (sent, logged or failed for good) more than 7 days ago, deleted: they carry links with tokens */
   mailPruned: number;
+  /** agent-webhook deliveries done (delivered or failed) more than 30 days ago, deleted with their attempts */
+  webhookDeliveriesPruned: number;
+  /** agent-webhook events more than 30 days old that no delivery refers to any more, deleted */
+  webhookEventsPruned: number;
 }
 
 export interface BackgroundWorkReport {

@@ -32,6 +32,12 @@ const drainReport = z
       rateLimitsPruned: z.int(),
       reservationsExpired: z.int(),
       mailPruned: z.int().openapi({ description: 'mails done (sent, logged or failed for good) more than 7 days ago, deleted' }),
+      webhookDeliveriesPruned: z
+        .int()
+        .openapi({ description: 'agent-webhook deliveries done (delivered or failed) more than 30 days ago, deleted with their attempts' }),
+      webhookEventsPruned: z
+        .int()
+        .openapi({ description: 'agent-webhook events more than 30 days old that no delivery refers to any more, deleted' }),
     }),
     mail: z.object({ handled: z.int().openapi({ description: 'mails sent, logged or rescheduled after a failed attempt' }) }),
     webhooks: z.object({ attempted: z.int(), delivered: z.int(), retrying: z.int(), failed: z.int() }),

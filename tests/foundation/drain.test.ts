@@ -170,6 +170,59 @@ describe('what a drain does', () => {
     expect(left.map((m) => m.to_address)).toEqual(['old-pending@prune.test', 'recent-sent@prune.test']);
   });
 
+  it('deletes agent-webhook deliveries 30 days after they ended, with their attempts, then their events; never a pending one', async () => {
+    const { agentId, emit } = await agentWithEndpoint(t);
+    const now = t.clock.now();
+    const days = (n: number) => new Date(now.getTime() - n * 24 * 60 * 60_000);
+    for (let n = 1; n <= 4; n++) await emit(n);
+    const made = await rows<{ id: string; n: number }>(
+      t.db,
+      sql`select d.id, (ev.data ->> 'n')::int as n from public.webhook_deliveries d join public.webhook_events ev on ev.id = d.event_id
+           where ev.agent_id = ${agentId} order by n`,
+    );
+    expect(made.map((d) => d.n)).toEqual([1, 2, 3, 4]);
+    const delivery = (n: number) => made.find((d) => d.n === n)!.id;
+    // every event happened 35 days ago (40 for the one still pending)
+    await sql`update public.webhook_events set occurred_at = case when (data ->> 'n')::int = 4 then ${days(40)}::timestamptz else ${days(35)}::timestamptz end
+               where agent_id = ${agentId}`.execute(t.db);
+    const settle = (n: number, status: string, endedAt: Date | null) =>
+      sql`update public.webhook_deliveries set status = ${status}, attempts = 2, created_at = ${days(35)},
+                 first_attempt_at = ${days(35)}, last_attempt_at = ${endedAt}, delivered_at = ${status === 'delivered' ? endedAt : null},
+                 next_attempt_at = ${status === 'pending' ? days(1) : days(35)}
+           where id = ${delivery(n)}`.execute(t.db);
+    await settle(1, 'delivered', days(31)); // ended 31 days ago: goes
+    await settle(2, 'failed', days(31)); // failed 31 days ago: goes, with its attempt log
+    await settle(3, 'delivered', days(29)); // ended 29 days ago: stays, and so does its event
+    await settle(4, 'pending', days(1)); // still being retried, however old: stays
+    await sql`insert into public.webhook_delivery_attempts (delivery_id, attempted_at, duration_ms, status_code, error)
+              values (${delivery(2)}, ${days(32)}, 10, 500, 'answered HTTP 500'), (${delivery(2)}, ${days(31)}, 10, 500, 'answered HTTP 500')`.execute(t.db);
+
+    const res = await drain(t);
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data.housekeeping.webhookDeliveriesPruned).toBeGreaterThanOrEqual(2);
+    expect(res.body.data.housekeeping.webhookEventsPruned).toBeGreaterThanOrEqual(2);
+    const left = await rows<{ n: number }>(
+      t.db,
+      sql`select (ev.data ->> 'n')::int as n from public.webhook_deliveries d join public.webhook_events ev on ev.id = d.event_id
+           where ev.agent_id = ${agentId} order by n`,
+    );
+    expect(left.map((d) => d.n)).toEqual([3, 4]);
+    const events = await rows<{ n: number }>(
+      t.db,
+      sql`select (data ->> 'n')::int as n from public.webhook_events where agent_id = ${agentId} order by n`,
+    );
+    expect(events.map((e) => e.n)).toEqual([3, 4]);
+    const attempts = await rows<{ n: number }>(
+      t.db,
+      sql`select count(*)::int as n from public.webhook_delivery_attempts where delivery_id = ${delivery(2)}`,
+    );
+    expect(attempts[0]!.n).toBe(0);
+    // the admin's view: the pruned delivery is gone from the history, and can no longer be redelivered
+    const redeliver = await t.http.post(`/admin/webhook-deliveries/${delivery(2)}/redeliver`, { cookie: admin.cookie });
+    expect(redeliver.status, redeliver.text).toBe(404);
+    expect(redeliver.body.error.code).toBe('NOT_FOUND');
+  });
+
   it('keeps a mail the server refuses pending for a later drain (the outbox survives an SMTP outage)', async () => {
     smtp.setFailing(true);
     try {

@@ -3199,6 +3199,10 @@ export interface components {
                 rateLimitsPruned: number;
                 reservationsExpired: number;
                 revokedTokensPruned: number;
+                /** @description agent-webhook deliveries done (delivered or failed) more than 30 days ago, deleted with their attempts */
+                webhookDeliveriesPruned: number;
+                /** @description agent-webhook events more than 30 days old that no delivery refers to any more, deleted */
+                webhookEventsPruned: number;
             };
             mail: {
                 /** @description mails sent, logged or rescheduled after a failed attempt */
