@@ -47,7 +47,10 @@ begin
      where status <> 'pending' and coalesce(delivered_at, last_attempt_at, created_at) < p_now - interval '30 days'
      order by coalesce(delivered_at, last_attempt_at, created_at)
      limit 1000
-  ), gone as (delete from public.webhook_deliveries d using done where d.id = done.id returning 1)
+  ), gone as (
+    -- status again here: the row is re-checked when it is deleted, so a delivery an admin redelivered (pending
+    -- again) after it was picked above stays
+    delete from public.webhook_deliveries d using done where d.id = done.id and d.status <> 'pending' returning 1)
   select count(*)::integer into v_deliveries from gone;
   with old as (
     select e.id from public.webhook_events e
