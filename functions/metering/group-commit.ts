@@ -41,8 +41,13 @@ export interface BatchedCall {
 /** A row of the batch: the caller columns and the call's outcome (a reservation call also fills its own columns). */
 export type CallRow = Record<string, unknown> & { caller_status: string };
 
-/** Batches in flight at once per database: the next batch fills while one executes and another commits. */
-const MAX_IN_FLIGHT = 2;
+/**
+ * Batches in flight at once per database: the next batch fills while others execute and commit. 3 since calls of one
+ * event-loop turn leave together (A/B on one database, 6 alternating rounds each, 2026-11-25): against 2, spread
+ * throughput +4% (median 4,163 against 4,016/s) and p99 at an offered 2,000/s 13.4 against 28 ms (median, lower in
+ * every round); 4 gained another 3% at the same p99, within the noise, for one more connection busy.
+ */
+const MAX_IN_FLIGHT = 3;
 /** An upper bound on one statement's arrays; more calls wait for the next batch. */
 const MAX_BATCH = 500;
 
@@ -153,7 +158,7 @@ const batchers = new WeakMap<Db, UsageBatcher>();
 
 /**
  * Runs one usage write through the database's batcher (one per database handle). On the embedded database, with its
- * single connection, the second batch in flight simply queues behind the first in the driver.
+ * single connection, the batches in flight simply queue behind each other in the driver.
  */
 export function meterInBatch(db: Db, call: BatchedCall): Promise<CallRow> {
   let batcher = batchers.get(db);
