@@ -7,9 +7,8 @@ import { isConnectionLost, rows, sql, type Db } from '../platform/db.ts';
  *
  * Calls that arrive while a batch is in flight wait for it and then go out together as the next batch: ONE call of
  * public.metering_batch_as_bearer, one transaction, one commit, one round trip. No timers: when fewer than
- * `MAX_IN_FLIGHT` batches are out, the calls of the current turn of the event loop leave together at its end (a lone
- * call waits for no clock, only for the turn it arrived in); under load the batches grow by themselves, and so does
- * the number of calls per commit. Each call keeps exactly its own semantics (the SQL
+ * `MAX_IN_FLIGHT` batches are out, a call leaves at once (a lone call waits for nothing); under load the batches grow
+ * by themselves, and so does the number of calls per commit. Each call keeps exactly its own semantics (the SQL
  * function runs the per-call function for each, in a global lock order).
  *
  * Failures: if a batch fails as a whole (a bug or a constraint nobody expected), its calls are retried one by one,
@@ -41,13 +40,8 @@ export interface BatchedCall {
 /** A row of the batch: the caller columns and the call's outcome (a reservation call also fills its own columns). */
 export type CallRow = Record<string, unknown> & { caller_status: string };
 
-/**
- * Batches in flight at once per database: the next batch fills while others execute and commit. 3 since calls of one
- * event-loop turn leave together (A/B on one database, 6 alternating rounds each, 2026-11-25): against 2, spread
- * throughput +4% (median 4,163 against 4,016/s) and p99 at an offered 2,000/s 13.4 against 28 ms (median, lower in
- * every round); 4 gained another 3% at the same p99, within the noise, for one more connection busy.
- */
-const MAX_IN_FLIGHT = 3;
+/** Batches in flight at once per database: the next batch fills while one executes and another commits. */
+const MAX_IN_FLIGHT = 2;
 /** An upper bound on one statement's arrays; more calls wait for the next batch. */
 const MAX_BATCH = 500;
 
@@ -63,7 +57,6 @@ export type BatchSizes = Map<number, number>;
 class UsageBatcher {
   #queue: Pending[] = [];
   #inFlight = 0;
-  #scheduled = false;
   readonly sizes: BatchSizes = new Map();
   readonly #db: Db;
 
@@ -74,22 +67,6 @@ class UsageBatcher {
   submit(call: BatchedCall): Promise<CallRow> {
     return new Promise<CallRow>((resolve, reject) => {
       this.#queue.push({ call, resolve, reject });
-      this.#schedule();
-    });
-  }
-
-  /**
-   * The calls of one turn of the event loop leave together: the pump runs when the turn's I/O callbacks are done
-   * (setImmediate, Node's and Deno's "check" phase: no clock, no delay), not at the first call. Under load requests
-   * come in bursts (a batch's answers go out, their clients send the next calls at once); pumping at the first call
-   * sent it alone in a batch of its own, one transaction and one commit for one call, while the rest of the burst
-   * waited behind it: 63% of the batches of the HTTP spread run held one call (2026-11-25, 17:35).
-   */
-  #schedule(): void {
-    if (this.#scheduled) return;
-    this.#scheduled = true;
-    setImmediate(() => {
-      this.#scheduled = false;
       this.#pump();
     });
   }
@@ -158,7 +135,7 @@ const batchers = new WeakMap<Db, UsageBatcher>();
 
 /**
  * Runs one usage write through the database's batcher (one per database handle). On the embedded database, with its
- * single connection, the batches in flight simply queue behind each other in the driver.
+ * single connection, the second batch in flight simply queues behind the first in the driver.
  */
 export function meterInBatch(db: Db, call: BatchedCall): Promise<CallRow> {
   let batcher = batchers.get(db);
