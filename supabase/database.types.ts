@@ -2617,6 +2617,10 @@ export type Database = {
         Args: { "p_inviter_id": string; "p_now": string; "p_per_day": number };
         Returns: string;
       };
+      "mail_outbox_prune": {
+        Args: { "p_limit": number; "p_now": string };
+        Returns: number;
+      };
       "metering_batch_as_bearer": {
         Args: {
           "p_agent_ids": (string)[];
@@ -3002,6 +3006,13 @@ export type Database = {
           "p_type": string;
         };
         Returns: string;
+      };
+      "webhook_history_prune": {
+        Args: { "p_limit": number; "p_now": string };
+        Returns: {
+          "deliveries": number;
+          "events": number;
+        }[];
       };
       "webhook_iso": { Args: { "p_at": string }; Returns: string };
       "webhook_subscription_data": {

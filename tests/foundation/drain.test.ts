@@ -114,6 +114,9 @@ describe('who may call it', () => {
 });
 
 describe('what a drain does', () => {
+  /** The test clock's now, n days earlier. */
+  const days = (n: number) => new Date(t.clock.now().getTime() - n * 24 * 60 * 60_000);
+
   it('sends queued mail over SMTP and queued webhooks to their receiver, and reports it', async () => {
     const { hook, emit } = await agentWithEndpoint(t);
     await t.deps.mailer.enqueue(t.db, { to: 'drained@example.test', subject: 'Sent by the drain', text: 'hello' });
@@ -151,8 +154,6 @@ describe('what a drain does', () => {
   });
 
   it('deletes mails done more than 7 days ago (they carry links with tokens), never a pending one or a recent one', async () => {
-    const now = t.clock.now();
-    const days = (n: number) => new Date(now.getTime() - n * 24 * 60 * 60_000);
     const mail = (to: string, status: string, sentAt: Date | null, nextAttemptAt: Date) =>
       sql`insert into public.mail_outbox (to_address, subject, text_body, status, attempts, sent_at, next_attempt_at, created_at)
           values (${to}, 'Reset your password', ${`https://example.test/reset-password/secret-${to}`}, ${status}, 1, ${sentAt},
@@ -172,8 +173,6 @@ describe('what a drain does', () => {
 
   it('deletes agent-webhook deliveries 30 days after they ended, with their attempts, then their events; never a pending one', async () => {
     const { agentId, emit } = await agentWithEndpoint(t);
-    const now = t.clock.now();
-    const days = (n: number) => new Date(now.getTime() - n * 24 * 60 * 60_000);
     for (let n = 1; n <= 4; n++) await emit(n);
     const made = await rows<{ id: string; n: number }>(
       t.db,
