@@ -2975,6 +2975,14 @@ export type Database = {
         Args: Record<PropertyKey, never>;
         Returns: (string)[];
       };
+      "sign_in_records_prune": {
+        Args: { "p_limit": number; "p_now": string };
+        Returns: {
+          "refresh_tokens": number;
+          "sessions": number;
+          "verifications": number;
+        }[];
+      };
       "subscription_grants_access": {
         Args: { "p_status": string };
         Returns: boolean;

@@ -4,10 +4,11 @@ import { drainWebhookOutbox, type DrainResult } from '../webhooks/index.ts';
 
 /**
  * The service's background work, as one bounded call that any process may make at any time, any number at once:
- *   - housekeeping, in SQL (public.background_housekeeping, migrations 20261123000700, 20261125000600 and
- *     20261125000800): expired revocation-list rows, ended rate-limit windows, expired usage reservations (whose
- *     ledger rows and reservation.expired webhooks otherwise wait for the next read of their counter), mails done a
- *     week ago, agent-webhook deliveries and events 30 days after they ended;
+ *   - housekeeping, in SQL (public.background_housekeeping, migrations 20261123000700, 20261125000600,
+ *     20261125000800 and 20261125000900): expired revocation-list rows, ended rate-limit windows, expired usage
+ *     reservations (whose ledger rows and reservation.expired webhooks otherwise wait for the next read of their
+ *     counter), mails done a week ago, agent-webhook deliveries and events 30 days after they ended, expired
+ *     sessions, verification rows and refresh tokens;
  *   - the mail outbox (platform/mailer.ts) and the agent-webhook outbox (webhooks/drain.ts), each claiming what it
  *     sends with FOR UPDATE SKIP LOCKED under a lease, so concurrent drains never send the same mail or delivery.
  *
@@ -27,6 +28,12 @@ export interface HousekeepingReport {
   webhookDeliveriesPruned: number;
   /** agent-webhook events more than 30 days old that no delivery refers to any more, deleted */
   webhookEventsPruned: number;
+  /** expired sign-in sessions, deleted (the access tokens bound to them stop working, as after a sign-out) */
+  sessionsPruned: number;
+  /** expired verification links, password-reset tokens and authorization codes, deleted */
+  verificationsPruned: number;
+  /** expired OAuth refresh tokens, deleted */
+  refreshTokensPruned: number;
 }
 
 export interface BackgroundWorkReport {

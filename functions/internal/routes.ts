@@ -38,6 +38,13 @@ const drainReport = z
       webhookEventsPruned: z
         .int()
         .openapi({ description: 'agent-webhook events more than 30 days old that no delivery refers to any more, deleted' }),
+      sessionsPruned: z
+        .int()
+        .openapi({ description: 'expired sign-in sessions, deleted (the access tokens bound to them stop working, as after a sign-out)' }),
+      verificationsPruned: z
+        .int()
+        .openapi({ description: 'expired verification links, password-reset tokens and authorization codes, deleted' }),
+      refreshTokensPruned: z.int().openapi({ description: 'expired OAuth refresh tokens, deleted' }),
     }),
     mail: z.object({ handled: z.int().openapi({ description: 'mails sent, logged or rescheduled after a failed attempt' }) }),
     webhooks: z.object({ attempted: z.int(), delivered: z.int(), retrying: z.int(), failed: z.int() }),

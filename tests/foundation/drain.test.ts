@@ -1,10 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sha256Base64Url } from '../../functions/auth/oauth/token-records.ts';
 import { first, rows, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { insertAgent } from '../support/fixtures.ts';
 import { mailsTo } from '../support/mail.ts';
+import { accessTokenFor, postForm } from '../support/oauth.ts';
 import { startSmtpServer, type TestSmtpServer } from '../support/smtp.ts';
-import { createAdmin, type TestUser } from '../support/users.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { addEndpoint, Receiver } from '../webhooks/support.ts';
 
 /**
@@ -220,6 +222,50 @@ describe('what a drain does', () => {
     const redeliver = await t.http.post(`/admin/webhook-deliveries/${delivery(2)}/redeliver`, { cookie: admin.cookie });
     expect(redeliver.status, redeliver.text).toBe(404);
     expect(redeliver.body.error.code).toBe('NOT_FOUND');
+  });
+
+  it('deletes expired sessions, verification rows and refresh tokens: what was bound to the session stops, an offline refresh token still works', async () => {
+    const user = await signUp(t);
+    const live = await accessTokenFor(t, user);
+    const other = await accessTokenFor(t, user);
+    const refreshTokenRow = async (token: string) =>
+      first<{ id: string }>(t.db, sql`select id from "oauthRefreshToken" where token = ${await sha256Base64Url(token)}`);
+    expect(await refreshTokenRow(other.refreshToken)).toBeDefined();
+    // The user's sign-in session ended a minute ago (7 days after the sign-in), and one of the two grants' refresh
+    // tokens expired; an expired and a live verification row beside them.
+    const minuteAgo = new Date(t.clock.now().getTime() - 60_000);
+    await sql`update "session" set "expiresAt" = ${minuteAgo} where "userId" = ${user.userId}`.execute(t.db);
+    await sql`update "oauthRefreshToken" set "expiresAt" = ${minuteAgo} where token = ${await sha256Base64Url(other.refreshToken)}`.execute(t.db);
+    await sql`insert into "verification" (id, identifier, value, "expiresAt")
+              values ('prune-test-expired', 'reset-password:prune-test', 'x', ${minuteAgo}),
+                     ('prune-test-live', 'reset-password:prune-test', 'y', ${new Date(t.clock.now().getTime() + 60 * 60_000)})`.execute(t.db);
+
+    const res = await drain(t);
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data.housekeeping).toMatchObject({
+      sessionsPruned: expect.any(Number),
+      verificationsPruned: expect.any(Number),
+      refreshTokensPruned: expect.any(Number),
+    });
+    expect(res.body.data.housekeeping.sessionsPruned).toBeGreaterThanOrEqual(1);
+    expect(res.body.data.housekeeping.verificationsPruned).toBeGreaterThanOrEqual(1);
+    expect(res.body.data.housekeeping.refreshTokensPruned).toBeGreaterThanOrEqual(1);
+    const sessions = await rows(t.db, sql`select id from "session" where "userId" = ${user.userId}`);
+    expect(sessions).toEqual([]);
+    const verifications = await rows<{ id: string }>(t.db, sql`select id from "verification" where identifier = 'reset-password:prune-test'`);
+    expect(verifications.map((v) => v.id)).toEqual(['prune-test-live']);
+    expect(await refreshTokenRow(other.refreshToken)).toBeUndefined();
+    // The library's introspection already called a token of an expired session inactive; the bearer routes now agree
+    expect((await t.http.get('/me', { bearer: live.accessToken })).status).toBe(401);
+    // The expired refresh token is refused as before; the live offline_access one still gives a working token
+    const expired = await postForm(t, '/api/auth/oauth2/token', other, { grant_type: 'refresh_token', refresh_token: other.refreshToken });
+    expect(expired.status, expired.text).toBe(400);
+    expect(expired.body.error).toBe('invalid_grant');
+    const refreshed = await postForm(t, '/api/auth/oauth2/token', live, { grant_type: 'refresh_token', refresh_token: live.refreshToken });
+    expect(refreshed.status, refreshed.text).toBe(200);
+    expect((await t.http.get('/me', { bearer: refreshed.body.access_token })).status).toBe(200);
+    // and the admin, whose session is live, is still signed in
+    expect((await t.http.get('/me', { cookie: admin.cookie })).status).toBe(200);
   });
 
   it('keeps a mail the server refuses pending for a later drain (the outbox survives an SMTP outage)', async () => {

@@ -3197,8 +3197,14 @@ export interface components {
                 /** @description mails done (sent, logged or failed for good) more than 7 days ago, deleted */
                 mailPruned: number;
                 rateLimitsPruned: number;
+                /** @description expired OAuth refresh tokens, deleted */
+                refreshTokensPruned: number;
                 reservationsExpired: number;
                 revokedTokensPruned: number;
+                /** @description expired sign-in sessions, deleted (the access tokens bound to them stop working, as after a sign-out) */
+                sessionsPruned: number;
+                /** @description expired verification links, password-reset tokens and authorization codes, deleted */
+                verificationsPruned: number;
                 /** @description agent-webhook deliveries done (delivered or failed) more than 30 days ago, deleted with their attempts */
                 webhookDeliveriesPruned: number;
                 /** @description agent-webhook events more than 30 days old that no delivery refers to any more, deleted */
