@@ -1485,6 +1485,7 @@ export type Database = {
           "expires_at": string;
           "issued_before": string | null;
           "key": string;
+          "revoked_at": string | null;
         };
         ComputedFields: never;
         Insert: {
@@ -1492,12 +1493,14 @@ export type Database = {
           "expires_at": string;
           "issued_before"?: string | null;
           "key": string;
+          "revoked_at"?: string | null;
         };
         Update: {
           "created_at"?: string;
           "expires_at"?: string;
           "issued_before"?: string | null;
           "key"?: string;
+          "revoked_at"?: string | null;
         };
         Relationships: [];
       };

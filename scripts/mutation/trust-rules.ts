@@ -160,6 +160,22 @@ export const mutations: Mutation[] = [
     tests: ['tests/identity/password-reset.test.ts'],
   },
   {
+    rule: 9,
+    name: 'a refresh token written just after a password change is born live',
+    file: 'supabase/migrations/20261125001000_credentials_end_beside_a_refresh.sql',
+    find: '    update "oauthRefreshToken" set revoked = now() where id = new.id;',
+    replace: '    perform 1;',
+    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
+  },
+  {
+    rule: 9,
+    name: 'the token endpoint hands out the tokens of a refresh the change ended',
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: "        if (before && typeof body.refresh_token === 'string' && (await findRefreshToken(database.db, body.refresh_token))?.revoked !== false) {",
+    replace: '        if (false) {',
+    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
+  },
+  {
     rule: 10,
     name: 'sign-up signs in (an existing address answers differently)',
     file: 'functions/auth/better-auth.ts',

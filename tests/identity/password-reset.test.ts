@@ -205,6 +205,12 @@ describe('a password reset or change ends every credential the user had', () => 
     expect((await t.http.get('/me', { cookie: again.cookie })).status).toBe(200);
     const newToken = await accessTokenFor(t, again);
     expect((await t.http.get('/me', { bearer: newToken.accessToken })).status).toBe(200);
+    // a grant authenticated after the change is not one the change ended: it refreshes, again and again
+    const refreshed = await postForm(t, '/api/auth/oauth2/token', newToken, { grant_type: 'refresh_token', refresh_token: newToken.refreshToken });
+    expect(refreshed.status, refreshed.text).toBe(200);
+    expect((await t.http.get('/me', { bearer: refreshed.body.access_token })).status).toBe(200);
+    const next = await postForm(t, '/api/auth/oauth2/token', newToken, { grant_type: 'refresh_token', refresh_token: refreshed.body.refresh_token });
+    expect(next.status, next.text).toBe(200);
   });
 
   it('a password an admin sets (the admin plugin\'s set-user-password) ends them too', async () => {

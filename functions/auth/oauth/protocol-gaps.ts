@@ -13,6 +13,7 @@ import {
   revokeAccessToken,
   revokeAccessTokensOfFamily,
   revokeAccessTokensOfGrant,
+  revokeIssuedAccessToken,
   sha256Base64Url,
   unverifiedClaims,
   wasCodeRedeemed,
@@ -122,9 +123,16 @@ export function oauthProtocolRoutes() {
     const before = presented ? await findRefreshToken(database.db, presented) : undefined;
     const response = await library(c, formRequest(request, form));
     if (response.status === 200) {
-      const body = (await response.clone().json().catch(() => undefined)) as { access_token?: unknown } | undefined;
+      const body = (await response.clone().json().catch(() => undefined)) as { access_token?: unknown; refresh_token?: unknown } | undefined;
       if (typeof body?.access_token === 'string') {
         await recordIssuedAccessToken(database.db, body.access_token, codeId ?? before?.authorizationCodeId ?? null, clock.now());
+        if (before && typeof body.refresh_token === 'string' && (await findRefreshToken(database.db, body.refresh_token))?.revoked !== false) {
+          // The user's credentials ended (password change, ban) while this refresh ran: the new refresh token was born
+          // revoked or deleted (migration 20261125001000), so the access token minted with it goes too, and the
+          // client hears what it would have heard a moment later.
+          await revokeIssuedAccessToken(database.db, body.access_token);
+          return oauthError(400, 'invalid_grant', 'the grant ended while it was being refreshed');
+        }
       }
     } else if (codeId && (await wasCodeRedeemed(database.db, codeId))) {
       // RFC 6749 §4.1.2: a code used twice was stolen; the library drops the refresh tokens issued from it,

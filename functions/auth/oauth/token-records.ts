@@ -73,6 +73,14 @@ export async function revokeAccessToken(db: Db, jti: string, expiresAt: Date): P
                                     issued_before = null`.execute(db);
 }
 
+/** Revokes an access token the token endpoint has just minted (its claims are ours, read without a check). */
+export async function revokeIssuedAccessToken(db: Db, accessToken: string): Promise<void> {
+  const claims = unverifiedClaims(accessToken);
+  const jti = str(claims?.jti);
+  const exp = seconds(claims?.exp);
+  if (jti && exp !== undefined) await revokeAccessToken(db, jti, new Date(exp * 1000));
+}
+
 /** Revokes the live access tokens of one grant: everything issued from one authorization code. */
 export async function revokeAccessTokensOfGrant(db: Db, authorizationCodeId: string, now: Date): Promise<void> {
   await sql`
