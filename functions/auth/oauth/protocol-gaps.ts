@@ -122,6 +122,12 @@ export function oauthProtocolRoutes() {
     const presented = grantType === 'refresh_token' ? form.get('refresh_token') : null;
     const before = presented ? await findRefreshToken(database.db, presented) : undefined;
     const response = await library(c, formRequest(request, form));
+    const grantEnded = () => oauthError(400, 'invalid_grant', 'the grant ended while it was being refreshed');
+    if (response.status >= 500 && before && (await refreshTokenState(database.db, before.id)) === 'gone') {
+      // The user's credentials ended while this refresh ran and the change deleted the session the new refresh token
+      // names, so the library's write of it failed on its foreign key: the answer the client gets a moment later.
+      return grantEnded();
+    }
     if (response.status === 200) {
       const body = (await response.clone().json().catch(() => undefined)) as { access_token?: unknown; refresh_token?: unknown } | undefined;
       if (typeof body?.access_token === 'string') {
@@ -131,7 +137,7 @@ export function oauthProtocolRoutes() {
           // revoked or deleted (migration 20261125001000), so the access token minted with it goes too, and the
           // client hears what it would have heard a moment later.
           await revokeIssuedAccessToken(database.db, body.access_token);
-          return oauthError(400, 'invalid_grant', 'the grant ended while it was being refreshed');
+          return grantEnded();
         }
       }
     } else if (codeId && (await wasCodeRedeemed(database.db, codeId))) {
