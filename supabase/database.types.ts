@@ -1485,7 +1485,6 @@ export type Database = {
           "expires_at": string;
           "issued_before": string | null;
           "key": string;
-          "revoked_at": string | null;
         };
         ComputedFields: never;
         Insert: {
@@ -1493,14 +1492,12 @@ export type Database = {
           "expires_at": string;
           "issued_before"?: string | null;
           "key": string;
-          "revoked_at"?: string | null;
         };
         Update: {
           "created_at"?: string;
           "expires_at"?: string;
           "issued_before"?: string | null;
           "key"?: string;
-          "revoked_at"?: string | null;
         };
         Relationships: [];
       };
@@ -2611,6 +2608,10 @@ export type Database = {
           "period_end": string;
           "period_start": string;
         }[];
+      };
+      "end_refresh_token_families": {
+        Args: { "p_client_id": string; "p_user_id": string };
+        Returns: undefined;
       };
       "ensure_agent_resource": {
         Args: { "p_base_url": string; "p_client_id": string; "p_now": string };

@@ -161,7 +161,7 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 9,
-    name: 'a refresh token written just after a password change is born live',
+    name: 'a refresh token written into an ended family is born live',
     file: 'supabase/migrations/20261125001000_credentials_end_beside_a_refresh.sql',
     find: '    update "oauthRefreshToken" set revoked = now() where id = new.id;',
     replace: '    perform 1;',
@@ -169,10 +169,26 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 9,
-    name: 'the token endpoint hands out the tokens of a refresh the change ended',
+    name: 'a consent withdrawal deletes the refresh tokens without ending their families',
+    file: 'supabase/migrations/20261125001000_credentials_end_beside_a_refresh.sql',
+    find: '  perform public.end_refresh_token_families(old."userId", old."clientId");',
+    replace: '  delete from "oauthRefreshToken" where "clientId" = old."clientId" and "userId" = old."userId";',
+    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
+  },
+  {
+    rule: 9,
+    name: 'a refresh token still names the session the end deleted',
+    file: 'supabase/migrations/20261125001000_credentials_end_beside_a_refresh.sql',
+    find: '      new."sessionId" := null;',
+    replace: '      null;',
+    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
+  },
+  {
+    rule: 9,
+    name: 'the token endpoint hands out the tokens of a refresh the end overtook',
     file: 'functions/auth/oauth/protocol-gaps.ts',
-    find: "        if (before && typeof body.refresh_token === 'string' && (await findRefreshToken(database.db, body.refresh_token))?.revoked !== false) {",
-    replace: '        if (false) {',
+    find: '          if (!newRefreshToken || (await findRefreshToken(trx, newRefreshToken))?.revoked === false) return false;',
+    replace: '          return false;',
     tests: ['tests/identity/credentials-race.pg-only.test.ts'],
   },
   {

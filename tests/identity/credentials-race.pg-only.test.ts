@@ -1,20 +1,20 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { first, sql } from '../../functions/platform/db.ts';
+import { first, sql, type Db } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { accessTokenFor, postForm } from '../support/oauth.ts';
-import { signUp } from '../support/users.ts';
+import { accessTokenFor, postForm, type TokenSet } from '../support/oauth.ts';
+import { signUp, type TestUser } from '../support/users.ts';
 
 /**
- * A password change that lands in the middle of a refresh (migration 20261125001000). The library refreshes in two
- * transactions: it marks the presented refresh token rotated, then writes the new one. The attack: an agent holding a
- * stolen refresh token refreshes while the user changes their password; before the rule, a change committed between
- * the two writes deleted the user's refresh tokens before the new one existed, and the new refresh token and the
- * access token minted with it outlived the change.
+ * A grant that ends in the middle of a refresh (migration 20261125001000). The library refreshes in two
+ * transactions: it marks the presented refresh token rotated, then writes the new one. The attack: an agent (or a
+ * thief holding its refresh token) refreshes while the user changes their password or withdraws consent; before the
+ * rules, an end committed between the two writes deleted the refresh tokens before the new one existed, and the new
+ * refresh token and the access token minted with it outlived it.
  *
- * The interleaving is made exact, not hoped for: a transaction holds the user's row (as the password change itself
- * now does first), so the library's INSERT of the new refresh token waits on its foreign-key check; the password is
- * changed in that transaction (the same UPDATE the library makes, firing the same trigger) and committed; then the
- * INSERT goes on. Two connections at once, so PostgreSQL only.
+ * The interleaving is made exact, not hoped for: a transaction takes the row lock the end takes first (the user's row;
+ * the session's, where the grant is tied to one), so the library's INSERT of the new refresh token waits for it; the
+ * grant is ended in that transaction (the same UPDATE of the password or DELETE of the consent the library makes,
+ * firing the same triggers) and committed; then the INSERT goes on. Two connections at once, so PostgreSQL only.
  */
 let t: TestApp;
 beforeAll(async () => {
@@ -36,29 +36,38 @@ async function refreshTokenWriteIsWaiting(): Promise<void> {
   throw new Error('the refresh never reached its INSERT');
 }
 
-describe('a password change beside a refresh', () => {
+const changePassword = (trx: Db, user: TestUser) =>
+  sql`update "account" set password = ${'changed-while-refreshing'}
+       where "userId" = ${user.userId} and "providerId" = 'credential'`.execute(trx);
+const withdrawConsent = (trx: Db, user: TestUser, tokens: TokenSet) =>
+  sql`delete from "oauthConsent" where "userId" = ${user.userId} and "clientId" = ${tokens.clientId}`.execute(trx);
+
+describe('a grant that ends beside a refresh', () => {
   it.each([
     // The user signed out: the agent's offline_access refresh token lives on, no longer tied to a session (where a
     // thief's copy is a week after the user was last active, once the session expired).
-    { grant: 'no longer tied to a session', signOut: true },
-    // Still tied to the user's session, which the change deletes: the library's write of the new refresh token,
-    // naming that session, then fails on its foreign key.
-    { grant: 'tied to the live session', signOut: false },
-  ])('attack: a refresh under way when the password changes gets nothing that works (grant $grant)', async ({ signOut }) => {
+    { grant: 'a password change, the grant no longer tied to a session', signOut: true, end: 'password' },
+    // Still tied to the user's session, which the change deletes first: the new refresh token is written without it.
+    { grant: 'a password change, the grant tied to the live session', signOut: false, end: 'password' },
+    // The user withdraws consent while the agent refreshes as fast as it can.
+    { grant: 'a consent withdrawal', signOut: false, end: 'consent' },
+  ])('attack: a refresh under way when $grant ends it gets nothing that works', async ({ signOut, end }) => {
     const user = await signUp(t);
-    const stolen = await accessTokenFor(t, user);
+    const tokens = await accessTokenFor(t, user);
     if (signOut) {
       const res = await t.http.post('/api/auth/sign-out', { cookie: user.cookie, headers: { origin: t.baseUrl } });
       expect(res.status).toBe(200);
     }
+    const session = await first<{ id: string }>(t.db, sql`select id from "session" where "userId" = ${user.userId}`);
 
     let refresh: ReturnType<typeof postForm> | undefined;
     await t.db.transaction().execute(async (trx) => {
-      await sql`select 1 from "user" where id = ${user.userId} for update`.execute(trx);
-      refresh = postForm(t, '/api/auth/oauth2/token', stolen, { grant_type: 'refresh_token', refresh_token: stolen.refreshToken });
+      if (end === 'password' && !signOut) await sql`select 1 from "session" where id = ${session!.id} for update`.execute(trx);
+      else await sql`select 1 from "user" where id = ${user.userId} for update`.execute(trx);
+      refresh = postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
       await refreshTokenWriteIsWaiting();
-      await sql`update "account" set password = ${'changed-while-refreshing'}
-                 where "userId" = ${user.userId} and "providerId" = 'credential'`.execute(trx);
+      if (end === 'password') await changePassword(trx, user);
+      else await withdrawConsent(trx, user, tokens);
     }); // commits: the waiting INSERT goes on
     const answer = await refresh!;
 
@@ -72,17 +81,16 @@ describe('a password change beside a refresh', () => {
       sql`select count(*)::int as live from "oauthRefreshToken" where "userId" = ${user.userId} and revoked is null`,
     );
     expect(rows!.live).toBe(0);
-    // and the access token minted with it (recorded, never handed out) is on the revocation list, like the first one;
-    // where the library's write failed, it never got as far as our record
+    // and the access token minted with it (recorded, never handed out) is on the revocation list, like the first one
     const minted = await first<{ issued: number; live: number }>(
       t.db,
       sql`select count(*)::int as issued, count(*) filter (where r.key is null)::int as live
             from public.oauth_issued_access_tokens i left join public.revoked_tokens r on r.key = 'jti:' || i.jti
            where i.user_id = ${user.userId}`,
     );
-    expect(minted).toEqual({ issued: signOut ? 2 : 1, live: 0 });
-    // The stolen refresh token was rotated and then deleted by the change: refused as well
-    const again = await postForm(t, '/api/auth/oauth2/token', stolen, { grant_type: 'refresh_token', refresh_token: stolen.refreshToken });
+    expect(minted).toEqual({ issued: 2, live: 0 });
+    // The presented refresh token was rotated and then deleted by the end: refused as well
+    const again = await postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
     expect(again.status).toBe(400);
     expect(again.body.error).toBe('invalid_grant');
   });

@@ -122,31 +122,32 @@ export function oauthProtocolRoutes() {
     const presented = grantType === 'refresh_token' ? form.get('refresh_token') : null;
     const before = presented ? await findRefreshToken(database.db, presented) : undefined;
     const response = await library(c, formRequest(request, form));
-    const grantEnded = () => oauthError(400, 'invalid_grant', 'the grant ended while it was being refreshed');
-    if (response.status >= 500 && before && (await refreshTokenState(database.db, before.id)) === 'gone') {
-      // The user's credentials ended while this refresh ran and the change deleted the session the new refresh token
-      // names, so the library's write of it failed on its foreign key: the answer the client gets a moment later.
-      return grantEnded();
-    }
     if (response.status === 200) {
       const body = (await response.clone().json().catch(() => undefined)) as { access_token?: unknown; refresh_token?: unknown } | undefined;
       if (typeof body?.access_token === 'string') {
-        await recordIssuedAccessToken(database.db, body.access_token, codeId ?? before?.authorizationCodeId ?? null, clock.now());
-        if (before && typeof body.refresh_token === 'string' && (await findRefreshToken(database.db, body.refresh_token))?.revoked !== false) {
-          // The user's credentials ended (password change, ban) while this refresh ran: the new refresh token was born
-          // revoked or deleted (migration 20261125001000), so the access token minted with it goes too, and the
-          // client hears what it would have heard a moment later.
-          await revokeIssuedAccessToken(database.db, body.access_token);
-          return grantEnded();
-        }
+        const accessToken = body.access_token;
+        const newRefreshToken = before && typeof body.refresh_token === 'string' ? body.refresh_token : undefined;
+        const ended = await database.db.transaction().execute(async (trx) => {
+          // The record's foreign key holds the user's row until this transaction ends. A password change, ban or
+          // consent withdrawal locks that row before it revokes the recorded tokens: it either waits for this record
+          // (and revokes the token), or has ended the grant before the look below.
+          await recordIssuedAccessToken(trx, accessToken, codeId ?? before?.authorizationCodeId ?? null, clock.now());
+          if (!newRefreshToken || (await findRefreshToken(trx, newRefreshToken))?.revoked === false) return false;
+          // The grant ended while this refresh ran: the new refresh token was born revoked or was deleted (migration
+          // 20261125001000), so the access token minted with it goes too.
+          await revokeIssuedAccessToken(trx, accessToken);
+          return true;
+        });
+        if (ended) return oauthError(400, 'invalid_grant', 'the grant ended while it was being refreshed');
       }
     } else if (codeId && (await wasCodeRedeemed(database.db, codeId))) {
       // RFC 6749 §4.1.2: a code used twice was stolen; the library drops the refresh tokens issued from it,
       // we revoke the access tokens.
       await revokeAccessTokensOfGrant(database.db, codeId, clock.now());
-    } else if (before?.revoked && (await refreshTokenState(database.db, before.id)) === 'gone') {
+    } else if (before?.revoked && before.expiresAt > clock.now() && (await refreshTokenState(database.db, before.id)) === 'gone') {
       // A rotated refresh token came back and the library wiped its family (it only does so after the client
-      // authenticated): the access tokens minted for that client and user die too, on their next request.
+      // authenticated): the access tokens minted for that client and user die too, on their next request. Not for an
+      // expired one: the library refuses it before anything else, and it is gone because the housekeeping pruned it.
       await revokeAccessTokensOfFamily(database.db, before.clientId, before.userId, clock.now());
     }
     return response;

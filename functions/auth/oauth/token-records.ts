@@ -140,11 +140,11 @@ export async function isRevoked(db: Db, claims: AccessTokenClaims, now: Date): P
 export async function findRefreshToken(
   db: Db,
   refreshToken: string,
-): Promise<{ id: string; clientId: string; userId: string; authorizationCodeId: string | null; revoked: boolean } | undefined> {
+): Promise<{ id: string; clientId: string; userId: string; authorizationCodeId: string | null; revoked: boolean; expiresAt: Date } | undefined> {
   return first(
     db,
     sql`select id, "clientId" as "clientId", "userId" as "userId", "authorizationCodeId" as "authorizationCodeId",
-               "revoked" is not null as revoked
+               "revoked" is not null as revoked, "expiresAt" as "expiresAt"
           from "oauthRefreshToken" where token = ${await sha256Base64Url(refreshToken)}`,
   );
 }
