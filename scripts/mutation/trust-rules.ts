@@ -185,6 +185,22 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 9,
+    name: "a refresh-token write takes the session's row before the user's (the ends' order reversed)",
+    file: 'supabase/migrations/20261125001000_credentials_end_beside_a_refresh.sql',
+    find: '  perform 1 from "user" where id = new."userId" for key share;',
+    replace: '  perform 1;',
+    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
+  },
+  {
+    rule: 9,
+    name: 'the first refresh token of a code exchanged as its session ended is born live',
+    file: 'supabase/migrations/20261125001000_credentials_end_beside_a_refresh.sql',
+    find: '        new.revoked := now();',
+    replace: '        null;',
+    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
+  },
+  {
+    rule: 9,
     name: 'the token endpoint hands out the tokens of a refresh the end overtook',
     file: 'functions/auth/oauth/protocol-gaps.ts',
     find: '          if (!newRefreshToken || (await findRefreshToken(trx, newRefreshToken))?.revoked === false) return false;',

@@ -6,22 +6,22 @@
 -- minted with it (stamped in the same second as a password change, recorded after it). An agent refreshing a stolen
 -- token in a loop, or refreshing as fast as it can to outlive a withdrawn consent, lands in that window often.
 --
--- The rules that close it:
---   1. Ending a grant deletes its refresh tokens through public.end_refresh_token_families, which remembers each
---      family it ends (the authorization code all of a family's refresh tokens descend from) as a
---      `family:<code id>` row in public.revoked_tokens, and first locks the user's row FOR UPDATE.
---   2. A refresh token written into an ended family is born revoked (presenting it later is a reuse, which ends what
---      is left). The trigger runs after the foreign-key checks (its name sorts after PostgreSQL's
---      "RI_ConstraintTrigger_..."; triggers of one event fire in name order), and the check on the user's row waits
---      for an end holding that row's lock, so the trigger sees an end the insert waited for. An end that took the
---      lock after the insert had checked the row waits for the insert to commit, and then deletes the new token.
---      No clocks are compared: a family is a code id, and a new grant is a new code.
---   3. A refresh token naming a session that is gone is written without it, as the session's foreign key
---      (on delete set null) would have left it had it existed a moment earlier: the write no longer fails when a
---      sign-out, a password change or the housekeeping deletes the session mid-refresh (it answered 500, and a retry of
---      the already rotated token then looked like a reuse). The session row is read FOR KEY SHARE before the
---      foreign-key checks: a delete in progress is waited for, so the session lock is taken first, as an end
---      takes it first too (it deletes the sessions before it locks the user), and the two never wait on each other.
+-- The rules that close it, with one lock order throughout (the user's row first, then the sessions), so that ends
+-- and refreshes wait for each other but never deadlock:
+--   1. Every end first locks the user's row FOR UPDATE, and deletes refresh tokens through
+--      public.end_refresh_token_families, which remembers each family it ends (the authorization code all of a
+--      family's refresh tokens descend from) as a `family:<code id>` row in public.revoked_tokens.
+--   2. Writing a refresh token first reads its user's row FOR KEY SHARE (a BEFORE trigger, ahead of the foreign-key
+--      checks, which would take the session's row first): a write that comes while an end holds the row waits for
+--      it; an end that comes while a write holds it waits for that write to commit, and then deletes the new token.
+--   3. A refresh token written into an ended family is born revoked (presenting it later is a reuse, which ends what
+--      is left). No clocks are compared: a family is a code id, and a new grant is a new code.
+--   4. A refresh token naming a session that is gone (a sign-out, an end, or the housekeeping deleted it while the
+--      token was being made): a rotation (its family has other tokens) is written without the session, as the
+--      session's foreign key (on delete set null) would have left it a moment earlier; that write used to fail, answer
+--      500, and a retry of the already rotated token then looked like a reuse. The first token of a grant (a code
+--      exchanged just as its session ended) is born revoked: the library requires that session, and the foreign
+--      key used to refuse the write.
 -- The token endpoint records the access token minted beside the new refresh token in one transaction with a look at
 -- that refresh token, and when it was born revoked or is gone, revokes the access token and answers invalid_grant
 -- (functions/auth/oauth/protocol-gaps.ts).
@@ -40,10 +40,11 @@ begin
 end
 $$;
 
--- Sessions first (rule 3's lock order), then the families and their user's row, then the access tokens recorded so
+-- The user's row first (the lock order above), then the sessions and the families, then the access tokens recorded so
 -- far: a token endpoint recording one holds the user's row (its foreign key) until it has looked at its refresh token.
 create or replace function public.revoke_user_credentials(p_user_id text) returns void language plpgsql as $$
 begin
+  perform 1 from "user" where id = p_user_id for update;
   delete from "session" where "userId" = p_user_id;
   perform public.end_refresh_token_families(p_user_id, null);
   insert into public.revoked_tokens (key, expires_at)
@@ -86,20 +87,26 @@ $$;
 create trigger refresh_token_of_ended_family after insert on "oauthRefreshToken"
   for each row execute function public.revoke_refresh_token_of_ended_family();
 
-create function public.detach_refresh_token_from_ended_session() returns trigger language plpgsql as $$
+create function public.refresh_token_write_waits_for_ends() returns trigger language plpgsql as $$
 begin
+  perform 1 from "user" where id = new."userId" for key share;
   if new."sessionId" is not null then
     perform 1 from "session" where id = new."sessionId" for key share;
     if not found then
+      -- rule 4: a rotation outlives its session; the first token of a grant does not
+      if not exists (select 1 from "oauthRefreshToken" r
+                      where r."authorizationCodeId" = new."authorizationCodeId" and r."userId" = new."userId") then
+        new.revoked := now();
+      end if;
       new."sessionId" := null;
     end if;
   end if;
   return new;
 end
 $$;
-create trigger refresh_token_session_still_there before insert on "oauthRefreshToken"
-  for each row execute function public.detach_refresh_token_from_ended_session();
+create trigger refresh_token_write_waits_for_ends before insert on "oauthRefreshToken"
+  for each row execute function public.refresh_token_write_waits_for_ends();
 
 revoke execute on function public.end_refresh_token_families(text, text) from public, anon, authenticated;
 revoke execute on function public.revoke_refresh_token_of_ended_family() from public, anon, authenticated;
-revoke execute on function public.detach_refresh_token_from_ended_session() from public, anon, authenticated;
+revoke execute on function public.refresh_token_write_waits_for_ends() from public, anon, authenticated;

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql, type Db } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { accessTokenFor, postForm, type TokenSet } from '../support/oauth.ts';
+import { accessTokenFor, ALL_SCOPES, authorizeInBrowser, defaultOAuthClient, pkcePair, postForm, type TokenSet } from '../support/oauth.ts';
 import { signUp, type TestUser } from '../support/users.ts';
 
 /**
@@ -11,10 +11,11 @@ import { signUp, type TestUser } from '../support/users.ts';
  * rules, an end committed between the two writes deleted the refresh tokens before the new one existed, and the new
  * refresh token and the access token minted with it outlived it.
  *
- * The interleaving is made exact, not hoped for: a transaction takes the row lock the end takes first (the user's row;
- * the session's, where the grant is tied to one), so the library's INSERT of the new refresh token waits for it; the
- * grant is ended in that transaction (the same UPDATE of the password or DELETE of the consent the library makes,
- * firing the same triggers) and committed; then the INSERT goes on. Two connections at once, so PostgreSQL only.
+ * The interleaving is made exact, not hoped for: a transaction takes the row lock every end takes first (the user's
+ * row), so the library's INSERT of the new refresh token waits for it; the grant is ended in that transaction (the
+ * same UPDATE of the password or DELETE of the consent the library makes, firing the same triggers) and committed;
+ * then the INSERT goes on. The same for a code exchanged as a password change ends the session it was issued in.
+ * Two connections at once, so PostgreSQL only.
  */
 let t: TestApp;
 beforeAll(async () => {
@@ -42,6 +43,21 @@ const changePassword = (trx: Db, user: TestUser) =>
 const withdrawConsent = (trx: Db, user: TestUser, tokens: TokenSet) =>
   sql`delete from "oauthConsent" where "userId" = ${user.userId} and "clientId" = ${tokens.clientId}`.execute(trx);
 
+/**
+ * Sends `request` while a transaction holds the user's row (the lock every end takes first), waits until the library
+ * is writing the new refresh token (waiting for that row), ends the grant with `end` in that transaction and commits.
+ */
+async function whileEnding<T>(user: TestUser, request: () => Promise<T>, end: (trx: Db) => Promise<unknown>): Promise<T> {
+  let sent: Promise<T> | undefined;
+  await t.db.transaction().execute(async (trx) => {
+    await sql`select 1 from "user" where id = ${user.userId} for update`.execute(trx);
+    sent = request();
+    await refreshTokenWriteIsWaiting();
+    await end(trx);
+  }); // commits: the waiting INSERT goes on
+  return sent!;
+}
+
 describe('a grant that ends beside a refresh', () => {
   it.each([
     // The user signed out: the agent's offline_access refresh token lives on, no longer tied to a session (where a
@@ -58,18 +74,11 @@ describe('a grant that ends beside a refresh', () => {
       const res = await t.http.post('/api/auth/sign-out', { cookie: user.cookie, headers: { origin: t.baseUrl } });
       expect(res.status).toBe(200);
     }
-    const session = await first<{ id: string }>(t.db, sql`select id from "session" where "userId" = ${user.userId}`);
-
-    let refresh: ReturnType<typeof postForm> | undefined;
-    await t.db.transaction().execute(async (trx) => {
-      if (end === 'password' && !signOut) await sql`select 1 from "session" where id = ${session!.id} for update`.execute(trx);
-      else await sql`select 1 from "user" where id = ${user.userId} for update`.execute(trx);
-      refresh = postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
-      await refreshTokenWriteIsWaiting();
-      if (end === 'password') await changePassword(trx, user);
-      else await withdrawConsent(trx, user, tokens);
-    }); // commits: the waiting INSERT goes on
-    const answer = await refresh!;
+    const answer = await whileEnding(
+      user,
+      () => postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken }),
+      (trx) => (end === 'password' ? changePassword(trx, user) : withdrawConsent(trx, user, tokens)),
+    );
 
     expect(answer.status, answer.text).toBe(400);
     expect(answer.body.error).toBe('invalid_grant');
@@ -93,5 +102,25 @@ describe('a grant that ends beside a refresh', () => {
     const again = await postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
     expect(again.status).toBe(400);
     expect(again.body.error).toBe('invalid_grant');
+  });
+
+  it('attack: a code exchanged just as a password change ends its session gets nothing that works', async () => {
+    const user = await signUp(t);
+    const client = await defaultOAuthClient(t);
+    const { verifier, challenge } = pkcePair();
+    const { code } = await authorizeInBrowser(t, user, client, { challenge, scope: ALL_SCOPES });
+    const answer = await whileEnding(
+      user,
+      () => postForm(t, '/api/auth/oauth2/token', client, { grant_type: 'authorization_code', code, redirect_uri: client.redirectUri, code_verifier: verifier }),
+      (trx) => changePassword(trx, user),
+    );
+    expect(answer.status, answer.text).toBe(400);
+    expect(answer.body.error).toBe('invalid_grant');
+    expect(answer.body.refresh_token).toBeUndefined();
+    const live = await first<{ n: number }>(
+      t.db,
+      sql`select count(*)::int as n from "oauthRefreshToken" where "userId" = ${user.userId} and revoked is null`,
+    );
+    expect(live!.n).toBe(0);
   });
 });

@@ -126,19 +126,20 @@ export function oauthProtocolRoutes() {
       const body = (await response.clone().json().catch(() => undefined)) as { access_token?: unknown; refresh_token?: unknown } | undefined;
       if (typeof body?.access_token === 'string') {
         const accessToken = body.access_token;
-        const newRefreshToken = before && typeof body.refresh_token === 'string' ? body.refresh_token : undefined;
+        const newRefreshToken = typeof body.refresh_token === 'string' ? body.refresh_token : undefined;
         const ended = await database.db.transaction().execute(async (trx) => {
           // The record's foreign key holds the user's row until this transaction ends. A password change, ban or
           // consent withdrawal locks that row before it revokes the recorded tokens: it either waits for this record
           // (and revokes the token), or has ended the grant before the look below.
           await recordIssuedAccessToken(trx, accessToken, codeId ?? before?.authorizationCodeId ?? null, clock.now());
           if (!newRefreshToken || (await findRefreshToken(trx, newRefreshToken))?.revoked === false) return false;
-          // The grant ended while this refresh ran: the new refresh token was born revoked or was deleted (migration
+          // The grant ended while its tokens were being made (a password change, ban, consent withdrawal or, for a
+          // code, the end of its session): the new refresh token was born revoked or was deleted (migration
           // 20261125001000), so the access token minted with it goes too.
           await revokeIssuedAccessToken(trx, accessToken);
           return true;
         });
-        if (ended) return oauthError(400, 'invalid_grant', 'the grant ended while it was being refreshed');
+        if (ended) return oauthError(400, 'invalid_grant', 'the grant ended while its tokens were being issued');
       }
     } else if (codeId && (await wasCodeRedeemed(database.db, codeId))) {
       // RFC 6749 §4.1.2: a code used twice was stolen; the library drops the refresh tokens issued from it,
