@@ -31,18 +31,28 @@ returns table (sessions integer, verifications integer, refresh_tokens integer)
 language plpgsql volatile
 set search_path = public, pg_temp
 as $$
+declare
+  v_sessions text[];
+  v_refresh_tokens text[];
 begin
-  with old as (
-    select id from "session" where "expiresAt" < p_now order by "expiresAt" limit p_limit
-  ), gone as (delete from "session" s using old where s.id = old.id and s."expiresAt" < p_now returning 1)
+  select coalesce(array_agg(id), '{}') into v_sessions
+    from (select id from "session" where "expiresAt" < p_now order by "expiresAt" limit p_limit) s;
+  select coalesce(array_agg(id), '{}') into v_refresh_tokens
+    from (select id from "oauthRefreshToken" where "expiresAt" < p_now order by "expiresAt" limit p_limit) r;
+  -- The users' rows first, in one order, as everything that ends a grant or writes a refresh token takes them
+  -- (20261125001000): a password change deleting the same rows in another order would otherwise deadlock with this.
+  perform 1 from "user" u
+   where u.id in (select "userId" from "session" where id = any(v_sessions)
+                  union select "userId" from "oauthRefreshToken" where id = any(v_refresh_tokens))
+   order by u.id for key share;
+  with gone as (delete from "session" s where s.id = any(v_sessions) and s."expiresAt" < p_now returning 1)
   select count(*)::integer into sessions from gone;
   with old as (
     select id from "verification" where "expiresAt" < p_now order by "expiresAt" limit p_limit
   ), gone as (delete from "verification" v using old where v.id = old.id and v."expiresAt" < p_now returning 1)
   select count(*)::integer into verifications from gone;
-  with old as (
-    select id from "oauthRefreshToken" where "expiresAt" < p_now order by "expiresAt" limit p_limit
-  ), gone as (delete from "oauthRefreshToken" r using old where r.id = old.id and r."expiresAt" < p_now returning 1)
+  with gone as (
+    delete from "oauthRefreshToken" r where r.id = any(v_refresh_tokens) and r."expiresAt" < p_now returning 1)
   select count(*)::integer into refresh_tokens from gone;
   return next;
 end
