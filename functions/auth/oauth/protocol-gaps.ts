@@ -5,6 +5,7 @@ import type { Config } from '../../platform/config.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience, oauthPagesOrigin } from './provider-options.ts';
 import {
+  consentStands,
   findRefreshToken,
   isRevoked,
   looksLikeJwt,
@@ -14,6 +15,7 @@ import {
   revokeAccessTokensOfFamily,
   revokeAccessTokensOfGrant,
   revokeIssuedAccessToken,
+  revokeIssuedRefreshToken,
   sha256Base64Url,
   unverifiedClaims,
   wasCodeRedeemed,
@@ -130,13 +132,15 @@ export function oauthProtocolRoutes() {
         const ended = await database.db.transaction().execute(async (trx) => {
           // The record's foreign key holds the user's row until this transaction ends. A password change, ban or
           // consent withdrawal locks that row before it revokes the recorded tokens: it either waits for this record
-          // (and revokes the token), or has ended the grant before the look below.
+          // (and revokes the token), or has ended the grant before the looks below.
           await recordIssuedAccessToken(trx, accessToken, codeId ?? before?.authorizationCodeId ?? null, clock.now());
-          if (!newRefreshToken || (await findRefreshToken(trx, newRefreshToken))?.revoked === false) return false;
-          // The grant ended while its tokens were being made (a password change, ban, consent withdrawal or, for a
+          // The grant ended while its tokens were being made (a password change, ban or consent withdrawal or, for a
           // code, the end of its session): the new refresh token was born revoked or was deleted (migration
-          // 20261125001000), so the access token minted with it goes too.
+          // 20261125001000). Or a code was exchanged after the user withdrew the consent it was issued under.
+          const refreshLive = !newRefreshToken || (await findRefreshToken(trx, newRefreshToken))?.revoked === false;
+          if (refreshLive && (!codeId || (await consentStands(trx, accessToken)))) return false;
           await revokeIssuedAccessToken(trx, accessToken);
+          if (newRefreshToken) await revokeIssuedRefreshToken(trx, newRefreshToken);
           return true;
         });
         if (ended) return oauthError(400, 'invalid_grant', 'the grant ended while its tokens were being issued');

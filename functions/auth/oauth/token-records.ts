@@ -81,6 +81,31 @@ export async function revokeIssuedAccessToken(db: Db, accessToken: string): Prom
   if (jti && exp !== undefined) await revokeAccessToken(db, jti, new Date(exp * 1000));
 }
 
+/** Revokes a refresh token the token endpoint has just obtained, before the client ever sees it. */
+export async function revokeIssuedRefreshToken(db: Db, refreshToken: string): Promise<void> {
+  await sql`update "oauthRefreshToken" set revoked = now()
+             where token = ${await sha256Base64Url(refreshToken)} and revoked is null`.execute(db);
+}
+
+/**
+ * Whether the user's consent to the client of a just-minted access token still stands, or the client needs none
+ * (skipConsent: the first-party client). The library asks for consent when it issues a code, not when the code is
+ * exchanged, so a code redeemed after the user withdrew consent would otherwise still give tokens.
+ */
+export async function consentStands(db: Db, accessToken: string): Promise<boolean> {
+  const claims = unverifiedClaims(accessToken);
+  const clientId = str(claims?.client_id) ?? str(claims?.azp);
+  const userId = str(claims?.sub);
+  if (!clientId || !userId) return false;
+  const row = await first<{ stands: boolean }>(
+    db,
+    sql`select coalesce(c."skipConsent", false)
+               or exists (select 1 from "oauthConsent" k where k."clientId" = c."clientId" and k."userId" = ${userId}) as stands
+          from "oauthClient" c where c."clientId" = ${clientId}`,
+  );
+  return row?.stands === true;
+}
+
 /** Revokes the live access tokens of one grant: everything issued from one authorization code. */
 export async function revokeAccessTokensOfGrant(db: Db, authorizationCodeId: string, now: Date): Promise<void> {
   await sql`
