@@ -216,6 +216,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/oauth/code-flow.test.ts'],
   },
   {
+    rule: 9,
+    name: 'a code redeemed after the user consented again to fewer scopes gives them all',
+    file: 'functions/auth/oauth/token-records.ts',
+    find: '                                 @> ${JSON.stringify(scopes)}::text::jsonb) as stands',
+    replace: '                                 is not null) as stands',
+    tests: ['tests/oauth/code-flow.test.ts'],
+  },
+  {
     rule: 10,
     name: 'sign-up signs in (an existing address answers differently)',
     file: 'functions/auth/better-auth.ts',

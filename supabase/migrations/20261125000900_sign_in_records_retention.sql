@@ -71,6 +71,9 @@ declare
   v_webhooks record;
   v_sign_in record;
 begin
+  -- First, while this transaction holds no other row: it takes users' rows, and an end of a grant holding one of them
+  -- writes the user's revocation-list row next, which the delete below may hold (a deadlock, the other way round).
+  select * into v_sign_in from public.sign_in_records_prune(p_now, 1000);
   -- A revocation-list row only matters until the last access token it covers has expired.
   with gone as (delete from public.revoked_tokens where expires_at < p_now returning 1)
   select count(*)::integer into v_revoked from gone;
@@ -79,7 +82,6 @@ begin
   v_reservations := public.metering_expire_reservations(p_now, 1000);
   v_mail := public.mail_outbox_prune(p_now, 1000);
   select * into v_webhooks from public.webhook_history_prune(p_now, 1000);
-  select * into v_sign_in from public.sign_in_records_prune(p_now, 1000);
   return jsonb_build_object('revokedTokensPruned', v_revoked, 'rateLimitsPruned', v_rate_limits,
                             'reservationsExpired', v_reservations, 'mailPruned', v_mail,
                             'webhookDeliveriesPruned', v_webhooks.deliveries, 'webhookEventsPruned', v_webhooks.events,

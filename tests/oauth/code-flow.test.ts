@@ -323,34 +323,49 @@ describe('grants that end elsewhere', () => {
     expect(landing.pathname).toBe('/consent');
   });
 
-  test('attack: a code redeemed after the user withdrew consent gives nothing that works', async () => {
+  test('attack: a code redeemed after the user withdrew consent, or consented again to less, gives nothing that works', async () => {
     // The library asks for consent when it issues a code, not when the code is exchanged: an agent holding back a
     // code (10 minutes) would otherwise outlive the withdrawal with a 30-day refresh token.
     const user = await signUp(t);
-    const { verifier, challenge } = pkcePair();
-    const { code } = await authorizeInBrowser(t, user, agent, { challenge, scope: 'openid profile email offline_access' });
+    const full = 'openid profile email offline_access';
+    const codes: { verifier: string; code: string }[] = [];
+    for (let i = 0; i < 2; i++) {
+      const { verifier, challenge } = pkcePair();
+      codes.push({ verifier, code: (await authorizeInBrowser(t, user, agent, { challenge, scope: full })).code });
+    }
     const consents = await t.http.get('/api/auth/oauth2/get-consents', { cookie: user.cookie });
     const consent = consents.body.find((c: { clientId: string }) => c.clientId === agent.clientId);
     const withdraw = await t.http.post('/api/auth/oauth2/delete-consent', { cookie: user.cookie, headers: { origin: t.baseUrl }, json: { id: consent.id } });
     expect(withdraw.status).toBe(200);
+    const redeem = (n: number) =>
+      postForm(t, '/api/auth/oauth2/token', agent, {
+        grant_type: 'authorization_code',
+        code: codes[n]!.code,
+        redirect_uri: agent.redirectUri,
+        code_verifier: codes[n]!.verifier,
+      });
+    const liveTokens = () =>
+      first<{ refresh: number; access: number }>(
+        t.db,
+        sql`select (select count(*)::int from "oauthRefreshToken" where "userId" = ${user.userId} and revoked is null) as refresh,
+                   (select count(*)::int from public.oauth_issued_access_tokens i
+                     where i.user_id = ${user.userId} and not exists (select 1 from public.revoked_tokens r where r.key = 'jti:' || i.jti)) as access`,
+      );
 
-    const exchange = await postForm(t, '/api/auth/oauth2/token', agent, {
-      grant_type: 'authorization_code',
-      code,
-      redirect_uri: agent.redirectUri,
-      code_verifier: verifier,
-    });
-    expect(exchange.status, exchange.text).toBe(400);
-    expect(exchange.body.error).toBe('invalid_grant');
-    expect(exchange.body.access_token).toBeUndefined();
-    const live = await first<{ refresh: number; access: number }>(
-      t.db,
-      sql`select (select count(*)::int from "oauthRefreshToken" where "userId" = ${user.userId} and revoked is null) as refresh,
-                 (select count(*)::int from public.oauth_issued_access_tokens i
-                   where i.user_id = ${user.userId} and not exists (select 1 from public.revoked_tokens r where r.key = 'jti:' || i.jti)) as access`,
-    );
-    expect(live).toEqual({ refresh: 0, access: 0 });
-    // Authorizing again asks for consent again, and then works
+    const afterWithdrawal = await redeem(0);
+    expect(afterWithdrawal.status, afterWithdrawal.text).toBe(400);
+    expect(afterWithdrawal.body.error).toBe('invalid_grant');
+    expect(afterWithdrawal.body.access_token).toBeUndefined();
+    expect(await liveTokens()).toEqual({ refresh: 0, access: 0 });
+
+    // The user connects the agent again, granting only `openid`: the old code asked for more
+    await authorizeInBrowser(t, user, agent, { challenge: pkcePair().challenge, scope: 'openid' });
+    const afterNarrowing = await redeem(1);
+    expect(afterNarrowing.status, afterNarrowing.text).toBe(400);
+    expect(afterNarrowing.body.error).toBe('invalid_grant');
+    expect(await liveTokens()).toEqual({ refresh: 0, access: 0 });
+
+    // Authorizing again for everything asks for consent again, and then works
     const again = await accessTokenFor(t, user, { client: agent });
     expect((await t.http.get('/me', { bearer: again.accessToken })).status).toBe(200);
   });

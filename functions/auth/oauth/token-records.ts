@@ -17,6 +17,7 @@ export interface AccessTokenClaims {
   exp?: unknown;
   client_id?: unknown;
   azp?: unknown;
+  scope?: unknown;
 }
 
 /** The payload of a compact JWS, unverified. Only for tokens we just minted, or to deny (never to allow). */
@@ -88,19 +89,25 @@ export async function revokeIssuedRefreshToken(db: Db, refreshToken: string): Pr
 }
 
 /**
- * Whether the user's consent to the client of a just-minted access token still stands, or the client needs none
- * (skipConsent: the first-party client). The library asks for consent when it issues a code, not when the code is
- * exchanged, so a code redeemed after the user withdrew consent would otherwise still give tokens.
+ * Whether the user's consent to the client of a just-minted access token still covers every scope the token carries,
+ * or the client needs none (skipConsent, which none of our clients is registered with). The library asks for consent
+ * when it issues a code, not when the code is exchanged, so a code redeemed after the user withdrew consent, or after
+ * they consented again to fewer scopes, would otherwise still give what they took back.
  */
 export async function consentStands(db: Db, accessToken: string): Promise<boolean> {
   const claims = unverifiedClaims(accessToken);
   const clientId = str(claims?.client_id) ?? str(claims?.azp);
   const userId = str(claims?.sub);
+  const scopes = str(claims?.scope)?.split(' ') ?? [];
   if (!clientId || !userId) return false;
   const row = await first<{ stands: boolean }>(
     db,
     sql`select coalesce(c."skipConsent", false)
-               or exists (select 1 from "oauthConsent" k where k."clientId" = c."clientId" and k."userId" = ${userId}) as stands
+               or exists (select 1 from "oauthConsent" k
+                           where k."clientId" = c."clientId" and k."userId" = ${userId}
+                             -- the library's adapter stores the array as a JSON string inside the jsonb
+                             and (case when jsonb_typeof(k.scopes) = 'string' then (k.scopes #>> '{}')::jsonb else k.scopes end)
+                                 @> ${JSON.stringify(scopes)}::text::jsonb) as stands
           from "oauthClient" c where c."clientId" = ${clientId}`,
   );
   return row?.stands === true;
