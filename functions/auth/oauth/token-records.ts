@@ -58,7 +58,10 @@ export async function recordIssuedAccessToken(
   await sql`
     with purge as (
       delete from public.oauth_issued_access_tokens
-       where jti in (select jti from public.oauth_issued_access_tokens where expires_at < ${now} order by expires_at limit 100)
+       where jti in (select jti from public.oauth_issued_access_tokens where expires_at < ${now} order by expires_at limit 100
+                     -- rows another token request is purging are left to it: this runs inside the token endpoint's
+                     -- transaction, so waiting for them would queue concurrent token requests behind each other
+                     for update skip locked)
     )
     insert into public.oauth_issued_access_tokens
       (jti, client_id, user_id, session_id, authorization_code_id, expires_at, created_at)
