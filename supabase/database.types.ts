@@ -2610,7 +2610,11 @@ export type Database = {
         }[];
       };
       "end_refresh_token_families": {
-        Args: { "p_client_id": string; "p_user_id": string };
+        Args: {
+          "p_authorization_code_id"?: string;
+          "p_client_id": string;
+          "p_user_id": string;
+        };
         Returns: undefined;
       };
       "ensure_agent_resource": {

@@ -1,7 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sha256Base64Url } from '../../functions/auth/oauth/token-records.ts';
 import { first, sql, type Db } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { accessTokenFor, ALL_SCOPES, authorizeInBrowser, defaultOAuthClient, pkcePair, postForm, type TokenSet } from '../support/oauth.ts';
+import {
+  accessTokenFor,
+  ALL_SCOPES,
+  authorizeInBrowser,
+  createOAuthClient,
+  defaultOAuthClient,
+  pkcePair,
+  postForm,
+  type TokenSet,
+} from '../support/oauth.ts';
 import { signUp, type TestUser } from '../support/users.ts';
 
 /**
@@ -14,7 +24,11 @@ import { signUp, type TestUser } from '../support/users.ts';
  * The interleaving is made exact, not hoped for: a transaction takes the row lock every end takes first (the user's
  * row), so the library's INSERT of the new refresh token waits for it; the grant is ended in that transaction (the
  * same UPDATE of the password or DELETE of the consent the library makes, firing the same triggers) and committed;
- * then the INSERT goes on. The same for a code exchanged as a password change ends the session it was issued in.
+ * then the INSERT goes on. The same for a code exchanged as a password change ends the session it was issued in, and
+ * for an agent deactivated while its backend refreshes.
+ *
+ * Then a refresh token presented twice (migration 20261125001200): a reuse, or a replayed code, that the library
+ * answers while a rotation of the same family is writing its new token, and two presentations of one token at once.
  * Two connections at once, so PostgreSQL only.
  */
 let t: TestApp;
@@ -42,6 +56,39 @@ const changePassword = (trx: Db, user: TestUser) =>
        where "userId" = ${user.userId} and "providerId" = 'credential'`.execute(trx);
 const withdrawConsent = (trx: Db, user: TestUser, tokens: TokenSet) =>
   sql`delete from "oauthConsent" where "userId" = ${user.userId} and "clientId" = ${tokens.clientId}`.execute(trx);
+
+/** Waits until `done()` holds, checking every 25 ms for 5 s. */
+async function eventually(what: string, done: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    if (await done()) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`timed out waiting until ${what}`);
+}
+
+const waitingStatements = async (pattern: string) =>
+  (await first<{ n: number }>(
+    t.db,
+    sql`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query ilike ${pattern}`,
+  ))!.n;
+
+/**
+ * What a user's grants left behind: refresh tokens still live, and access tokens the token endpoint minted that are
+ * not on the revocation list. Both 0 when every grant of the user has ended.
+ */
+async function aliveOf(user: TestUser): Promise<{ refreshTokens: number; accessTokens: number }> {
+  const refresh = await first<{ n: number }>(
+    t.db,
+    sql`select count(*)::int as n from "oauthRefreshToken" where "userId" = ${user.userId} and revoked is null`,
+  );
+  const access = await first<{ n: number }>(
+    t.db,
+    sql`select count(*)::int as n from public.oauth_issued_access_tokens i
+          left join public.revoked_tokens r on r.key = 'jti:' || i.jti
+         where i.user_id = ${user.userId} and r.key is null`,
+  );
+  return { refreshTokens: refresh!.n, accessTokens: access!.n };
+}
 
 /**
  * Sends `request` while a transaction holds the user's row (the lock every end takes first), waits until the library
@@ -122,5 +169,134 @@ describe('a grant that ends beside a refresh', () => {
       sql`select count(*)::int as n from "oauthRefreshToken" where "userId" = ${user.userId} and revoked is null`,
     );
     expect(live!.n).toBe(0);
+  });
+});
+
+describe('an agent deactivated beside a refresh', () => {
+  it('attack: a refresh under way when the agent is deactivated gets no token that outlives the deactivation', async () => {
+    // The library checked that the client is enabled before the deactivation committed, and minted after it: the
+    // deactivation copied the client's recorded access tokens to the revocation list before this one was recorded.
+    const client = await createOAuthClient(t, { name: 'Deactivated Mid-Refresh' });
+    const user = await signUp(t);
+    const tokens = await accessTokenFor(t, user, { client });
+    const answer = await whileEnding(
+      user,
+      () => postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken }),
+      (trx) => sql`update public.agents set status = 'inactive' where id = ${client.agentId}`.execute(trx),
+    );
+    expect(answer.status, answer.text).toBe(400);
+    expect(answer.body.error).toBe('invalid_grant');
+    expect(answer.body.access_token).toBeUndefined();
+    expect(await aliveOf(user)).toEqual({ refreshTokens: 0, accessTokens: 0 });
+  });
+});
+
+type Answer = Awaited<ReturnType<typeof postForm>>;
+
+describe('a refresh token presented twice', () => {
+  /** A presentation of `tokens.refreshToken`, with the client's credentials. */
+  const refresh = (tokens: Pick<TokenSet, 'clientId' | 'clientSecret' | 'refreshToken'>): Promise<Answer> =>
+    postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
+
+  it('attack: a reuse answered while a rotation of the family is writing its new token leaves nothing alive', async () => {
+    // One copy of the refresh token is rotated (the library marked it rotated and is writing the new one, paused
+    // behind the user's row); the other copy is presented now: a reuse, and the library deletes the family, but the
+    // new token is not written yet. Before 20261125001200 it was written after that deletion and lived.
+    const user = await signUp(t);
+    const tokens = await accessTokenFor(t, user);
+    let rotation: Promise<Answer> | undefined;
+    let reuse: Answer | undefined;
+    await t.db.transaction().execute(async (trx) => {
+      await sql`select 1 from "user" where id = ${user.userId} for update`.execute(trx);
+      rotation = refresh(tokens);
+      await refreshTokenWriteIsWaiting();
+      void refresh(tokens).then((r) => (reuse = r));
+      // the end after the library's answer waits for the user's row (or, without it, the answer is already there)
+      await eventually('the reuse is answered or its end waits', async () =>
+        reuse !== undefined || (await waitingStatements('%end_refresh_token_families%')) > 0);
+    });
+    const rotated = await rotation!;
+    await eventually('the reuse is answered', async () => reuse !== undefined);
+    expect(reuse!.status, reuse!.text).toBe(400);
+    expect(reuse!.body.error).toBe('invalid_grant');
+    // Whichever came first, the rotation or the end, nothing of the family works afterwards
+    expect(await aliveOf(user)).toEqual({ refreshTokens: 0, accessTokens: 0 });
+    if (rotated.status === 200) {
+      const me = await t.http.get('/me', { bearer: rotated.body.access_token });
+      expect(me.status).toBe(401);
+    } else {
+      expect(rotated.body.error).toBe('invalid_grant');
+    }
+  });
+
+  it('attack: a rotation that writes its new token only after a reuse ended its family writes it revoked', async () => {
+    // The other order of the race above, which no row lock outside the library can bring about (the rotation takes the
+    // user's row first thing in its INSERT): the end commits first. By then the library had deleted every token of
+    // the family, so the end finds none to delete and must remember the family by its code. The late INSERT is made
+    // here as the library makes it: a copy of the family's token under a new value.
+    const user = await signUp(t);
+    const tokens = await accessTokenFor(t, user);
+    const rotated = await refresh(tokens);
+    expect(rotated.status).toBe(200);
+    const reused = await refresh(tokens); // the first token again: a reuse, the family ends
+    expect(reused.body.error).toBe('invalid_grant');
+    const late = 'written-after-the-end-' + crypto.randomUUID();
+    await sql`
+      insert into "oauthRefreshToken" (id, token, "clientId", "userId", "authorizationCodeId", scopes, "expiresAt", "createdAt")
+      select ${crypto.randomUUID()}, ${await sha256Base64Url(late)}, i.client_id, i.user_id, i.authorization_code_id,
+             ${JSON.stringify(ALL_SCOPES.split(' '))}::jsonb, now() + interval '30 days', now()
+        from public.oauth_issued_access_tokens i where i.user_id = ${user.userId} limit 1`.execute(t.db);
+    const presented = await refresh({ ...tokens, refreshToken: late });
+    expect(presented.status, presented.text).toBe(400);
+    expect(presented.body.error).toBe('invalid_grant');
+    expect(await aliveOf(user)).toEqual({ refreshTokens: 0, accessTokens: 0 });
+  });
+
+  it('attack: a code replayed while a refresh of its tokens is writing the new one leaves nothing alive', async () => {
+    const user = await signUp(t);
+    const client = await defaultOAuthClient(t);
+    const { verifier, challenge } = pkcePair();
+    const { code } = await authorizeInBrowser(t, user, client, { challenge, scope: ALL_SCOPES });
+    const exchange = { grant_type: 'authorization_code', code, redirect_uri: client.redirectUri, code_verifier: verifier };
+    const exchanged = await postForm(t, '/api/auth/oauth2/token', client, exchange);
+    expect(exchanged.status).toBe(200);
+    let rotation: Promise<Answer> | undefined;
+    let replay: Answer | undefined;
+    await t.db.transaction().execute(async (trx) => {
+      await sql`select 1 from "user" where id = ${user.userId} for update`.execute(trx);
+      rotation = refresh({ ...client, refreshToken: exchanged.body.refresh_token });
+      await refreshTokenWriteIsWaiting();
+      void postForm(t, '/api/auth/oauth2/token', client, exchange).then((r) => (replay = r));
+      await eventually('the replay is answered or its end waits', async () =>
+        replay !== undefined || (await waitingStatements('%end_refresh_token_families%')) > 0);
+    });
+    const rotated = await rotation!;
+    await eventually('the replay is answered', async () => replay !== undefined);
+    expect(replay!.status, replay!.text).toBe(400);
+    expect(await aliveOf(user)).toEqual({ refreshTokens: 0, accessTokens: 0 });
+    if (rotated.status === 200) expect((await t.http.get('/me', { bearer: rotated.body.access_token })).status).toBe(401);
+  });
+
+  it('attack: two presentations of one refresh token at once leave nothing alive', async () => {
+    // Both read the token live; a row lock on it holds both at the library's UPDATE that marks it rotated. One
+    // rotates it, the library refuses the other as invalid_grant; before 20261125001200 that was not a reuse, and
+    // the winner (a thief holding a copy, as likely as the agent) kept a live family.
+    const user = await signUp(t);
+    const tokens = await accessTokenFor(t, user);
+    const answers = await t.db.transaction().execute(async (trx) => {
+      await sql`select 1 from "oauthRefreshToken" where "userId" = ${user.userId} for update`.execute(trx);
+      const both: [Promise<Answer>, Promise<Answer>] = [refresh(tokens), refresh(tokens)];
+      await eventually('both presentations wait to rotate the token', async () =>
+        (await waitingStatements('update "oauthRefreshToken"%')) === 2);
+      return both;
+    });
+    const [a, b] = await Promise.all(answers);
+    const statuses = [a.status, b.status].sort();
+    expect(statuses[1], `${a.text} ${b.text}`).toBe(400); // at most one got tokens
+    expect(await aliveOf(user)).toEqual({ refreshTokens: 0, accessTokens: 0 });
+    for (const answer of [a, b]) {
+      if (answer.status === 200) expect((await t.http.get('/me', { bearer: answer.body.access_token })).status).toBe(401);
+      else expect(answer.body.error).toBe('invalid_grant');
+    }
   });
 });

@@ -5,8 +5,9 @@ import type { Config } from '../../platform/config.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience, oauthPagesOrigin } from './provider-options.ts';
 import {
-  consentStands,
+  endRefreshTokenFamily,
   findRefreshToken,
+  grantStands,
   isRevoked,
   looksLikeJwt,
   recordIssuedAccessToken,
@@ -17,8 +18,8 @@ import {
   revokeIssuedAccessToken,
   revokeIssuedRefreshToken,
   sha256Base64Url,
+  redeemedCode,
   unverifiedClaims,
-  wasCodeRedeemed,
 } from './token-records.ts';
 
 /**
@@ -136,23 +137,30 @@ export function oauthProtocolRoutes() {
           await recordIssuedAccessToken(trx, accessToken, codeId ?? before?.authorizationCodeId ?? null, clock.now());
           // The grant ended while its tokens were being made (a password change, ban or consent withdrawal or, for a
           // code, the end of its session): the new refresh token was born revoked or was deleted (migration
-          // 20261125001000). Or a code was exchanged after the user withdrew the consent it was issued under.
+          // 20261125001000). Or the agent was deactivated meanwhile, or a code was exchanged after the user withdrew
+          // the consent it was issued under.
           const refreshLive = !newRefreshToken || (await findRefreshToken(trx, newRefreshToken))?.revoked === false;
-          if (refreshLive && (!codeId || (await consentStands(trx, accessToken)))) return false;
+          if (refreshLive && (await grantStands(trx, accessToken, codeId !== null))) return false;
           await revokeIssuedAccessToken(trx, accessToken);
           if (newRefreshToken) await revokeIssuedRefreshToken(trx, newRefreshToken);
           return true;
         });
         if (ended) return oauthError(400, 'invalid_grant', 'the grant ended while its tokens were being issued');
       }
-    } else if (codeId && (await wasCodeRedeemed(database.db, codeId))) {
-      // RFC 6749 §4.1.2: a code used twice was stolen; the library drops the refresh tokens issued from it,
-      // we revoke the access tokens.
-      await revokeAccessTokensOfGrant(database.db, codeId, clock.now());
-    } else if (before?.revoked && before.expiresAt > clock.now() && (await refreshTokenState(database.db, before.id)) === 'gone') {
-      // A rotated refresh token came back and the library wiped its family (it only does so after the client
-      // authenticated): the access tokens minted for that client and user die too, on their next request. Not for an
-      // expired one: the library refuses it before anything else, and it is gone because the housekeeping pruned it.
+    } else if (codeId) {
+      // RFC 6749 §4.1.2: a code used twice was stolen; the library drops the refresh tokens issued from it, we end the
+      // family (a refresh of it under way writes into it no more) and revoke the access tokens.
+      const redeemed = await redeemedCode(database.db, codeId);
+      if (redeemed) {
+        await endRefreshTokenFamily(database.db, { ...redeemed, authorizationCodeId: codeId });
+        await revokeAccessTokensOfGrant(database.db, codeId, clock.now());
+      }
+    } else if (before && before.expiresAt > clock.now() && (await presentedAgain(database.db, before, response, requestingClientId(request, form)))) {
+      // A refresh token used twice: the family ends (the library's deletion, if it made one, again under the user's
+      // row, so a rotation racing it dies too), and the access tokens minted for that client and user die on their
+      // next request. Not for an expired token: the library refuses it before anything else, and it is gone because
+      // the housekeeping pruned it.
+      await endRefreshTokenFamily(database.db, before);
       await revokeAccessTokensOfFamily(database.db, before.clientId, before.userId, clock.now());
     }
     return response;
@@ -421,6 +429,26 @@ function requestingClientId(request: Request, form: URLSearchParams): string | u
     }
   }
   return form.get('client_id') ?? undefined;
+}
+
+/**
+ * Whether the library has just refused a refresh token that was used before: its second presentation. Either the token
+ * was already rotated and the library ended its family (it does so only after the client authenticated), or two
+ * presentations raced: both read the token live, the other one rotated it, and the library refused this one as
+ * invalid_grant without counting it as a reuse. Client authentication fails as invalid_client, so an invalid_grant
+ * from the token's own client, for a token live and unexpired when the request came, is the lost race.
+ */
+async function presentedAgain(
+  db: Db,
+  before: { id: string; clientId: string; revoked: boolean },
+  response: Response,
+  clientId: string | undefined,
+): Promise<boolean> {
+  const state = await refreshTokenState(db, before.id);
+  if (before.revoked) return state === 'gone';
+  if (state !== 'revoked' || response.status !== 400 || clientId !== before.clientId) return false;
+  const error = (await response.clone().json().catch(() => undefined)) as { error?: unknown } | undefined;
+  return error?.error === 'invalid_grant';
 }
 
 /**

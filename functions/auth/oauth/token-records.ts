@@ -92,12 +92,16 @@ export async function revokeIssuedRefreshToken(db: Db, refreshToken: string): Pr
 }
 
 /**
- * Whether the user's consent to the client of a just-minted access token still covers every scope the token carries,
- * or the client needs none (skipConsent, which none of our clients is registered with). The library asks for consent
- * when it issues a code, not when the code is exchanged, so a code redeemed after the user withdrew consent, or after
- * they consented again to fewer scopes, would otherwise still give what they took back.
+ * Whether the grant of a just-minted access token still stands: its client is not disabled (the agent was not
+ * deactivated while the library was minting) and, for a code, the user's consent to the client still covers every
+ * scope the token carries, or the client needs none (skipConsent, which none of our clients is registered with). The
+ * library asks for consent when it issues a code, not when the code is exchanged, so a code redeemed after the user
+ * withdrew consent, or after they consented again to fewer scopes, would otherwise still give what they took back.
+ * The client's row is read FOR SHARE: a deactivation (an UPDATE of that row, then a copy of the client's recorded
+ * tokens to the revocation list) either commits before this read, or waits for this transaction and then revokes the
+ * token it recorded.
  */
-export async function consentStands(db: Db, accessToken: string): Promise<boolean> {
+export async function grantStands(db: Db, accessToken: string, fromCode: boolean): Promise<boolean> {
   const claims = unverifiedClaims(accessToken);
   const clientId = str(claims?.client_id) ?? str(claims?.azp);
   const userId = str(claims?.sub);
@@ -105,15 +109,27 @@ export async function consentStands(db: Db, accessToken: string): Promise<boolea
   if (!clientId || !userId) return false;
   const row = await first<{ stands: boolean }>(
     db,
-    sql`select coalesce(c."skipConsent", false)
-               or exists (select 1 from "oauthConsent" k
-                           where k."clientId" = c."clientId" and k."userId" = ${userId}
-                             -- the library's adapter stores the array as a JSON string inside the jsonb
-                             and (case when jsonb_typeof(k.scopes) = 'string' then (k.scopes #>> '{}')::jsonb else k.scopes end)
-                                 @> ${JSON.stringify(scopes)}::text::jsonb) as stands
-          from "oauthClient" c where c."clientId" = ${clientId}`,
+    sql`select not coalesce(c.disabled, false)
+               and (not ${fromCode}::boolean or coalesce(c."skipConsent", false)
+                    or exists (select 1 from "oauthConsent" k
+                                where k."clientId" = c."clientId" and k."userId" = ${userId}
+                                  -- the library's adapter stores the array as a JSON string inside the jsonb
+                                  and (case when jsonb_typeof(k.scopes) = 'string' then (k.scopes #>> '{}')::jsonb else k.scopes end)
+                                      @> ${JSON.stringify(scopes)}::text::jsonb)) as stands
+          from "oauthClient" c where c."clientId" = ${clientId}
+           for share of c`,
   );
   return row?.stands === true;
+}
+
+/**
+ * Ends a refresh-token family the library has just refused a second presentation of (a reused refresh token, a
+ * replayed code, or two presentations at once): in the order of every end (the user's row first), the family is
+ * remembered and what a rotation racing the library's own deletion wrote meanwhile is deleted; a rotation that writes
+ * later is born revoked (migration 20261125001200). Without a code id, every family of the client and user.
+ */
+export async function endRefreshTokenFamily(db: Db, family: { userId: string; clientId: string; authorizationCodeId: string | null }): Promise<void> {
+  await sql`select public.end_refresh_token_families(${family.userId}, ${family.clientId}, ${family.authorizationCodeId})`.execute(db);
 }
 
 /** Revokes the live access tokens of one grant: everything issued from one authorization code. */
@@ -126,13 +142,13 @@ export async function revokeAccessTokensOfGrant(db: Db, authorizationCodeId: str
     on conflict (key) do nothing`.execute(db);
 }
 
-/** Whether an authorization code (hashed id) was already exchanged for tokens. */
-export async function wasCodeRedeemed(db: Db, authorizationCodeId: string): Promise<boolean> {
-  const row = await first(
+/** The client and user an authorization code (hashed id) was exchanged for, if it already was. */
+export async function redeemedCode(db: Db, authorizationCodeId: string): Promise<{ clientId: string; userId: string } | undefined> {
+  return first(
     db,
-    sql`select 1 from public.oauth_issued_access_tokens where authorization_code_id = ${authorizationCodeId} limit 1`,
+    sql`select client_id as "clientId", user_id as "userId"
+          from public.oauth_issued_access_tokens where authorization_code_id = ${authorizationCodeId} limit 1`,
   );
-  return row !== undefined;
 }
 
 /**
