@@ -54,6 +54,14 @@ export const mutations: Mutation[] = [
     tests: [boundaries],
   },
   {
+    rule: 4,
+    name: "a purchase claim takes the user's row before the credential row (a password change beside it deadlocks)",
+    file: 'supabase/migrations/20261125001100_purchase_claim_lock_order.sql',
+    find: `  perform 1 from account a where a."userId" = p_user_id and a."providerId" = 'credential' for update;`,
+    replace: '  perform 1;',
+    tests: ['tests/billing/claim-lock-order.pg-only.test.ts'],
+  },
+  {
     rule: 5,
     name: 'paths naming another agent are not checked',
     file: 'functions/http/access.ts',
@@ -230,6 +238,22 @@ export const mutations: Mutation[] = [
     find: '    sql`select not coalesce(c.disabled, false)',
     replace: '    sql`select true',
     tests: ['tests/identity/credentials-race.pg-only.test.ts'],
+  },
+  {
+    rule: 9,
+    name: "the token endpoint reads the client without waiting for a deactivation under way",
+    file: 'functions/auth/oauth/token-records.ts',
+    find: '           for share of c`,',
+    replace: '           `,',
+    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
+  },
+  {
+    rule: 9,
+    name: 'a refresh race is judged by the form\'s client_id although an Authorization header names another client',
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: '  if (authorization) {',
+    replace: '  if (false) {',
+    tests: ['tests/oauth/abuse.test.ts'],
   },
   {
     rule: 9,

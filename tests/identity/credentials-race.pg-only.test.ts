@@ -37,29 +37,15 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 
-/** Waits until a statement writing a refresh token is waiting for a lock. */
-async function refreshTokenWriteIsWaiting(): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    const row = await first<{ n: number }>(
-      t.db,
-      sql`select count(*)::int as n from pg_stat_activity
-           where wait_event_type = 'Lock' and query ilike 'insert into "oauthRefreshToken"%'`,
-    );
-    if (row!.n > 0) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error('the refresh never reached its INSERT');
-}
-
 const changePassword = (trx: Db, user: TestUser) =>
   sql`update "account" set password = ${'changed-while-refreshing'}
        where "userId" = ${user.userId} and "providerId" = 'credential'`.execute(trx);
 const withdrawConsent = (trx: Db, user: TestUser, tokens: TokenSet) =>
   sql`delete from "oauthConsent" where "userId" = ${user.userId} and "clientId" = ${tokens.clientId}`.execute(trx);
 
-/** Waits until `done()` holds, checking every 25 ms for 5 s. */
+/** Waits until `done()` holds, checking every 25 ms for up to 30 s (a loaded CI machine). */
 async function eventually(what: string, done: () => Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 200; i++) {
+  for (let i = 0; i < 1200; i++) {
     if (await done()) return;
     await new Promise((r) => setTimeout(r, 25));
   }
@@ -69,8 +55,13 @@ async function eventually(what: string, done: () => Promise<boolean>): Promise<v
 const waitingStatements = async (pattern: string) =>
   (await first<{ n: number }>(
     t.db,
-    sql`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query ilike ${pattern}`,
+    sql`select count(*)::int as n from pg_stat_activity
+         where datname = current_database() and wait_event_type = 'Lock' and query ilike ${pattern}`,
   ))!.n;
+
+/** Waits until a statement writing a refresh token is waiting for a lock. */
+const refreshTokenWriteIsWaiting = () =>
+  eventually('the refresh reaches its INSERT', async () => (await waitingStatements('insert into "oauthRefreshToken"%')) > 0);
 
 /**
  * What a user's grants left behind: refresh tokens still live, and access tokens the token endpoint minted that are
@@ -172,6 +163,12 @@ describe('a grant that ends beside a refresh', () => {
   });
 });
 
+type Answer = Awaited<ReturnType<typeof postForm>>;
+
+/** A presentation of `tokens.refreshToken`, with the client's credentials. */
+const refresh = (tokens: Pick<TokenSet, 'clientId' | 'clientSecret' | 'refreshToken'>): Promise<Answer> =>
+  postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
+
 describe('an agent deactivated beside a refresh', () => {
   it('attack: a refresh under way when the agent is deactivated gets no token that outlives the deactivation', async () => {
     // The library checked that the client is enabled before the deactivation committed, and minted after it: the
@@ -181,7 +178,7 @@ describe('an agent deactivated beside a refresh', () => {
     const tokens = await accessTokenFor(t, user, { client });
     const answer = await whileEnding(
       user,
-      () => postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken }),
+      () => refresh(tokens),
       (trx) => sql`update public.agents set status = 'inactive' where id = ${client.agentId}`.execute(trx),
     );
     expect(answer.status, answer.text).toBe(400);
@@ -189,15 +186,30 @@ describe('an agent deactivated beside a refresh', () => {
     expect(answer.body.access_token).toBeUndefined();
     expect(await aliveOf(user)).toEqual({ refreshTokens: 0, accessTokens: 0 });
   });
+
+  it('attack: a refresh run whole while the deactivation commits gets no token that outlives it', async () => {
+    // The other order: the deactivation has disabled the client and copied its recorded tokens to the revocation list
+    // but has not committed when the refresh runs, start to end. The library still sees the client enabled, and the
+    // token's record comes after the copy; the token endpoint's read of the client (FOR SHARE) waits for the
+    // deactivation to commit, and then sees the client disabled.
+    const client = await createOAuthClient(t, { name: 'Deactivated While Refreshing' });
+    const user = await signUp(t);
+    const tokens = await accessTokenFor(t, user, { client });
+    let answer: Answer | undefined;
+    await t.db.transaction().execute(async (trx) => {
+      await sql`update public.agents set status = 'inactive' where id = ${client.agentId}`.execute(trx);
+      void refresh(tokens).then((r) => (answer = r));
+      await eventually('the refresh is answered or its read of the client waits', async () =>
+        answer !== undefined || (await waitingStatements('%from "oauthClient" c%')) > 0);
+    });
+    await eventually('the refresh is answered', async () => answer !== undefined);
+    expect(answer!.status, answer!.text).toBe(400);
+    expect(answer!.body.error).toBe('invalid_grant');
+    expect(await aliveOf(user)).toEqual({ refreshTokens: 0, accessTokens: 0 });
+  });
 });
 
-type Answer = Awaited<ReturnType<typeof postForm>>;
-
 describe('a refresh token presented twice', () => {
-  /** A presentation of `tokens.refreshToken`, with the client's credentials. */
-  const refresh = (tokens: Pick<TokenSet, 'clientId' | 'clientSecret' | 'refreshToken'>): Promise<Answer> =>
-    postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
-
   it('attack: a reuse answered while a rotation of the family is writing its new token leaves nothing alive', async () => {
     // One copy of the refresh token is rotated (the library marked it rotated and is writing the new one, paused
     // behind the user's row); the other copy is presented now: a reuse, and the library deletes the family, but the

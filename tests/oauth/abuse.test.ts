@@ -1,6 +1,7 @@
 import { request as httpRequest } from 'node:http';
 import { SignJWT, decodeJwt, decodeProtectedHeader, exportJWK, generateKeyPair } from 'jose';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { requestingClientId } from '../../functions/auth/oauth/protocol-gaps.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import {
   accessTokenFor,
@@ -288,3 +289,32 @@ function rawPost(path: string, body: string, headers: Record<string, string>): P
     req.end(body);
   });
 }
+
+describe('the client a token request names (what a refresh-token race is judged by)', () => {
+  // presentedAgain ends a family when the token's own client lost a refresh race, so our reading of the client must be
+  // the library's: a caller whose header names another client while its form names the victim's got the victim's racing
+  // family ended (found in review: the library's Basic decoder stops at the first '=', ours read the form instead).
+  const request = (authorization?: string) =>
+    new Request('http://localhost/api/auth/oauth2/token', { method: 'POST', headers: authorization ? { authorization } : {} });
+  const form = (...clientIds: string[]) => new URLSearchParams(clientIds.map((id) => ['client_id', id]));
+  const basic = (value: string) => `Basic ${btoa(value)}`;
+
+  test('an Authorization header names the client by itself, read as the library reads it', () => {
+    expect(requestingClientId(request(basic('agent-a:secret')), form('victim'))).toBe('agent-a');
+    expect(requestingClientId(request('Basic b3RoZXI6c2U= x'), form('victim'))).toBe('other'); // 'other:se', then ignored
+    expect(requestingClientId(request(basic('a+b%21:secret')), form())).toBe('a b!'); // RFC 6749 §2.3.1 form-encoding
+  });
+
+  test('a header the library refuses names no client, never the form', () => {
+    expect(requestingClientId(request('Bearer abc'), form('victim'))).toBeUndefined();
+    expect(requestingClientId(request(`Basic\t${btoa('agent-a:secret')}`), form('victim'))).toBeUndefined();
+    expect(requestingClientId(request(basic('no-separator')), form('victim'))).toBeUndefined();
+  });
+
+  test('without a header, the form names it once', () => {
+    expect(requestingClientId(request(), form('agent-a'))).toBe('agent-a');
+    expect(requestingClientId(request(), form('', 'agent-a'))).toBe('agent-a');
+    expect(requestingClientId(request(), form('agent-a', 'victim'))).toBeUndefined();
+    expect(requestingClientId(request(), form())).toBeUndefined();
+  });
+});

@@ -1,3 +1,4 @@
+import { decodeBasicCredentials } from '@better-auth/core/oauth2';
 import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../../platform/app-types.ts';
 import { first, sql, type Db } from '../../platform/db.ts';
@@ -416,19 +417,25 @@ async function withConsentCode(response: Response, consentPage: string): Promise
   return response;
 }
 
-/** The client a token request authenticates as: HTTP Basic (where formRequest puts it), else the form's client_id. */
-function requestingClientId(request: Request, form: URLSearchParams): string | undefined {
-  const basic = /^Basic\s+(\S+)\s*$/i.exec(request.headers.get('authorization') ?? '')?.[1];
-  if (basic) {
+/**
+ * The client a token request names, read as the library reads it (its extractClientCredentials): an Authorization
+ * header names the client by itself (Basic, decoded by the library's own decoder; any other scheme, or a Basic value
+ * it cannot decode, fails as invalid_client), and only without one does the form's client_id (once, not repeated).
+ * presentedAgain trusts this to be the client the library checked the refresh token against, so it must never differ:
+ * reading the form while the header named another client let a caller with no secret have a racing family ended.
+ */
+export function requestingClientId(request: Request, form: URLSearchParams): string | undefined {
+  const authorization = request.headers.get('authorization');
+  if (authorization) {
+    if (!/^Basic +/i.test(authorization)) return undefined;
     try {
-      const decoded = atob(basic);
-      const colon = decoded.indexOf(':');
-      if (colon > 0) return decodeURIComponent(decoded.slice(0, colon).replace(/\+/g, ' '));
+      return decodeBasicCredentials(authorization).clientId;
     } catch {
       return undefined;
     }
   }
-  return form.get('client_id') ?? undefined;
+  const ids = form.getAll('client_id').filter((id) => id.length > 0);
+  return ids.length === 1 ? ids[0] : undefined;
 }
 
 /**

@@ -125,8 +125,9 @@ export async function grantStands(db: Db, accessToken: string, fromCode: boolean
 /**
  * Ends a refresh-token family the library has just refused a second presentation of (a reused refresh token, a
  * replayed code, or two presentations at once): in the order of every end (the user's row first), the family is
- * remembered and what a rotation racing the library's own deletion wrote meanwhile is deleted; a rotation that writes
- * later is born revoked (migration 20261125001200). Without a code id, every family of the client and user.
+ * remembered (migration 20261125001200) and what a rotation racing the library's own deletion wrote meanwhile is
+ * deleted; a rotation that writes later is born revoked (20261125001000). Without a code id, every family of the
+ * client and user.
  */
 export async function endRefreshTokenFamily(db: Db, family: { userId: string; clientId: string; authorizationCodeId: string | null }): Promise<void> {
   await sql`select public.end_refresh_token_families(${family.userId}, ${family.clientId}, ${family.authorizationCodeId})`.execute(db);
