@@ -169,6 +169,19 @@ type Answer = Awaited<ReturnType<typeof postForm>>;
 const refresh = (tokens: Pick<TokenSet, 'clientId' | 'clientSecret' | 'refreshToken'>): Promise<Answer> =>
   postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
 
+describe('a user deleted beside a refresh', () => {
+  it('a refresh under way when its user is deleted answers invalid_grant, not a server error', async () => {
+    // The library writes the new refresh token for a user whose row the deletion removed a moment earlier: its foreign
+    // key refuses the write. The agent's backend must hear that the grant is gone, as for any other end.
+    const user = await signUp(t);
+    const tokens = await accessTokenFor(t, user);
+    const answer = await whileEnding(user, () => refresh(tokens), (trx) => sql`delete from "user" where id = ${user.userId}`.execute(trx));
+    expect(answer.status, answer.text).toBe(400);
+    expect(answer.body.error).toBe('invalid_grant');
+    expect(await aliveOf(user)).toEqual({ refreshTokens: 0, accessTokens: 0 });
+  });
+});
+
 describe('an agent deactivated beside a refresh', () => {
   it('attack: a refresh under way when the agent is deactivated gets no token that outlives the deactivation', async () => {
     // The library checked that the client is enabled before the deactivation committed, and minted after it: the

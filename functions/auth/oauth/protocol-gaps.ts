@@ -3,6 +3,7 @@ import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../../platform/app-types.ts';
 import { first, sql, type Db } from '../../platform/db.ts';
 import type { Config } from '../../platform/config.ts';
+import { pgCode } from '../../http/errors.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience, oauthPagesOrigin } from './provider-options.ts';
 import {
@@ -21,6 +22,7 @@ import {
   sha256Base64Url,
   redeemedCode,
   unverifiedClaims,
+  userExists,
 } from './token-records.ts';
 
 /**
@@ -126,6 +128,11 @@ export function oauthProtocolRoutes() {
     const presented = grantType === 'refresh_token' ? form.get('refresh_token') : null;
     const before = presented ? await findRefreshToken(database.db, presented) : undefined;
     const response = await library(c, formRequest(request, form));
+    if (response.status >= 500 && before && !(await userExists(database.db, before.userId))) {
+      // The user was deleted while the library was writing the new refresh token: the foreign key refused the write.
+      // For the agent's backend that is a grant that ended, as any other end answers.
+      return oauthError(400, 'invalid_grant', 'the grant ended while its tokens were being issued');
+    }
     if (response.status === 200) {
       const body = (await response.clone().json().catch(() => undefined)) as { access_token?: unknown; refresh_token?: unknown } | undefined;
       if (typeof body?.access_token === 'string') {
@@ -145,6 +152,12 @@ export function oauthProtocolRoutes() {
           await revokeIssuedAccessToken(trx, accessToken);
           if (newRefreshToken) await revokeIssuedRefreshToken(trx, newRefreshToken);
           return true;
+        }).catch((error: unknown) => {
+          // The user, or the agent with its client, was deleted after the library wrote its tokens: the record's foreign
+          // key refuses it. Their deletion took the refresh tokens with it, and the bearer check refuses an access token
+          // of a missing user or client, so nothing is left to revoke; the grant ended.
+          if (pgCode(error) === '23503') return true;
+          throw error;
         });
         if (ended) return oauthError(400, 'invalid_grant', 'the grant ended while its tokens were being issued');
       }

@@ -201,6 +201,10 @@ export async function findRefreshToken(
   );
 }
 
+export async function userExists(db: Db, userId: string): Promise<boolean> {
+  return (await first(db, sql`select 1 from "user" where id = ${userId}`)) !== undefined;
+}
+
 export async function refreshTokenState(db: Db, id: string): Promise<'live' | 'revoked' | 'gone'> {
   const row = await first<{ revoked: boolean }>(db, sql`select "revoked" is not null as revoked from "oauthRefreshToken" where id = ${id}`);
   return !row ? 'gone' : row.revoked ? 'revoked' : 'live';
