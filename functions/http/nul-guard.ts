@@ -1,3 +1,4 @@
+import { decodeBasicCredentials } from '@better-auth/core/oauth2';
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from './errors.ts';
@@ -6,8 +7,9 @@ import { hasBody } from './body-limit.ts';
 /**
  * PostgreSQL text cannot hold a NUL character: a value carrying one makes the statement fail, which would
  * surface as a 500. Such input is refused here, once for every route (ours and the auth library's), as a
- * 400 before any handler runs: `%00` anywhere in the URL, a `\u0000` escape in a JSON body, or `%00` in a
- * form body.
+ * 400 before any handler runs: `%00` anywhere in the URL, a `\u0000` escape in a JSON body, `%00` in a
+ * form body, or a NUL in the client credentials of an `Authorization: Basic` header (the OAuth endpoints look the
+ * client up by the id decoded from it).
  */
 const jsonNul = /(^|[^\\])(\\\\)*\\u0000/;
 const encodedNul = /%00/;
@@ -15,6 +17,7 @@ const encodedNul = /%00/;
 export function rejectNulCharacters(): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     if (encodedNul.test(c.req.url)) throw nulError('url');
+    if (basicCredentialsHoldNul(c.req.header('authorization'))) throw nulError('authorization');
     const type = c.req.header('content-type') ?? '';
     const isJson = /^application\/([\w.+-]+\+)?json\b/i.test(type);
     const isForm = /^application\/x-www-form-urlencoded\b/i.test(type);
@@ -28,7 +31,18 @@ export function rejectNulCharacters(): MiddlewareHandler<AppEnv> {
   };
 }
 
-function nulError(where: 'url' | 'body') {
+/** Decoded as the auth library decodes them (a value it cannot decode it refuses itself, as invalid_client). */
+function basicCredentialsHoldNul(authorization: string | undefined): boolean {
+  if (!authorization || !/^Basic +/i.test(authorization)) return false;
+  try {
+    const { clientId, clientSecret } = decodeBasicCredentials(authorization);
+    return clientId.includes('\0') || clientSecret.includes('\0');
+  } catch {
+    return false;
+  }
+}
+
+function nulError(where: 'url' | 'body' | 'authorization') {
   return new ApiError('VALIDATION_ERROR', 'Text must not contain NUL characters', {
     issues: [{ path: where, message: 'must not contain NUL (\\u0000) characters' }],
   });

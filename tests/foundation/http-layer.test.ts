@@ -383,6 +383,19 @@ describe('NUL characters (PostgreSQL text cannot hold them)', () => {
     expect(token.status).toBe(400);
   });
 
+  it('refuses a NUL in the client credentials of a Basic header (the OAuth endpoints look the client up by it)', async () => {
+    for (const credentials of ['a%00:secret', 'agent:se%00cret', 'a\u0000b:secret']) {
+      for (const path of ['/api/auth/oauth2/token', '/api/auth/oauth2/introspect', '/api/auth/oauth2/revoke']) {
+        const res = await nulApp.http.post(path, {
+          body: 'grant_type=refresh_token&refresh_token=x&token=x',
+          headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${btoa(credentials)}` },
+        });
+        expect(res.status, `${path} ${credentials}`).toBe(400);
+        expect(res.body.error.code).toBe('VALIDATION_ERROR');
+      }
+    }
+  });
+
   it('accepts an escaped backslash followed by u0000, which is not a NUL', async () => {
     const res = await nulApp.http.post('/api/auth/sign-in/email', {
       json: { email: 'nobody@example.com', password: 'literal \\u0000 text' },

@@ -180,6 +180,20 @@ describe('a user deleted beside a refresh', () => {
     expect(answer.body.error).toBe('invalid_grant');
     expect(await aliveOf(user)).toEqual({ refreshTokens: 0, accessTokens: 0 });
   });
+
+  it('so does a code exchange under way when its user is deleted', async () => {
+    const user = await signUp(t);
+    const client = await defaultOAuthClient(t);
+    const { verifier, challenge } = pkcePair();
+    const { code } = await authorizeInBrowser(t, user, client, { challenge, scope: ALL_SCOPES });
+    const answer = await whileEnding(
+      user,
+      () => postForm(t, '/api/auth/oauth2/token', client, { grant_type: 'authorization_code', code, redirect_uri: client.redirectUri, code_verifier: verifier }),
+      (trx) => sql`delete from "user" where id = ${user.userId}`.execute(trx),
+    );
+    expect(answer.status, answer.text).toBe(400);
+    expect(answer.body.error).toBe('invalid_grant');
+  });
 });
 
 describe('an agent deactivated beside a refresh', () => {

@@ -311,6 +311,20 @@ describe('the client a token request names (what a refresh-token race is judged 
     expect(requestingClientId(request(basic('no-separator')), form('victim'))).toBeUndefined();
   });
 
+  test('the library reads it the same way: a Basic header wins over a client_id in the form', async () => {
+    // Our reading also picks the token's audience (the named client's agent): read differently from the library, this
+    // refresh would ask for another agent's resource and be refused (invalid_target).
+    const tokens = await accessTokenFor(t, user, { client: agent });
+    const other = await createOAuthClient(t, { name: 'Named In The Form' });
+    const res = await postForm(t, '/api/auth/oauth2/token', agent, {
+      grant_type: 'refresh_token',
+      refresh_token: tokens.refreshToken,
+      client_id: other.clientId,
+    });
+    expect(res.status, res.text).toBe(200);
+    expect(decodeJwt(res.body.access_token)).toMatchObject({ azp: agent.clientId, aud: expect.arrayContaining([`${t.baseUrl}/agents/${agent.agentId}`]) });
+  });
+
   test('without a header, the form names it once', () => {
     expect(requestingClientId(request(), form('agent-a'))).toBe('agent-a');
     expect(requestingClientId(request(), form('', 'agent-a'))).toBe('agent-a');

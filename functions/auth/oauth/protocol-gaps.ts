@@ -7,6 +7,7 @@ import { pgCode } from '../../http/errors.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience, oauthPagesOrigin } from './provider-options.ts';
 import {
+  codeUserId,
   endRefreshTokenFamily,
   findRefreshToken,
   grantStands,
@@ -127,8 +128,10 @@ export function oauthProtocolRoutes() {
     const codeId = code ? await sha256Base64Url(code) : null;
     const presented = grantType === 'refresh_token' ? form.get('refresh_token') : null;
     const before = presented ? await findRefreshToken(database.db, presented) : undefined;
+    // Read now: the library consumes the code before it writes the tokens
+    const grantUserId = before?.userId ?? (codeId ? await codeUserId(database.db, codeId) : undefined);
     const response = await library(c, formRequest(request, form));
-    if (response.status >= 500 && before && !(await userExists(database.db, before.userId))) {
+    if (response.status >= 500 && grantUserId && !(await userExists(database.db, grantUserId))) {
       // The user was deleted while the library was writing the new refresh token: the foreign key refused the write.
       // For the agent's backend that is a grant that ended, as any other end answers.
       return oauthError(400, 'invalid_grant', 'the grant ended while its tokens were being issued');
@@ -466,7 +469,10 @@ async function presentedAgain(
 ): Promise<boolean> {
   const state = await refreshTokenState(db, before.id);
   if (before.revoked) return state === 'gone';
-  if (state !== 'revoked' || response.status !== 400 || clientId !== before.clientId) return false;
+  // Not live any more: rotated by the other presentation, or gone because this one came after that rotation's UPDATE
+  // (the library then read it rotated and deleted the family, before the rotation's INSERT). Gone without this request
+  // authenticating means an end deleted it first: ending it again changes nothing.
+  if (state === 'live' || response.status !== 400 || clientId !== before.clientId) return false;
   const error = (await response.clone().json().catch(() => undefined)) as { error?: unknown } | undefined;
   return error?.error === 'invalid_grant';
 }

@@ -201,6 +201,17 @@ export async function findRefreshToken(
   );
 }
 
+/** The user an authorization code (hashed id) not yet exchanged was issued to, from the library's record of it. */
+export async function codeUserId(db: Db, authorizationCodeId: string): Promise<string | undefined> {
+  const row = await first<{ value: string }>(db, sql`select value from verification where identifier = ${authorizationCodeId}`);
+  try {
+    const userId = row ? (JSON.parse(row.value) as { userId?: unknown }).userId : undefined;
+    return typeof userId === 'string' ? userId : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export async function userExists(db: Db, userId: string): Promise<boolean> {
   return (await first(db, sql`select 1 from "user" where id = ${userId}`)) !== undefined;
 }
