@@ -54,14 +54,6 @@ export const mutations: Mutation[] = [
     tests: [boundaries],
   },
   {
-    rule: 4,
-    name: "a purchase claim takes the user's row before the credential row (a password change beside it deadlocks)",
-    file: 'supabase/migrations/20261125001100_purchase_claim_lock_order.sql',
-    find: `  perform 1 from account a where a."userId" = p_user_id and a."providerId" = 'credential' for update;`,
-    replace: '  perform 1;',
-    tests: ['tests/billing/claim-lock-order.pg-only.test.ts'],
-  },
-  {
     rule: 5,
     name: 'paths naming another agent are not checked',
     file: 'functions/http/access.ts',
@@ -126,6 +118,14 @@ export const mutations: Mutation[] = [
     find: '  if (user.emailVerified) {',
     replace: '  if (true) {',
     tests: ['tests/billing/anonymous-checkout.test.ts'],
+  },
+  {
+    rule: 4,
+    name: "a purchase claim takes the user's row before the credential row (a password change beside it deadlocks)",
+    file: 'supabase/migrations/20261125001100_purchase_claim_lock_order.sql',
+    find: `  perform 1 from account a where a."userId" = p_user_id and a."providerId" = 'credential' for update;`,
+    replace: '  perform 1;',
+    tests: ['tests/billing/claim-lock-order.pg-only.test.ts'],
   },
   {
     rule: 6,
@@ -267,7 +267,7 @@ export const mutations: Mutation[] = [
     rule: 9,
     name: 'a refresh token presented twice at once is not a reuse',
     file: 'functions/auth/oauth/protocol-gaps.ts',
-    find: "  if (state !== 'revoked' || response.status !== 400 || clientId !== before.clientId) return false;",
+    find: "  if (state === 'live' || response.status !== 400 || clientId !== before.clientId) return false;",
     replace: '  return false;',
     tests: ['tests/identity/credentials-race.pg-only.test.ts'],
   },
