@@ -265,6 +265,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 9,
+    name: "revoking a rotated refresh token leaves the family's access tokens alive",
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: '        before.clientId === requestingClientId(request, form)',
+    replace: '        false',
+    tests: ['tests/oauth/code-flow.test.ts'],
+  },
+  {
+    rule: 9,
     name: 'a refresh token presented twice at once is not a reuse',
     file: 'functions/auth/oauth/protocol-gaps.ts',
     find: "  if (state === 'live' || response.status !== 400 || clientId !== before.clientId) return false;",

@@ -233,6 +233,22 @@ describe('refresh tokens', () => {
 });
 
 describe('revocation (RFC 7009)', () => {
+  test('revoking a rotated refresh token (a stale copy) ends the grant, access tokens included', async () => {
+    // The agent's backend disconnects the user with the copy of the refresh token it still holds, which another
+    // worker has already rotated. The library wipes the family's refresh tokens (a reuse); the access tokens of the
+    // family must die with them, or the "disconnected" grant keeps working for up to 10 hours.
+    const { tokens } = await runFlow();
+    const first = await oauth.processRefreshTokenResponse(
+      as,
+      client,
+      await oauth.refreshTokenGrantRequest(as, client, clientAuth, tokens.refresh_token!, insecure),
+    );
+    const res = await postForm(t, '/api/auth/oauth2/revoke', agent, { token: tokens.refresh_token!, token_type_hint: 'refresh_token' });
+    expect(res.status).toBe(200);
+    expect((await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: first.refresh_token! })).status).toBe(400);
+    for (const token of [tokens.access_token, first.access_token]) expect((await t.http.get('/me', { bearer: token })).status).toBe(401);
+  });
+
   test('a revoked access token is refused on the next request, by every endpoint', async () => {
     const { tokens } = await runFlow();
     expect((await t.http.get('/me', { bearer: tokens.access_token })).status).toBe(200);

@@ -213,13 +213,24 @@ export function oauthProtocolRoutes() {
     }
     const before = token ? await findRefreshToken(database.db, token) : undefined;
     const response = await library(c, formRequest(request, form));
-    if (response.status === 200 && before && !before.revoked && (await refreshTokenState(database.db, before.id)) !== 'live') {
+    const state = before ? await refreshTokenState(database.db, before.id) : undefined;
+    if (response.status === 200 && before && !before.revoked && state !== 'live') {
       // RFC 7009 §2.1: revoking a refresh token should also invalidate the access tokens of the same grant.
       if (before.authorizationCodeId) await revokeAccessTokensOfGrant(database.db, before.authorizationCodeId, clock.now());
       else await revokeAccessTokensOfFamily(database.db, before.clientId, before.userId, clock.now());
     }
     if (response.status === 400) {
       const error = (await response.clone().json().catch(() => undefined)) as { error?: unknown } | undefined;
+      if (
+        error?.error === 'invalid_request' && before && state === 'gone' && before.expiresAt > clock.now() &&
+        before.clientId === requestingClientId(request, form)
+      ) {
+        // A rotated refresh token was revoked (a stale copy the agent's backend still held, or its own refresh rotated
+        // it meanwhile): the library, after authenticating the client, took it as a reuse and deleted that client's
+        // refresh tokens for the user. The grant ends as on the token endpoint, its access tokens with it.
+        await endRefreshTokenFamily(database.db, before);
+        await revokeAccessTokensOfFamily(database.db, before.clientId, before.userId, clock.now());
+      }
       if (error?.error === 'invalid_request' || error?.error === 'unsupported_token_type') {
         return new Response(null, { status: 200, headers: NO_STORE });
       }
