@@ -222,12 +222,11 @@ export function oauthProtocolRoutes() {
     if (response.status === 400) {
       const error = (await response.clone().json().catch(() => undefined)) as { error?: unknown } | undefined;
       if (
-        error?.error === 'invalid_request' && before && state === 'gone' && before.expiresAt > clock.now() &&
-        before.clientId === requestingClientId(request, form)
+        error?.error === 'invalid_request' && before && state === 'gone' && before.clientId === requestingClientId(request, form)
       ) {
         // A rotated refresh token was revoked (a stale copy the agent's backend still held, or its own refresh rotated
         // it meanwhile): the library, after authenticating the client, took it as a reuse and deleted that client's
-        // refresh tokens for the user. The grant ends as on the token endpoint, its access tokens with it.
+        // refresh tokens for the user, expired or not. The grant ends as on the token endpoint, its access tokens with it.
         await endRefreshTokenFamily(database.db, before);
         await revokeAccessTokensOfFamily(database.db, before.clientId, before.userId, clock.now());
       }
