@@ -1,6 +1,6 @@
-import { decodeBasicCredentials } from '@better-auth/core/oauth2';
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../platform/app-types.ts';
+import { basicCredentials } from './basic-credentials.ts';
 import { ApiError } from './errors.ts';
 import { hasBody } from './body-limit.ts';
 
@@ -33,13 +33,8 @@ export function rejectNulCharacters(): MiddlewareHandler<AppEnv> {
 
 /** Decoded as the auth library decodes them (a value it cannot decode it refuses itself, as invalid_client). */
 function basicCredentialsHoldNul(authorization: string | undefined): boolean {
-  if (!authorization || !/^Basic +/i.test(authorization)) return false;
-  try {
-    const { clientId, clientSecret } = decodeBasicCredentials(authorization);
-    return clientId.includes('\0') || clientSecret.includes('\0');
-  } catch {
-    return false;
-  }
+  const credentials = authorization ? basicCredentials(authorization) : undefined;
+  return credentials !== undefined && (credentials.clientId.includes('\0') || credentials.clientSecret.includes('\0'));
 }
 
 function nulError(where: 'url' | 'body' | 'authorization') {

@@ -81,6 +81,22 @@ async function aliveOf(user: TestUser): Promise<{ refreshTokens: number; accessT
   return { refreshTokens: refresh!.n, accessTokens: access!.n };
 }
 
+type Answer = Awaited<ReturnType<typeof postForm>>;
+
+/** A presentation of `tokens.refreshToken`, with the client's credentials. */
+const refresh = (tokens: Pick<TokenSet, 'clientId' | 'clientSecret' | 'refreshToken'>): Promise<Answer> =>
+  postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
+
+/** An authorization code the user has just granted the shared test client, and its exchange (any number of times). */
+async function pendingCode(user: TestUser) {
+  const client = await defaultOAuthClient(t);
+  const { verifier, challenge } = pkcePair();
+  const { code } = await authorizeInBrowser(t, user, client, { challenge, scope: ALL_SCOPES });
+  const exchange = (): Promise<Answer> =>
+    postForm(t, '/api/auth/oauth2/token', client, { grant_type: 'authorization_code', code, redirect_uri: client.redirectUri, code_verifier: verifier });
+  return { client, exchange };
+}
+
 /**
  * Sends `request` while a transaction holds the user's row (the lock every end takes first), waits until the library
  * is writing the new refresh token (waiting for that row), ends the grant with `end` in that transaction and commits.
@@ -114,7 +130,7 @@ describe('a grant that ends beside a refresh', () => {
     }
     const answer = await whileEnding(
       user,
-      () => postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken }),
+      () => refresh(tokens),
       (trx) => (end === 'password' ? changePassword(trx, user) : withdrawConsent(trx, user, tokens)),
     );
 
@@ -123,11 +139,7 @@ describe('a grant that ends beside a refresh', () => {
     expect(answer.body.access_token).toBeUndefined();
     expect(answer.body.refresh_token).toBeUndefined();
     // What the library wrote for that refresh is dead: the new refresh token was born revoked
-    const rows = await first<{ live: number }>(
-      t.db,
-      sql`select count(*)::int as live from "oauthRefreshToken" where "userId" = ${user.userId} and revoked is null`,
-    );
-    expect(rows!.live).toBe(0);
+    expect((await aliveOf(user)).refreshTokens).toBe(0);
     // and the access token minted with it (recorded, never handed out) is on the revocation list, like the first one
     const minted = await first<{ issued: number; live: number }>(
       t.db,
@@ -137,37 +149,21 @@ describe('a grant that ends beside a refresh', () => {
     );
     expect(minted).toEqual({ issued: 2, live: 0 });
     // The presented refresh token was rotated and then deleted by the end: refused as well
-    const again = await postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
+    const again = await refresh(tokens);
     expect(again.status).toBe(400);
     expect(again.body.error).toBe('invalid_grant');
   });
 
   it('attack: a code exchanged just as a password change ends its session gets nothing that works', async () => {
     const user = await signUp(t);
-    const client = await defaultOAuthClient(t);
-    const { verifier, challenge } = pkcePair();
-    const { code } = await authorizeInBrowser(t, user, client, { challenge, scope: ALL_SCOPES });
-    const answer = await whileEnding(
-      user,
-      () => postForm(t, '/api/auth/oauth2/token', client, { grant_type: 'authorization_code', code, redirect_uri: client.redirectUri, code_verifier: verifier }),
-      (trx) => changePassword(trx, user),
-    );
+    const { exchange } = await pendingCode(user);
+    const answer = await whileEnding(user, exchange, (trx) => changePassword(trx, user));
     expect(answer.status, answer.text).toBe(400);
     expect(answer.body.error).toBe('invalid_grant');
     expect(answer.body.refresh_token).toBeUndefined();
-    const live = await first<{ n: number }>(
-      t.db,
-      sql`select count(*)::int as n from "oauthRefreshToken" where "userId" = ${user.userId} and revoked is null`,
-    );
-    expect(live!.n).toBe(0);
+    expect((await aliveOf(user)).refreshTokens).toBe(0);
   });
 });
-
-type Answer = Awaited<ReturnType<typeof postForm>>;
-
-/** A presentation of `tokens.refreshToken`, with the client's credentials. */
-const refresh = (tokens: Pick<TokenSet, 'clientId' | 'clientSecret' | 'refreshToken'>): Promise<Answer> =>
-  postForm(t, '/api/auth/oauth2/token', tokens, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
 
 describe('a user deleted beside a refresh', () => {
   it('a refresh under way when its user is deleted answers invalid_grant, not a server error', async () => {
@@ -183,14 +179,8 @@ describe('a user deleted beside a refresh', () => {
 
   it('so does a code exchange under way when its user is deleted', async () => {
     const user = await signUp(t);
-    const client = await defaultOAuthClient(t);
-    const { verifier, challenge } = pkcePair();
-    const { code } = await authorizeInBrowser(t, user, client, { challenge, scope: ALL_SCOPES });
-    const answer = await whileEnding(
-      user,
-      () => postForm(t, '/api/auth/oauth2/token', client, { grant_type: 'authorization_code', code, redirect_uri: client.redirectUri, code_verifier: verifier }),
-      (trx) => sql`delete from "user" where id = ${user.userId}`.execute(trx),
-    );
+    const { exchange } = await pendingCode(user);
+    const answer = await whileEnding(user, exchange, (trx) => sql`delete from "user" where id = ${user.userId}`.execute(trx));
     expect(answer.status, answer.text).toBe(400);
     expect(answer.body.error).toBe('invalid_grant');
   });
@@ -293,11 +283,8 @@ describe('a refresh token presented twice', () => {
 
   it('attack: a code replayed while a refresh of its tokens is writing the new one leaves nothing alive', async () => {
     const user = await signUp(t);
-    const client = await defaultOAuthClient(t);
-    const { verifier, challenge } = pkcePair();
-    const { code } = await authorizeInBrowser(t, user, client, { challenge, scope: ALL_SCOPES });
-    const exchange = { grant_type: 'authorization_code', code, redirect_uri: client.redirectUri, code_verifier: verifier };
-    const exchanged = await postForm(t, '/api/auth/oauth2/token', client, exchange);
+    const { client, exchange } = await pendingCode(user);
+    const exchanged = await exchange();
     expect(exchanged.status).toBe(200);
     let rotation: Promise<Answer> | undefined;
     let replay: Answer | undefined;
@@ -305,7 +292,7 @@ describe('a refresh token presented twice', () => {
       await sql`select 1 from "user" where id = ${user.userId} for update`.execute(trx);
       rotation = refresh({ ...client, refreshToken: exchanged.body.refresh_token });
       await refreshTokenWriteIsWaiting();
-      void postForm(t, '/api/auth/oauth2/token', client, exchange).then((r) => (replay = r));
+      void exchange().then((r) => (replay = r));
       await eventually('the replay is answered or its end waits', async () =>
         replay !== undefined || (await waitingStatements('%end_refresh_token_families%')) > 0);
     });

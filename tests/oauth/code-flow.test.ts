@@ -89,6 +89,10 @@ async function runFlow(user?: TestUser): Promise<Flow> {
   return { tokens, user: signedIn, nonce };
 }
 
+/** The token response to one refresh with `refreshToken`, through oauth4webapi (which checks it). */
+const refreshed = async (refreshToken: string) =>
+  oauth.processRefreshTokenResponse(as, client, await oauth.refreshTokenGrantRequest(as, client, clientAuth, refreshToken, insecure));
+
 describe('discovery', () => {
   test('RFC 8414 metadata at both locations and the OIDC document describe the same issuer', async () => {
     const issuer = new URL(`${t.baseUrl}/api/auth`);
@@ -191,8 +195,7 @@ describe('authorization code flow', () => {
 describe('refresh tokens', () => {
   test('refresh rotates the refresh token and issues a new JWT', async () => {
     const { tokens } = await runFlow();
-    const res = await oauth.refreshTokenGrantRequest(as, client, clientAuth, tokens.refresh_token!, insecure);
-    const next = await oauth.processRefreshTokenResponse(as, client, res);
+    const next = await refreshed(tokens.refresh_token!);
     expect(next.refresh_token).toBeTruthy();
     expect(next.refresh_token).not.toBe(tokens.refresh_token);
     expect(decodeJwt(next.access_token).jti).not.toBe(decodeJwt(tokens.access_token).jti);
@@ -203,11 +206,7 @@ describe('refresh tokens', () => {
 
   test('reusing a rotated refresh token revokes the whole family, access tokens included', async () => {
     const { tokens } = await runFlow();
-    const first = await oauth.processRefreshTokenResponse(
-      as,
-      client,
-      await oauth.refreshTokenGrantRequest(as, client, clientAuth, tokens.refresh_token!, insecure),
-    );
+    const first = await refreshed(tokens.refresh_token!);
     expect((await t.http.get('/me', { bearer: first.access_token })).status).toBe(200);
 
     // The old refresh token comes back (stolen copy): refused...
@@ -238,11 +237,7 @@ describe('revocation (RFC 7009)', () => {
     // worker has already rotated. The library wipes the family's refresh tokens (a reuse); the access tokens of the
     // family must die with them, or the "disconnected" grant keeps working for up to 10 hours.
     const { tokens } = await runFlow();
-    const first = await oauth.processRefreshTokenResponse(
-      as,
-      client,
-      await oauth.refreshTokenGrantRequest(as, client, clientAuth, tokens.refresh_token!, insecure),
-    );
+    const first = await refreshed(tokens.refresh_token!);
     const res = await postForm(t, '/api/auth/oauth2/revoke', agent, { token: tokens.refresh_token!, token_type_hint: 'refresh_token' });
     expect(res.status).toBe(200);
     expect((await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: first.refresh_token! })).status).toBe(400);

@@ -1,24 +1,25 @@
-import { decodeBasicCredentials } from '@better-auth/core/oauth2';
 import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../../platform/app-types.ts';
 import { first, sql, type Db } from '../../platform/db.ts';
 import type { Config } from '../../platform/config.ts';
+import { basicCredentials } from '../../http/basic-credentials.ts';
 import { pgCode } from '../../http/errors.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience, oauthPagesOrigin } from './provider-options.ts';
 import {
   codeUserId,
   endRefreshTokenFamily,
+  endReusedRefreshToken,
   findRefreshToken,
   grantStands,
   isRevoked,
+  issuedAccessToken,
   looksLikeJwt,
   recordIssuedAccessToken,
   refreshTokenState,
   revokeAccessToken,
   revokeAccessTokensOfFamily,
   revokeAccessTokensOfGrant,
-  revokeIssuedAccessToken,
   revokeIssuedRefreshToken,
   sha256Base64Url,
   redeemedCode,
@@ -139,21 +140,22 @@ export function oauthProtocolRoutes() {
     if (response.status === 200) {
       const body = (await response.clone().json().catch(() => undefined)) as { access_token?: unknown; refresh_token?: unknown } | undefined;
       if (typeof body?.access_token === 'string') {
-        const accessToken = body.access_token;
+        const issued = issuedAccessToken(body.access_token);
         const newRefreshToken = typeof body.refresh_token === 'string' ? body.refresh_token : undefined;
         const ended = await database.db.transaction().execute(async (trx) => {
           // The record's foreign key holds the user's row until this transaction ends. A password change, ban or
           // consent withdrawal locks that row before it revokes the recorded tokens: it either waits for this record
           // (and revokes the token), or has ended the grant before the looks below.
-          await recordIssuedAccessToken(trx, accessToken, codeId ?? before?.authorizationCodeId ?? null, clock.now());
+          await recordIssuedAccessToken(trx, issued, codeId ?? before?.authorizationCodeId ?? null, clock.now());
           // The grant ended while its tokens were being made (a password change, ban or consent withdrawal or, for a
           // code, the end of its session): the new refresh token was born revoked or was deleted (migration
           // 20261125001000). Or the agent was deactivated meanwhile, or a code was exchanged after the user withdrew
           // the consent it was issued under.
-          const refreshLive = !newRefreshToken || (await findRefreshToken(trx, newRefreshToken))?.revoked === false;
-          if (refreshLive && (await grantStands(trx, accessToken, codeId !== null))) return false;
-          await revokeIssuedAccessToken(trx, accessToken);
-          if (newRefreshToken) await revokeIssuedRefreshToken(trx, newRefreshToken);
+          const fresh = newRefreshToken ? await findRefreshToken(trx, newRefreshToken) : undefined;
+          const refreshLive = !newRefreshToken || fresh?.revoked === false;
+          if (refreshLive && (await grantStands(trx, issued, codeId !== null))) return false;
+          await revokeAccessToken(trx, issued.jti, issued.expiresAt);
+          if (fresh) await revokeIssuedRefreshToken(trx, fresh.id);
           return true;
         }).catch((error: unknown) => {
           // The user, or the agent with its client, was deleted after the library wrote its tokens: the record's foreign
@@ -177,8 +179,7 @@ export function oauthProtocolRoutes() {
       // row, so a rotation racing it dies too), and the access tokens minted for that client and user die on their
       // next request. Not for an expired token: the library refuses it before anything else, and it is gone because
       // the housekeeping pruned it.
-      await endRefreshTokenFamily(database.db, before);
-      await revokeAccessTokensOfFamily(database.db, before.clientId, before.userId, clock.now());
+      await endReusedRefreshToken(database.db, before, clock.now());
     }
     return response;
   });
@@ -227,8 +228,7 @@ export function oauthProtocolRoutes() {
         // A rotated refresh token was revoked (a stale copy the agent's backend still held, or its own refresh rotated
         // it meanwhile): the library, after authenticating the client, took it as a reuse and deleted that client's
         // refresh tokens for the user, expired or not. The grant ends as on the token endpoint, its access tokens with it.
-        await endRefreshTokenFamily(database.db, before);
-        await revokeAccessTokensOfFamily(database.db, before.clientId, before.userId, clock.now());
+        await endReusedRefreshToken(database.db, before, clock.now());
       }
       if (error?.error === 'invalid_request' || error?.error === 'unsupported_token_type') {
         return new Response(null, { status: 200, headers: NO_STORE });
@@ -452,14 +452,7 @@ async function withConsentCode(response: Response, consentPage: string): Promise
  */
 export function requestingClientId(request: Request, form: URLSearchParams): string | undefined {
   const authorization = request.headers.get('authorization');
-  if (authorization) {
-    if (!/^Basic +/i.test(authorization)) return undefined;
-    try {
-      return decodeBasicCredentials(authorization).clientId;
-    } catch {
-      return undefined;
-    }
-  }
+  if (authorization) return basicCredentials(authorization)?.clientId;
   const ids = form.getAll('client_id').filter((id) => id.length > 0);
   return ids.length === 1 ? ids[0] : undefined;
 }

@@ -39,22 +39,47 @@ export const looksLikeJwt = (token: string) => /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\
 const str = (v: unknown) => (typeof v === 'string' && v.length > 0 ? v : undefined);
 const seconds = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
 
+/** What the token endpoint keeps of an access token it has just minted. */
+export interface IssuedAccessToken {
+  jti: string;
+  clientId: string;
+  userId: string;
+  sessionId: string | null;
+  expiresAt: Date;
+  scopes: string[];
+}
+
+/**
+ * Reads an access token the token endpoint has just minted, once (its claims are ours: read without a check). The
+ * library always sets these claims; a token without them is a bug in the service, not a client's doing.
+ */
+export function issuedAccessToken(accessToken: string): IssuedAccessToken {
+  const claims = unverifiedClaims(accessToken);
+  const jti = str(claims?.jti);
+  const clientId = str(claims?.client_id) ?? str(claims?.azp);
+  const userId = str(claims?.sub);
+  const exp = seconds(claims?.exp);
+  if (!jti || !clientId || !userId || exp === undefined) throw new Error('the token endpoint minted an access token without jti, sub, client_id or exp');
+  return {
+    jti,
+    clientId,
+    userId,
+    sessionId: str(claims?.sid) ?? null,
+    expiresAt: new Date(exp * 1000),
+    scopes: str(claims?.scope)?.split(' ') ?? [],
+  };
+}
+
 /**
  * Records an access token just issued by the token endpoint, with the (hashed) authorization code its grant
  * started from; old records are purged on the way.
  */
 export async function recordIssuedAccessToken(
   db: Db,
-  accessToken: string,
+  token: IssuedAccessToken,
   authorizationCodeId: string | null,
   now: Date,
 ): Promise<void> {
-  const claims = unverifiedClaims(accessToken);
-  const jti = str(claims?.jti);
-  const clientId = str(claims?.client_id) ?? str(claims?.azp);
-  const userId = str(claims?.sub);
-  const exp = seconds(claims?.exp);
-  if (!jti || !clientId || !userId || exp === undefined) return;
   await sql`
     with purge as (
       delete from public.oauth_issued_access_tokens
@@ -65,7 +90,7 @@ export async function recordIssuedAccessToken(
     )
     insert into public.oauth_issued_access_tokens
       (jti, client_id, user_id, session_id, authorization_code_id, expires_at, created_at)
-    values (${jti}, ${clientId}, ${userId}, ${str(claims?.sid) ?? null}, ${authorizationCodeId}, ${new Date(exp * 1000)}, ${now})
+    values (${token.jti}, ${token.clientId}, ${token.userId}, ${token.sessionId}, ${authorizationCodeId}, ${token.expiresAt}, ${now})
     on conflict (jti) do nothing`.execute(db);
 }
 
@@ -77,18 +102,9 @@ export async function revokeAccessToken(db: Db, jti: string, expiresAt: Date): P
                                     issued_before = null`.execute(db);
 }
 
-/** Revokes an access token the token endpoint has just minted (its claims are ours, read without a check). */
-export async function revokeIssuedAccessToken(db: Db, accessToken: string): Promise<void> {
-  const claims = unverifiedClaims(accessToken);
-  const jti = str(claims?.jti);
-  const exp = seconds(claims?.exp);
-  if (jti && exp !== undefined) await revokeAccessToken(db, jti, new Date(exp * 1000));
-}
-
-/** Revokes a refresh token the token endpoint has just obtained, before the client ever sees it. */
-export async function revokeIssuedRefreshToken(db: Db, refreshToken: string): Promise<void> {
-  await sql`update "oauthRefreshToken" set revoked = now()
-             where token = ${await sha256Base64Url(refreshToken)} and revoked is null`.execute(db);
+/** Revokes a refresh token (by its row) the token endpoint has just obtained, before the client ever sees it. */
+export async function revokeIssuedRefreshToken(db: Db, id: string): Promise<void> {
+  await sql`update "oauthRefreshToken" set revoked = now() where id = ${id} and revoked is null`.execute(db);
 }
 
 /**
@@ -101,22 +117,17 @@ export async function revokeIssuedRefreshToken(db: Db, refreshToken: string): Pr
  * tokens to the revocation list) either commits before this read, or waits for this transaction and then revokes the
  * token it recorded.
  */
-export async function grantStands(db: Db, accessToken: string, fromCode: boolean): Promise<boolean> {
-  const claims = unverifiedClaims(accessToken);
-  const clientId = str(claims?.client_id) ?? str(claims?.azp);
-  const userId = str(claims?.sub);
-  const scopes = str(claims?.scope)?.split(' ') ?? [];
-  if (!clientId || !userId) return false;
+export async function grantStands(db: Db, token: IssuedAccessToken, fromCode: boolean): Promise<boolean> {
   const row = await first<{ stands: boolean }>(
     db,
     sql`select not coalesce(c.disabled, false)
                and (not ${fromCode}::boolean or coalesce(c."skipConsent", false)
                     or exists (select 1 from "oauthConsent" k
-                                where k."clientId" = c."clientId" and k."userId" = ${userId}
+                                where k."clientId" = c."clientId" and k."userId" = ${token.userId}
                                   -- the library's adapter stores the array as a JSON string inside the jsonb
                                   and (case when jsonb_typeof(k.scopes) = 'string' then (k.scopes #>> '{}')::jsonb else k.scopes end)
-                                      @> ${JSON.stringify(scopes)}::text::jsonb)) as stands
-          from "oauthClient" c where c."clientId" = ${clientId}
+                                      @> ${JSON.stringify(token.scopes)}::text::jsonb)) as stands
+          from "oauthClient" c where c."clientId" = ${token.clientId}
            for share of c`,
   );
   return row?.stands === true;
@@ -131,6 +142,22 @@ export async function grantStands(db: Db, accessToken: string, fromCode: boolean
  */
 export async function endRefreshTokenFamily(db: Db, family: { userId: string; clientId: string; authorizationCodeId: string | null }): Promise<void> {
   await sql`select public.end_refresh_token_families(${family.userId}, ${family.clientId}, ${family.authorizationCodeId})`.execute(db);
+}
+
+/**
+ * Ends the grant of a refresh token the library took as reused, which deleted the client's refresh tokens for the user
+ * (a second presentation on the token endpoint, a rotated token revoked): the family again under the user's row, and
+ * every access token the client holds for the user, in one transaction.
+ */
+export async function endReusedRefreshToken(
+  db: Db,
+  token: { userId: string; clientId: string; authorizationCodeId: string | null },
+  now: Date,
+): Promise<void> {
+  await db.transaction().execute(async (trx) => {
+    await endRefreshTokenFamily(trx, token);
+    await revokeAccessTokensOfFamily(trx, token.clientId, token.userId, now);
+  });
 }
 
 /** Revokes the live access tokens of one grant: everything issued from one authorization code. */
