@@ -8,6 +8,11 @@ import { rows, sql, type Database } from './db.ts';
  * the rest of the file name), so `supabase db push` and this runner agree about what is applied.
  * Before the migrations it runs sql/bootstrap.sql, which creates what Supabase provides (roles, auth helpers)
  * only where it is missing.
+ *
+ * Instances that start together on one database (a deploy of several replicas) take turns: every step runs in a
+ * transaction that first takes one advisory lock, and a migration that another instance applied while this one
+ * waited is recognised by its history row and skipped. Without the lock, two instances applying the same migration
+ * collided in the catalog (23505 on pg_type) and one of them crashed at start.
  */
 
 export interface Migration {
@@ -30,6 +35,9 @@ export async function loadMigrations(dir = migrationsDir): Promise<Migration[]> 
   );
 }
 
+/** Taken first in every migration transaction (released at its end), so instances migrate one at a time. */
+const TAKE_TURNS = `select pg_advisory_xact_lock(hashtextextended('supabase_migrations', 0));\n`;
+
 // The Supabase CLI's own history table definition (pkg/migration/history.go), kept identical.
 const historyTable = `
   create schema if not exists supabase_migrations;
@@ -39,7 +47,7 @@ const historyTable = `
 `;
 
 export async function appliedVersions(database: Database): Promise<Set<string>> {
-  await database.runScript(historyTable);
+  await database.runScript(TAKE_TURNS + historyTable);
   const applied = await rows<{ version: string }>(
     database.db,
     sql`select version from supabase_migrations.schema_migrations`,
@@ -52,18 +60,26 @@ export async function migrate(
   options: { migrations?: Migration[]; log?: (line: string) => void } = {},
 ): Promise<string[]> {
   const log = options.log ?? (() => {});
-  await database.runScript(await readFile(bootstrapFile, 'utf8'));
+  await database.runScript(TAKE_TURNS + (await readFile(bootstrapFile, 'utf8')));
   const migrations = options.migrations ?? (await loadMigrations());
   const applied = await appliedVersions(database);
   const done: string[] = [];
   for (const m of migrations) {
     if (applied.has(m.version)) continue;
-    await database.runScript(m.sql, [
-      {
-        text: 'insert into supabase_migrations.schema_migrations (version, name, statements) values ($1, $2, $3)',
-        values: [m.version, m.name, splitStatements(m.sql)],
-      },
-    ]);
+    try {
+      await database.runScript(TAKE_TURNS + m.sql, [
+        {
+          text: 'insert into supabase_migrations.schema_migrations (version, name, statements) values ($1, $2, $3)',
+          values: [m.version, m.name, splitStatements(m.sql)],
+        },
+      ]);
+    } catch (err) {
+      // Another instance applied it while we waited for the lock: our run failed (on its DDL, or at the latest on the
+      // history row's key) and rolled back whole. Anything else is a real failure.
+      if (!(await appliedVersions(database)).has(m.version)) throw err;
+      log(`migration ${m.version}_${m.name} was applied by another instance`);
+      continue;
+    }
     log(`applied migration ${m.version}_${m.name}`);
     done.push(m.version);
   }
