@@ -7,7 +7,7 @@ import { insertTier } from '../functions/catalog/tiers.ts';
 import { joinWaitlist } from '../functions/catalog/waitlist.ts';
 import { startFreeSubscription } from '../functions/billing/subscriptions.ts';
 import { meterUsage } from '../functions/metering/usage.ts';
-import { first, rows, sql } from '../functions/platform/db.ts';
+import { first, inTurn, rows, sql } from '../functions/platform/db.ts';
 
 /**
  * The demo catalog `npm start` shows on a fresh database in development: a few agents with tags,
@@ -155,9 +155,19 @@ const DEMO_REVIEWERS = [
 
 const DAY = 24 * 60 * 60 * 1000;
 
-/** Seeds the demo catalog when the database has no agents. Returns whether it did. */
-export async function seedDemoCatalog(deps: Pick<AppDeps, 'database' | 'clock' | 'auth' | 'logger' | 'config'>): Promise<{ seeded: boolean }> {
+type SeedDeps = Pick<AppDeps, 'database' | 'clock' | 'auth' | 'logger' | 'config'>;
+
+/**
+ * Seeds the demo catalog when the database has no agents. Returns whether it did. Instances starting together in
+ * development on one database take turns (inTurn): the first seeds, the others find agents. Without it each saw an
+ * empty catalog, the demo accounts' unique emails refused all but one, and those instances crashed at start.
+ */
+export async function seedDemoCatalog(deps: SeedDeps): Promise<{ seeded: boolean }> {
   if (deps.config.isProduction) return { seeded: false };
+  return inTurn(deps.database, 'seed_demo_catalog', () => seedEmpty(deps));
+}
+
+async function seedEmpty(deps: SeedDeps): Promise<{ seeded: boolean }> {
   const db = deps.database.db;
   const existing = await first<{ any: boolean }>(db, sql`select exists (select 1 from public.agents) as any`);
   if (existing?.any) return { seeded: false };

@@ -1,25 +1,19 @@
 import type { AppDeps } from '../platform/app-types.ts';
-import { first, sql } from '../platform/db.ts';
+import { first, inTurn, sql } from '../platform/db.ts';
 
 /**
  * Makes sure an account with this email exists, can sign in with this password, and has the platform_admin
  * role (ADMIN_EMAIL / ADMIN_PASSWORD at start). Idempotent: on later starts it only repairs what differs,
  * so changing ADMIN_PASSWORD and restarting changes the password.
  *
- * Instances that start together on one database take turns, under an advisory lock held by a transaction of its
- * own while the check runs on other connections: the first creates the account, the others find it. Without it,
- * both created it, the unique email refused one, and that instance crashed at start. (The embedded database is one
- * process's, with one connection, so it needs no turns and could not hold one.)
+ * Instances that start together on one database take turns (inTurn): the first creates the account, the others
+ * find it. Without it, both created it, the unique email refused one, and that instance crashed at start.
  */
 export async function ensureAdmin(
   deps: Pick<AppDeps, 'auth' | 'database' | 'logger' | 'clock'>,
   admin: { email: string; password: string; name?: string },
 ): Promise<{ userId: string; created: boolean }> {
-  if (deps.database.kind === 'pglite') return ensure(deps, admin);
-  return deps.database.db.transaction().execute(async (turn) => {
-    await sql`select pg_advisory_xact_lock(hashtextextended('ensure_admin', 0))`.execute(turn);
-    return ensure(deps, admin);
-  });
+  return inTurn(deps.database, 'ensure_admin', () => ensure(deps, admin));
 }
 
 async function ensure(

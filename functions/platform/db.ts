@@ -41,6 +41,20 @@ export async function first<T>(db: Db, query: RawBuilder<T>): Promise<T | undefi
   return result.rows[0];
 }
 
+/**
+ * Start-up work that every instance runs and only one may do (create the admin account, seed the demo catalog):
+ * runs `work` while a transaction of its own holds the advisory lock `name`, so instances starting together on one
+ * database take turns and the later ones find the work done. `work` uses its own connections. The embedded database
+ * is one process's, with one connection (holding a transaction there would leave `work` none), so it just runs.
+ */
+export async function inTurn<T>(database: Database, name: string, work: () => Promise<T>): Promise<T> {
+  if (database.kind === 'pglite') return work();
+  return database.db.transaction().execute(async (turn) => {
+    await sql`select pg_advisory_xact_lock(hashtextextended(${name}, 0))`.execute(turn);
+    return work();
+  });
+}
+
 /** int8 and numeric come back as JS numbers on both drivers (counters and sums stay far below 2^53). */
 const numberType = { to: 20, from: [20, 1700], serialize: (v: unknown) => String(v), parse: (v: string) => Number(v) };
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { first, openPostgres, sql } from '../../functions/platform/db.ts';
+import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { createTestDatabase, type TestDatabase } from '../support/databases.ts';
+import { anotherInstance, createTestDatabase, type TestDatabase } from '../support/databases.ts';
 
 /**
  * ADMIN_EMAIL / ADMIN_PASSWORD with several instances starting at once on one database (a deploy of replicas), each
@@ -17,11 +17,7 @@ afterAll(() => db.drop());
 describe('admin account when instances start together', () => {
   it('three instances start; one account, one credential, one sign-up, and the password signs in', async () => {
     const env = { ADMIN_EMAIL: 'ops@market.example', ADMIN_PASSWORD: 'replica admin pw' };
-    const own = (): TestDatabase => {
-      const database = openPostgres(db.url!, { max: 4 });
-      return { database, url: db.url, drop: () => database.close() };
-    };
-    const databases = [own(), own(), own()];
+    const databases = [anotherInstance(db), anotherInstance(db), anotherInstance(db)];
     const started = await Promise.allSettled(databases.map((testDatabase) => startTestApp({ testDatabase, env })));
     const apps = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
     try {

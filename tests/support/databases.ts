@@ -78,6 +78,15 @@ export function useTestDatabase(): () => Db {
   };
 }
 
+/**
+ * Another instance's view of a test database (postgres tier): its own pool of connections to the same database, as a
+ * second process of the service would have. Pass it to startTestApp({ testDatabase }); drop() closes only the pool.
+ */
+export function anotherInstance(db: TestDatabase, max = 4): TestDatabase {
+  const database = openPostgres(db.url!, { max });
+  return { database, url: db.url, drop: () => database.close() };
+}
+
 export function withDatabase(url: string, name: string): string {
   const u = new URL(url);
   u.pathname = `/${name}`;
