@@ -1582,6 +1582,7 @@ export type Database = {
           "pending_tier_id": string | null;
           "status": string;
           "stripe_customer_id": string | null;
+          "stripe_read": number | null;
           "stripe_schedule_id": string | null;
           "stripe_subscription_id": string | null;
           "tier_id": string;
@@ -1603,6 +1604,7 @@ export type Database = {
           "pending_tier_id"?: string | null;
           "status": string;
           "stripe_customer_id"?: string | null;
+          "stripe_read"?: number | null;
           "stripe_schedule_id"?: string | null;
           "stripe_subscription_id"?: string | null;
           "tier_id": string;
@@ -1622,6 +1624,7 @@ export type Database = {
           "pending_tier_id"?: string | null;
           "status"?: string;
           "stripe_customer_id"?: string | null;
+          "stripe_read"?: number | null;
           "stripe_schedule_id"?: string | null;
           "stripe_subscription_id"?: string | null;
           "tier_id"?: string;
@@ -2573,6 +2576,7 @@ export type Database = {
           "p_period_end": string;
           "p_period_start": string;
           "p_price_id": string;
+          "p_read"?: number;
           "p_schedule_id": string;
           "p_status": string;
           "p_stripe_customer_id": string;

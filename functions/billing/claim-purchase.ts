@@ -3,7 +3,7 @@ import { ApiError, notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { createBuyerAccount, findUserByEmail, randomPassword } from './buyer-accounts.ts';
 import { claimOfToken, hashToken } from './purchase-claims.ts';
-import { applyStripeState, readStripeSubscription, stateOf } from './subscription-state.ts';
+import { applyStripeState, readToApply, stateOf } from './subscription-state.ts';
 import { findSubscriptionByStripeId } from './subscription-queries.ts';
 import type { SubscriptionDto } from './subscriptions.ts';
 import { invalidState } from './tiers.ts';
@@ -32,7 +32,7 @@ export async function claimPurchase(deps: BillingDeps, token: string): Promise<C
   if (!claim) throw notFound('Purchase claim');
   refuseUnusable(claim.claimedAt ? 'used' : claim.expiresAt <= deps.clock.now() ? 'expired' : 'ok');
 
-  const sub = await readStripeSubscription(deps, claim.stripeSubscriptionId);
+  const { subscription: sub, read } = await readToApply(deps, claim.stripeSubscriptionId);
   let user = await findUserByEmail(deps, claim.email);
   if (!user) {
     // The account that held the address is gone: the purchase gets a new one, like any anonymous buyer's.
@@ -53,7 +53,7 @@ export async function claimPurchase(deps: BillingDeps, token: string): Promise<C
   if (outcome === 'no_account') throw invalidState('The account that holds this address changed; open the link again');
   refuseUnusable(outcome === 'claimed' ? 'ok' : (outcome as 'used' | 'expired'));
 
-  await applyStripeState(deps, { state: stateOf(sub), userId: user.id });
+  await applyStripeState(deps, { state: stateOf(sub), read, userId: user.id });
   const subscription = await findSubscriptionByStripeId(deps, claim.stripeSubscriptionId);
   if (!subscription) {
     // The account already has another paid subscription to this agent (the database keeps one live per agent).

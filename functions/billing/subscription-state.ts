@@ -8,13 +8,15 @@ import { callStripe, requirePayments } from './payments.ts';
  * The one writer of a paid subscription's local state. Whatever triggered it (a webhook event, the success page
  * of an anonymous checkout, an admin's tier change), the caller names a Stripe subscription; this module reads
  * it from Stripe as it is now and hands the whole state to one SQL function (billing_apply_stripe_subscription)
- * that writes it in one transaction. Because the input is always Stripe's current state and every field is
- * overwritten, deliveries in any order, duplicates and concurrent writers all end in the same row.
+ * that writes it in one transaction. Because the input is always Stripe's state as read and every field is
+ * overwritten, deliveries in any order and duplicates end in the same row; concurrent writers too, since each read
+ * is numbered before it is made and an older read is never applied over a newer one (migration
+ * 20261126000100_stripe_read_order.sql: outcome 'superseded').
  */
 
 export type LocalStatus = 'active' | 'past_due' | 'canceled' | 'incomplete';
 
-export type ApplyOutcome = 'created' | 'updated' | 'duplicate' | 'recorded' | 'unknown_price' | 'conflict';
+export type ApplyOutcome = 'created' | 'updated' | 'superseded' | 'duplicate' | 'recorded' | 'unknown_price' | 'conflict';
 
 /** Stripe's subscription statuses in the marketplace's four (active and past_due grant access). */
 export function localStatus(status: Stripe.Subscription.Status): LocalStatus {
@@ -96,6 +98,18 @@ export function stateOf(sub: Stripe.Subscription): StripeSubscriptionState {
   };
 }
 
+/** A read of a Stripe subscription to apply, with its number: taken from public.stripe_reads before the read was made. */
+export interface StripeRead {
+  subscription: Stripe.Subscription;
+  read: number;
+}
+
+/** Reads a subscription from Stripe to apply it (applyStripeState): numbered first, so an older read never wins. */
+export async function readToApply(deps: BillingDeps, stripeSubscriptionId: string): Promise<StripeRead> {
+  const numbered = await first<{ read: number }>(deps.database.db, sql`select nextval('public.stripe_reads') as read`);
+  return { subscription: await readStripeSubscription(deps, stripeSubscriptionId), read: numbered!.read };
+}
+
 /** Reads a subscription from Stripe with what the local state needs. */
 export async function readStripeSubscription(deps: BillingDeps, stripeSubscriptionId: string): Promise<Stripe.Subscription> {
   const { stripe } = requirePayments(deps);
@@ -147,7 +161,7 @@ export interface ApplyResult {
 /** Writes Stripe's state of one subscription (and records the event id, when there is one) in one transaction. */
 export async function applyStripeState(
   deps: BillingDeps,
-  input: { event?: { id: string; type: string }; state?: StripeSubscriptionState; userId?: string | undefined },
+  input: { event?: { id: string; type: string }; state?: StripeSubscriptionState; read?: number; userId?: string | undefined },
 ): Promise<ApplyResult> {
   const s = input.state;
   const row = await first<{ outcome: ApplyOutcome; subscriptionId: string | null }>(
@@ -169,7 +183,8 @@ export async function applyStripeState(
           p_pending_kind => ${s?.pendingKind ?? null}::text,
           p_pending_invoice_id => ${s?.pendingInvoiceId ?? null}::text,
           p_schedule_id => ${s?.scheduleId ?? null}::text,
-          p_now => ${deps.clock.now()}::timestamptz)`,
+          p_now => ${deps.clock.now()}::timestamptz,
+          p_read => ${input.read ?? null}::bigint)`,
   );
   const result = row ?? { outcome: 'recorded' as const, subscriptionId: null };
   if (result.outcome === 'unknown_price' || result.outcome === 'conflict') {
@@ -192,9 +207,9 @@ export async function syncStripeSubscription(
   stripeSubscriptionId: string,
   event?: { id: string; type: string },
 ): Promise<ApplyResult> {
-  const sub = await readStripeSubscription(deps, stripeSubscriptionId);
-  const userId = await subscriberOf(deps, sub);
-  return applyStripeState(deps, { event, state: stateOf(sub), userId });
+  const { subscription, read } = await readToApply(deps, stripeSubscriptionId);
+  const userId = await subscriberOf(deps, subscription);
+  return applyStripeState(deps, { event, state: stateOf(subscription), read, userId });
 }
 
 /** Whether an event id was already processed (a cheap pre-check; the SQL function is the real guard). */
