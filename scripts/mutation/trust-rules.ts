@@ -311,6 +311,14 @@ export const mutations: Mutation[] = [
     replace: "      const headers: Record<string, string> = { 'content-type': request.contentType };",
     tests: ['tests/catalog/s3-signature.test.ts', 'tests/catalog/content.test.ts'],
   },
+  {
+    rule: 12,
+    name: "a writer's Stripe read is applied whatever newer read was applied before it",
+    file: 'functions/billing/subscription-state.ts',
+    find: '  return applyStripeState(deps, { event, state: stateOf(subscription), read, userId });',
+    replace: '  return applyStripeState(deps, { event, state: stateOf(subscription), userId });',
+    tests: ['tests/billing/stripe-read-order.pg-only.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {
