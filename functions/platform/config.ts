@@ -133,7 +133,7 @@ export class ConfigError extends Error {
   }
 }
 
-/** Parses the environment. `authSecret` must be present by now (the Node entry generates one into DATA_DIR). */
+/** Parses the environment. `authSecret` must be present by now (outside production the Node entry generates one into DATA_DIR). */
 export function loadConfig(env: Record<string, string | undefined>): Config {
   const parsed = envSchema.safeParse(env);
   if (!parsed.success) {
@@ -141,7 +141,13 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   }
   const e = parsed.data;
   const problems: string[] = [];
-  if (!e.AUTH_SECRET) problems.push('AUTH_SECRET: is required here (at least 32 characters)');
+  if (!e.AUTH_SECRET) {
+    problems.push(
+      e.NODE_ENV === 'production'
+        ? 'AUTH_SECRET: is required in production, the same value on every instance (at least 32 characters)'
+        : 'AUTH_SECRET: is required here (at least 32 characters)',
+    );
+  }
   if ((e.ADMIN_EMAIL === undefined) !== (e.ADMIN_PASSWORD === undefined)) {
     problems.push('ADMIN_EMAIL, ADMIN_PASSWORD: set both or neither');
   }

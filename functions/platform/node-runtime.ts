@@ -12,9 +12,16 @@ import type { Logger } from './logger.ts';
  * AUTH_SECRET, and the choice between a Postgres server and the embedded database.
  */
 
-/** Fills AUTH_SECRET from `<dataDir>/auth-secret` (creating it once) when the environment does not set it. */
+/**
+ * Fills AUTH_SECRET from `<dataDir>/auth-secret` (creating it once) when the environment does not set it, outside
+ * production. In production it must come from the environment (loadConfig then refuses to start without it): every
+ * instance must hold the same secret, since sessions, cursors and the encrypted signing keys and webhook secrets
+ * are readable only with it, and a file per machine gave each replica its own (a session of one was refused by the
+ * others, and the token endpoint of one answered 500 on the keys another had encrypted).
+ */
 export function withPersistedSecret(env: Record<string, string | undefined>): Record<string, string | undefined> {
   if (env.AUTH_SECRET && env.AUTH_SECRET.trim() !== '') return env;
+  if (env.NODE_ENV === 'production') return env;
   const dataDir = env.DATA_DIR || '.data';
   mkdirSync(dataDir, { recursive: true });
   const file = join(dataDir, 'auth-secret');

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -160,6 +160,19 @@ describe('npm start with a bad variable', () => {
     expect(output).toContain('PORT');
     expect(output).toContain('NODE_ENV');
     expect(output).not.toContain('listening');
+  });
+
+  it('in production without AUTH_SECRET: refuses to start and generates none (every instance must share one)', async () => {
+    const ownDir = mkdtempSync(join(tmpdir(), 'mkt-config-prod-'));
+    try {
+      const { code, output } = await start('npm', ['start', '--silent'], { NODE_ENV: 'production', AUTH_SECRET: '', DATA_DIR: ownDir });
+      expect(code).not.toBe(0);
+      expect(output).toContain('AUTH_SECRET: is required in production');
+      expect(output).not.toContain('listening');
+      expect(existsSync(join(ownDir, 'auth-secret'))).toBe(false);
+    } finally {
+      rmSync(ownDir, { recursive: true, force: true });
+    }
   });
 
   it('npm start does the same', async () => {
