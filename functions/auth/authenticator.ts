@@ -28,6 +28,12 @@ import { ADMIN_SCOPE } from './oauth/provider-options.ts';
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 /** Re-read the key table at most this often when a token names an unknown key (rotation, or a forgery). */
 const KEY_RELOAD_MIN_MS = 5_000;
+/**
+ * How long a known key is trusted before the key table is read again. Deleting a key from `jwks` (a leaked one) stops
+ * every token it signed on every running instance within this time; before, an instance trusted a key it had once
+ * loaded until it restarted.
+ */
+export const KEY_RECHECK_MS = 60_000;
 
 export interface AuthenticatorDeps {
   auth: Auth;
@@ -53,8 +59,8 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   const { auth, db, config, clock } = deps;
   const issuer = `${config.publicBaseUrl}/api/auth`;
   const origins = new Set(trustedOrigins(config));
-  const keys = new SigningKeys(db);
-  const verified = new VerifiedTokens();
+  const keys = new SigningKeys(db, clock);
+  const verified = new VerifiedTokens(keys);
   /**
    * The session cookie, on the hot path: the cookie's HMAC is checked in process and ONE query reads the
    * session with its user. Only when the library would extend the session (once per `updateAge`, a day by
@@ -286,7 +292,7 @@ interface VerifyOptions {
   now: Date;
 }
 
-async function verifyAccessToken(token: string, keys: SigningKeys, options: VerifyOptions): Promise<JWTPayload> {
+async function verifyAccessToken(token: string, keys: SigningKeys, options: VerifyOptions): Promise<{ claims: JWTPayload; kid: string }> {
   let header;
   try {
     header = decodeProtectedHeader(token);
@@ -306,7 +312,7 @@ async function verifyAccessToken(token: string, keys: SigningKeys, options: Veri
       // The audience names the agent (or the API itself): checked by tokenAgent, since jose compares exact values.
       requiredClaims: ['sub', 'exp', 'iat', 'aud'],
     });
-    return payload;
+    return { claims: payload, kid: header.kid };
   } catch (err) {
     if (err instanceof joseErrors.JWTExpired) throw invalidToken('The access token has expired');
     if (err instanceof joseErrors.JOSEError) throw invalidToken('The access token is invalid');
@@ -317,41 +323,55 @@ async function verifyAccessToken(token: string, keys: SigningKeys, options: Veri
 /**
  * Tokens whose signature and claims were already verified, so an agent backend that sends the same access
  * token for hours pays the signature check once (EdDSA verification is most of a bearer request's CPU).
- * Only the pure part is remembered: expiry is re-checked against the clock on every use, and the user and
- * revocation query still runs on every request. Bounded: the oldest entries go first.
+ * Only the pure part is remembered: expiry is re-checked against the clock on every use, so is the signing key
+ * (still in the key table, as SigningKeys last read it), and the user and revocation query still runs on every
+ * request. Bounded: the oldest entries go first.
  */
 class VerifiedTokens {
   static readonly MAX = 10_000;
-  #entries = new Map<string, JWTPayload>();
+  #entries = new Map<string, { claims: JWTPayload; kid: string }>();
+  readonly #keys: SigningKeys;
 
-  async get(token: string, now: Date, verify: () => Promise<JWTPayload>): Promise<JWTPayload> {
+  constructor(keys: SigningKeys) {
+    this.#keys = keys;
+  }
+
+  async get(token: string, now: Date, verify: () => Promise<{ claims: JWTPayload; kid: string }>): Promise<JWTPayload> {
     const hit = this.#entries.get(token);
     if (hit) {
-      if ((hit.exp ?? 0) * 1000 > now.getTime()) return hit;
+      if ((hit.claims.exp ?? 0) * 1000 > now.getTime() && (await this.#keys.get(hit.kid))) return hit.claims;
       this.#entries.delete(token);
     }
-    const claims = await verify();
+    const verified = await verify();
     if (this.#entries.size >= VerifiedTokens.MAX) this.#entries.delete(this.#entries.keys().next().value!);
-    this.#entries.set(token, claims);
-    return claims;
+    this.#entries.set(token, verified);
+    return verified.claims;
   }
 }
 
-/** Public signing keys from the jwt plugin's `jwks` table, imported once and cached by key id. */
+/**
+ * Public signing keys from the jwt plugin's `jwks` table, imported once and cached by key id. The table is read again
+ * when a token names a key not seen (at most every KEY_RELOAD_MIN_MS) and, for a known key, once it was last read
+ * KEY_RECHECK_MS ago; a key gone from the table is forgotten.
+ */
 class SigningKeys {
   #keys = new Map<string, { key: CryptoKey; alg: string }>();
   #loadedAt = -Infinity;
   #loading: Promise<void> | undefined;
 
   private readonly db: Db;
-  constructor(db: Db) {
+  private readonly clock: Clock;
+  constructor(db: Db, clock: Clock) {
     this.db = db;
+    this.clock = clock;
   }
 
   async get(kid: string): Promise<{ key: CryptoKey; alg: string } | undefined> {
     const cached = this.#keys.get(kid);
-    if (cached) return cached;
-    if (performance.now() - this.#loadedAt < KEY_RELOAD_MIN_MS && !this.#loading) return undefined;
+    // By the service's clock (a clock set back counts as due)
+    const age = this.clock.now().getTime() - this.#loadedAt;
+    if (cached && age >= 0 && age < KEY_RECHECK_MS) return cached;
+    if (!cached && age >= 0 && age < KEY_RELOAD_MIN_MS && !this.#loading) return undefined;
     this.#loading ??= this.#load().finally(() => (this.#loading = undefined));
     await this.#loading;
     return this.#keys.get(kid);
@@ -362,12 +382,18 @@ class SigningKeys {
       this.db,
       sql`select id, "publicKey", alg, crv from jwks`,
     );
+    const keys = new Map<string, { key: CryptoKey; alg: string }>();
     for (const row of found) {
-      if (this.#keys.has(row.id)) continue;
+      const known = this.#keys.get(row.id);
+      if (known) {
+        keys.set(row.id, known);
+        continue;
+      }
       const jwk = JSON.parse(row.publicKey) as JWK;
       const alg = row.alg ?? jwk.alg ?? 'EdDSA';
-      this.#keys.set(row.id, { key: (await importJWK({ ...jwk, alg }, alg)) as CryptoKey, alg });
+      keys.set(row.id, { key: (await importJWK({ ...jwk, alg }, alg)) as CryptoKey, alg });
     }
-    this.#loadedAt = performance.now();
+    this.#keys = keys;
+    this.#loadedAt = this.clock.now().getTime();
   }
 }

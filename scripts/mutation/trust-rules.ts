@@ -319,6 +319,22 @@ export const mutations: Mutation[] = [
     replace: '  return applyStripeState(deps, { event, state: stateOf(subscription), userId });',
     tests: ['tests/billing/stripe-read-order.pg-only.test.ts'],
   },
+  {
+    rule: 13,
+    name: 'a signing key once loaded is trusted until the process restarts',
+    file: 'functions/auth/authenticator.ts',
+    find: '    if (cached && age >= 0 && age < KEY_RECHECK_MS) return cached;',
+    replace: '    if (cached) return cached;',
+    tests: ['tests/identity/bearer-rules.test.ts'],
+  },
+  {
+    rule: 13,
+    name: 'a remembered verified token is not checked against the current keys',
+    file: 'functions/auth/authenticator.ts',
+    find: '      if ((hit.claims.exp ?? 0) * 1000 > now.getTime() && (await this.#keys.get(hit.kid))) return hit.claims;',
+    replace: '      if ((hit.claims.exp ?? 0) * 1000 > now.getTime()) return hit.claims;',
+    tests: ['tests/identity/bearer-rules.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

@@ -3,6 +3,7 @@ import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWTPayload } 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { pruneRevokedTokens } from '../../functions/auth/revocation-list.ts';
+import { KEY_RECHECK_MS } from '../../functions/auth/authenticator.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { insertAgent, type AgentRow } from '../support/fixtures.ts';
@@ -243,5 +244,25 @@ describe('bearer access tokens', () => {
     expect(left!.n).toBe(0);
     expect((await me(live)).status).toBe(401);
   });
-});
 
+  it('attack: a signing key deleted from the key table (a leaked one) stops its tokens within the recheck time', async () => {
+    // Its own key, so the other cases keep theirs.
+    const leaked = await generateKeyPair('EdDSA', { crv: 'Ed25519', extractable: true });
+    const leakedKid = `leaked-${randomUUID()}`;
+    await sql`insert into jwks (id, "publicKey", "privateKey", "createdAt", alg, crv)
+              values (${leakedKid}, ${JSON.stringify(await exportJWK(leaked.publicKey))}, 'held by the test', now(), 'EdDSA', 'Ed25519')`.execute(t.db);
+    // (An unknown kid makes the service re-read its keys at most every few seconds; the other cases just did.)
+    t.clock.advance(KEY_RECHECK_MS);
+    const signed = await token(user.userId, { key: leaked.privateKey, kid: leakedKid });
+    expect((await me(signed)).status).toBe(200);
+
+    await sql`delete from jwks where id = ${leakedKid}`.execute(t.db);
+    t.clock.advance(KEY_RECHECK_MS + 1_000);
+    // The token this instance already verified and remembered, and a new one forged with the leaked key.
+    const remembered = await me(signed);
+    expect([remembered.status, remembered.body.error?.message]).toEqual([401, 'The access token is not signed by this server']);
+    expect((await me(await token(user.userId, { key: leaked.privateKey, kid: leakedKid }))).status).toBe(401);
+    // The server's own keys are still trusted after the recheck.
+    expect((await me(await token(user.userId))).status).toBe(200);
+  });
+});
