@@ -4,7 +4,7 @@ import { systemClock, type Clock } from './platform/clock.ts';
 import type { Config } from './platform/config.ts';
 import type { Database } from './platform/db.ts';
 import type { Logger } from './platform/logger.ts';
-import { createAuth, createAuthenticator, ensureAdmin, startRevocationListPruning } from './auth/index.ts';
+import { createAuth, createAuthenticator, ensureAdmin, ensureSigningKey, startRevocationListPruning } from './auth/index.ts';
 import { createPayments } from './platform/stripe.ts';
 import { createMailer, type MailTransport } from './platform/mailer.ts';
 import { createStorage, type FileStore } from './platform/storage.ts';
@@ -62,6 +62,7 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
     payments: await createPayments(config),
     authenticator,
     startup: async () => {
+      await ensureSigningKey(auth, database);
       if (config.admin) await ensureAdmin({ auth, database, logger, clock }, config.admin);
       // The Node entry's convenience loops. Tests deliver explicitly (tests/support/mail.ts); the edge leaves the
       // work to the scheduler (backgroundLoops: false).
