@@ -42,7 +42,7 @@ export async function first<T>(db: Db, query: RawBuilder<T>): Promise<T | undefi
 }
 
 /**
- * Start-up work that every instance runs and only one may do (create the admin account, seed the demo catalog):
+ * Start-up work that every instance runs and only one may do (the first signing key, the admin account, the demo seed):
  * runs `work` while a transaction of its own holds the advisory lock `name`, so instances starting together on one
  * database take turns and the later ones find the work done. `work` uses its own connections. The embedded database
  * is one process's, with one connection (holding a transaction there would leave `work` none), so it just runs.
