@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { first, sql } from '../../functions/platform/db.ts';
+import { sql } from '../../functions/platform/db.ts';
+import { eventually, statementsWaitingForLock } from '../support/databases.ts';
 import type { CallResult } from '../support/http.ts';
 import { linkIn, mailsTo } from '../support/mail.ts';
 import { signUp } from '../support/users.ts';
@@ -21,19 +22,8 @@ beforeAll(async () => {
 });
 afterAll(() => w.close());
 
-async function claimWaits(): Promise<void> {
-  // up to 30 s: a loaded CI machine; only this file's database
-  for (let i = 0; i < 1200; i++) {
-    const row = await first<{ n: number }>(
-      w.t.db,
-      sql`select count(*)::int as n from pg_stat_activity
-           where datname = current_database() and wait_event_type = 'Lock' and query ilike '%billing_claim_purchase%'`,
-    );
-    if (row!.n > 0) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error('the claim never waited for the account row');
-}
+const claimWaits = () =>
+  eventually('the claim waits for the account row', async () => (await statementsWaitingForLock(w.t.db, '%billing_claim_purchase%')) > 0);
 
 describe('a purchase claim beside a password change', () => {
   it('both go through, in one lock order', async () => {

@@ -2,7 +2,7 @@ import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, openPostgres, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { anotherInstance, type TestDatabase } from '../support/databases.ts';
+import { anotherInstance, eventually, statementsWaitingForLock, type TestDatabase } from '../support/databases.ts';
 import { signUp } from '../support/users.ts';
 import { activeAgent, buyPaidTier, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
@@ -63,14 +63,8 @@ describe('an older Stripe read applied after a newer one', () => {
       await held;
       // A reads Stripe (active, cancel at period end) and waits in the writer.
       const atA = w.fake.deliver(`${w.t.baseUrl}/webhooks/stripe`, updated!);
-      await until(async () => {
-        const waiting = await first<{ n: number }>(
-          w.t.db,
-          sql`select count(*)::int as n from pg_stat_activity
-               where wait_event_type = 'Lock' and query like '%billing_apply_stripe_subscription%'`,
-        );
-        return waiting!.n > 0;
-      });
+      await eventually('the first writer waits in the writer', async () =>
+        (await statementsWaitingForLock(w.t.db, '%billing_apply_stripe_subscription%')) > 0);
       // Canceled at Stripe; B reads and applies that.
       await stripe.subscriptions.cancel(bought.stripeSubscriptionId);
       const [deleted] = w.fake.takeEvents().filter((e) => e.type === 'customer.subscription.deleted');
@@ -97,10 +91,3 @@ describe('an older Stripe read applied after a newer one', () => {
   }, 60_000);
 });
 
-async function until(condition: () => Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    if (await condition()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error('the first writer never reached the hold');
-}

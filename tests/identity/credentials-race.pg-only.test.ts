@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sha256Base64Url } from '../../functions/auth/oauth/token-records.ts';
 import { first, sql, type Db } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { eventually, statementsWaitingForLock } from '../support/databases.ts';
 import {
   accessTokenFor,
   ALL_SCOPES,
@@ -43,21 +44,7 @@ const changePassword = (trx: Db, user: TestUser) =>
 const withdrawConsent = (trx: Db, user: TestUser, tokens: TokenSet) =>
   sql`delete from "oauthConsent" where "userId" = ${user.userId} and "clientId" = ${tokens.clientId}`.execute(trx);
 
-/** Waits until `done()` holds, checking every 25 ms for up to 30 s (a loaded CI machine). */
-async function eventually(what: string, done: () => Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 1200; i++) {
-    if (await done()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`timed out waiting until ${what}`);
-}
-
-const waitingStatements = async (pattern: string) =>
-  (await first<{ n: number }>(
-    t.db,
-    sql`select count(*)::int as n from pg_stat_activity
-         where datname = current_database() and wait_event_type = 'Lock' and query ilike ${pattern}`,
-  ))!.n;
+const waitingStatements = (pattern: string) => statementsWaitingForLock(t.db, pattern);
 
 /** Waits until a statement writing a refresh token is waiting for a lock. */
 const refreshTokenWriteIsWaiting = () =>

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import postgres from 'postgres';
-import { openPostgres, type Database, type Db } from '../../functions/platform/db.ts';
+import { first, openPostgres, sql, type Database, type Db } from '../../functions/platform/db.ts';
 import { openPGlite } from '../../functions/platform/pglite.ts';
 import { migrate } from '../../functions/platform/migrations.ts';
 import { readFile } from 'node:fs/promises';
@@ -85,6 +85,28 @@ export function useTestDatabase(): () => Db {
 export function anotherInstance(db: TestDatabase, max = 4): TestDatabase {
   const database = openPostgres(db.url!, { max });
   return { database, url: db.url, drop: () => database.close() };
+}
+
+/** Waits until `done()` holds, checking every 25 ms for up to 30 s (a loaded CI machine). */
+export async function eventually(what: string, done: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 1200; i++) {
+    if (await done()) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`timed out waiting until ${what}`);
+}
+
+/**
+ * How many statements matching `pattern` (ILIKE) wait for a lock right now in this test's own database (other test
+ * files share the server): how a race test knows its first party is held where it means to hold it.
+ */
+export async function statementsWaitingForLock(db: Db, pattern: string): Promise<number> {
+  const row = await first<{ n: number }>(
+    db,
+    sql`select count(*)::int as n from pg_stat_activity
+         where datname = current_database() and wait_event_type = 'Lock' and query ilike ${pattern}`,
+  );
+  return row!.n;
 }
 
 export function withDatabase(url: string, name: string): string {
