@@ -35,7 +35,11 @@ export async function loadMigrations(dir = migrationsDir): Promise<Migration[]> 
   );
 }
 
-/** Taken first in every migration transaction (released at its end), so instances migrate one at a time. */
+/**
+ * Taken first in every migration transaction (released at its end), so instances migrate one at a time. Not inTurn
+ * (db.ts), whose lock lives in a transaction of its own beside the work: a long migration could outlast that idle
+ * transaction (idle_in_transaction_session_timeout) and let another instance in; here the lock is the migration's own.
+ */
 const TAKE_TURNS = `select pg_advisory_xact_lock(hashtextextended('supabase_migrations', 0));\n`;
 
 // The Supabase CLI's own history table definition (pkg/migration/history.go), kept identical.
