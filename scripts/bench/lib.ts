@@ -1,6 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { Agent, request as httpRequest } from 'node:http';
-import { readdirSync, readFileSync } from 'node:fs';
+import { openSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { serve, type ServerType } from '@hono/node-server';
 import postgres from 'postgres';
@@ -13,6 +12,7 @@ import type { openPostgres } from '../../functions/platform/db.ts';
 import { createLogger } from '../../functions/platform/logger.ts';
 import { freePort } from '../postgres-server.ts';
 import type { HttpClient } from '../../tests/support/http.ts';
+import type { OpenLoopPlan, OpenLoopResult } from './open-loop.ts';
 import { sessionCookie } from '../../tests/support/users.ts';
 
 /** Plumbing shared by the benchmarks in scripts/bench/: the service under test, load runs, percentiles, CPU. */
@@ -45,7 +45,10 @@ export async function startService(
   const startArgs = (JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: { start: string } }).scripts.start.split(' ').slice(1);
   const node = process.env.BENCH_NODE || process.execPath;
   const loader = process.env.BENCH_NODE ? ['--import', 'tsx'] : [];
-  const args = [...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []), ...loader, ...startArgs];
+  // BENCH_TRACE=<dir>: the service traces its garbage collections (--trace-gc) into <dir>/service.log, with its
+  // request log, whose times place each pause (how the open loop's tail was found: open-loop.ts).
+  const traceDir = process.env.BENCH_TRACE;
+  const args = [...(traceDir ? ['--trace-gc'] : []), ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []), ...loader, ...startArgs];
   const child = spawn(node, args, {
     env: {
       ...process.env,
@@ -54,7 +57,7 @@ export async function startService(
       PORT: String(port),
       ...(typeof env === 'function' ? env(url) : env),
     },
-    stdio: ['ignore', 'ignore', 'inherit'],
+    stdio: ['ignore', traceDir ? openSync(join(traceDir, 'service.log'), 'w') : 'ignore', 'inherit'],
   });
   const deadline = Date.now() + readyTimeoutMs;
   for (;;) {
@@ -200,73 +203,40 @@ export interface OpenLoopFigures {
   p99: number;
   ok: number;
   other: number;
+  /** CPU seconds the load generator (its own process) used */
+  generatorCpu: number;
+  /** The load generator's largest event-loop delay (ms): above a few ms, its own pause is in the latencies */
+  generatorDelayMax: number;
 }
 
 /**
- * An open-loop run: `rate` requests per second for `seconds`, each sent at its scheduled time whether or not earlier
- * ones were answered (as independent users arrive), over keep-alive connections opened as needed. Latency is measured
- * from the scheduled send time, so a service that falls behind shows it in p99 (no coordinated omission), and the
- * served rate falls below the offered one. (autocannon's overallRate sends each second's quota in a burst at the
- * start of the second, which is not an open loop.)
+ * An open-loop run: `plan.rate` requests per second for `plan.seconds`, each sent at its scheduled time whether or
+ * not earlier ones were answered (as independent users arrive), over keep-alive connections opened as needed.
+ * Latency is measured from the scheduled send time, so a service that falls behind shows it in p99 (no coordinated
+ * omission), and the served rate falls below the offered one. (autocannon's overallRate sends each second's quota in
+ * a burst at the start of the second, which is not an open loop.) The requests are sent by a process of its own
+ * (open-loop.ts says why).
  */
-export async function openLoop(
-  url: string,
-  rate: number,
-  seconds: number,
-  next: () => { path: string; body: string; headers: Record<string, string> },
-): Promise<OpenLoopFigures> {
-  const agent = new Agent({ keepAlive: true, maxSockets: 4096 });
-  const { hostname, port } = new URL(url);
-  const total = Math.round(rate * seconds);
-  const latencies: number[] = [];
-  let ok = 0;
-  let other = 0;
-  let lastAnswer = 0;
-  const send = (intended: number) =>
-    new Promise<void>((resolve) => {
-      const n = next();
-      const done = (status: number) => {
-        lastAnswer = performance.now();
-        latencies.push(lastAnswer - intended);
-        if (status >= 200 && status < 300) ok++;
-        else other++;
-        resolve();
-      };
-      const req = httpRequest(
-        { agent, hostname, port, method: 'POST', path: n.path, headers: { 'content-length': Buffer.byteLength(n.body), ...n.headers }, timeout: 30_000 },
-        (res) => {
-          res.resume();
-          res.on('end', () => done(res.statusCode ?? 0));
-          res.on('error', () => done(0));
-        },
-      );
-      req.on('error', () => done(0));
-      req.on('timeout', () => req.destroy(new Error('timeout')));
-      req.end(n.body);
-    });
-  const started = performance.now();
-  const answers: Promise<void>[] = [];
-  let sent = 0;
-  await new Promise<void>((resolve) => {
-    const tick = () => {
-      const due = Math.min(total, Math.floor(((performance.now() - started) * rate) / 1000) + 1);
-      while (sent < due) answers.push(send(started + (sent++ * 1000) / rate));
-      if (sent >= total) resolve();
-      else setTimeout(tick, 1);
-    };
-    tick();
-  });
-  await Promise.all(answers);
-  agent.destroy();
-  latencies.sort((a, b) => a - b);
+export async function openLoop(plan: OpenLoopPlan): Promise<OpenLoopFigures> {
+  const child = spawn(process.execPath, [join(import.meta.dirname, 'open-loop.ts')], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const output: Buffer[] = [];
+  child.stdout!.on('data', (chunk: Buffer) => output.push(chunk));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+  child.stdin!.end(JSON.stringify(plan));
+  const code = await exited;
+  if (code !== 0) throw new Error(`the open-loop generator exited with ${code}`);
+  const result = JSON.parse(Buffer.concat(output).toString('utf8')) as OpenLoopResult;
+  const latencies = result.latencies.sort((a, b) => a - b);
   const r2 = (n: number) => Math.round(n * 100) / 100;
   return {
-    offered: rate,
-    served: Math.round((ok * 1000) / Math.max(lastAnswer - started, 1)),
+    offered: plan.rate,
+    served: Math.round((result.ok * 1000) / Math.max(result.elapsed, 1)),
     p50: r2(percentile(latencies, 50)),
     p99: r2(percentile(latencies, 99)),
-    ok,
-    other,
+    ok: result.ok,
+    other: result.other,
+    generatorCpu: result.cpu,
+    generatorDelayMax: r2(result.eventLoopDelayMax),
   };
 }
 

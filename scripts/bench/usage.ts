@@ -67,6 +67,8 @@ const ADMIN = { email: 'bench-admin@example.com', password: 'bench admin passwor
 const OPEN_LOOP_RATES = (process.env.BENCH_OPEN_LOOP_RATES ?? '250,500,1000,2000').split(',').map(Number).filter((r) => r > 0);
 /** Print the database's time per statement for the first round's spread runs (see main). */
 const PG_STATEMENTS = process.env.BENCH_PG_STATEMENTS === '1';
+/** Where the stall traces go (see main and lib.ts startService), if anywhere. */
+const TRACE_DIR = process.env.BENCH_TRACE;
 /** The service's scheduler token: it also guards GET /internal/metering/batches, the batch histogram read here. */
 const DRAIN_TOKEN = 'bench-drain-token-bench-drain-token-0123';
 
@@ -324,7 +326,12 @@ async function main() {
     durable: true,
     // BENCH_PG_STATEMENTS=1: where the database's time goes, statement by statement, including those run inside the
     // metering functions (track=all). It costs time of its own: figures from such a run are not the headline ones.
-    settings: PG_STATEMENTS ? { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' } : {},
+    settings: {
+      ...(PG_STATEMENTS ? { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' } : {}),
+      // BENCH_TRACE=<dir>: the server logs statements over 25 ms, every autovacuum run and every checkpoint, with
+      // millisecond times, kept as <dir>/postgres.log (next to the service's GC trace: lib.ts startService)
+      ...(TRACE_DIR ? { log_min_duration_statement: '25', log_autovacuum_min_duration: '0', log_checkpoints: 'on', log_line_prefix: '%m:%p:' } : {}),
+    },
   });
   const dataDir = mkdtempSync(join(tmpdir(), 'mkt-bench-usage-'));
   const results: Figures[] = [];
@@ -476,28 +483,23 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
         );
       }
       // ---- open loop: fixed offered rates, each request sent on schedule whatever the answers before it
-      let o = 0;
-      const openNext = () => {
-        const i = o++;
-        // never the quota edge's subscription (pairs[1]): the edge run below resets its ledger, and the audit counts
-        // every open-loop 2xx in the ledger
-        const pick = (i * 6151) % SUBSCRIPTIONS;
-        const p = pairs[pick === 1 ? 2 : pick]!;
-        return {
-          path: `/me/usage/${p.agentId}/calls/increment`,
-          body: `{"clientReqId":"o-${i}"}`,
-          headers: { 'content-type': 'application/json', authorization: `Bearer ${p.token}` },
-        };
-      };
+      // every subscription's request, and the order the requests walk them in: never the quota edge's subscription
+      // (pairs[1]): the edge run below resets its ledger, and the audit counts every open-loop 2xx in the ledger
+      const targets = pairs.map((p) => ({
+        path: `/me/usage/${p.agentId}/calls/increment`,
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${p.token}` },
+      }));
+      const picks = Array.from({ length: SUBSCRIPTIONS }, (_, i) => ((i * 6151) % SUBSCRIPTIONS === 1 ? 2 : (i * 6151) % SUBSCRIPTIONS));
       for (const rate of OPEN_LOOP_RATES) {
         const batchesBefore = await batchHistogram(service.url);
         const cpu = startCpuSample(servicePid, databasePid);
-        const f = await openLoop(service.url, rate, seconds, openNext);
+        const f = await openLoop({ url: service.url, rate, seconds, targets, picks, keyPrefix: `o-${rate}-` });
         openLoops.push(f);
         console.log(
           `${new Date().toISOString().slice(11, 19)}  open loop, offered ${rate}/s for ${seconds} s: served ${f.served}/s, p50 ${f.p50} ms, p99 ${f.p99} ms, ${f.ok} ok, ${f.other} other`,
         );
-        printCpu(cpu(), f.ok + f.other, 'load generator (open loop, this process)');
+        printCpu({ ...cpu(), generator: f.generatorCpu }, f.ok + f.other, 'load generator (open loop, its own process)');
+        console.log(`          load generator's largest event-loop delay: ${f.generatorDelayMax} ms`);
         printBatches(batchesBefore, await batchHistogram(service.url));
       }
 
@@ -571,6 +573,7 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
       await stopService(service);
     }
   } finally {
+    if (TRACE_DIR) writeFileSync(join(TRACE_DIR, 'postgres.log'), readFileSync(join(server.dir, 'server.log')));
     server.stop();
     rmSync(dataDir, { recursive: true, force: true });
   }
