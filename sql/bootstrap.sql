@@ -5,17 +5,26 @@
 -- Policies read the user as `auth.jwt() ->> 'sub'` (text), not Supabase's `auth.uid()` (uuid), because user ids
 -- are Better Auth's text ids.
 
+-- Roles belong to the whole cluster, but the migration runner's turn (an advisory lock) holds only within one
+-- database: services on two databases of one new cluster, starting at once, can both find a role missing. The later
+-- one then waits for the earlier one's commit and fails on the role's unique name; the role exists by then, which is
+-- all this asks, so that failure is caught (in a subtransaction of its own) and the start goes on.
 do $$
+declare
+  wanted constant text[][] := array[
+    ['anon', 'nologin noinherit'],
+    ['authenticated', 'nologin noinherit'],
+    ['service_role', 'nologin noinherit bypassrls']];
 begin
-  if not exists (select 1 from pg_roles where rolname = 'anon') then
-    create role anon nologin noinherit;
-  end if;
-  if not exists (select 1 from pg_roles where rolname = 'authenticated') then
-    create role authenticated nologin noinherit;
-  end if;
-  if not exists (select 1 from pg_roles where rolname = 'service_role') then
-    create role service_role nologin noinherit bypassrls;
-  end if;
+  for i in 1 .. array_length(wanted, 1) loop
+    if not exists (select 1 from pg_roles where rolname = wanted[i][1]) then
+      begin
+        execute format('create role %I %s', wanted[i][1], wanted[i][2]);
+      exception when unique_violation or duplicate_object then
+        null; -- another database's start created it meanwhile
+      end;
+    end if;
+  end loop;
 end
 $$;
 
