@@ -1,7 +1,8 @@
+import postgres from 'postgres';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { anotherInstance, createTestDatabase, type TestDatabase } from '../support/databases.ts';
+import { anotherInstance, createTestDatabase, eventually, statementsWaitingForLock, type TestDatabase } from '../support/databases.ts';
 
 /**
  * Several instances of the service starting at once on one database (a deploy of replicas), each with its own
@@ -60,7 +61,24 @@ describe('admin account when instances start together', () => {
 describe('the signing key when instances start together', () => {
   it('one key is made, and every instance lists that one key from its first request', async () => {
     await sql`delete from jwks`.execute(db.database.db);
-    const { apps, stop } = await startThree();
+    // Force the race: the key table takes no writes until all three instances wait for a lock, so each has looked
+    // for a key before any key exists. Without the turn each then writes its own (three keys); with it, two wait for
+    // the turn and then find the first one's key.
+    const holder = postgres(db.url!, { max: 1, onnotice: () => {} });
+    const held = await holder.reserve();
+    let starting: ReturnType<typeof startThree> | undefined;
+    try {
+      await held`begin`;
+      await held`lock table jwks in exclusive mode`; // reads go on; inserts wait
+      starting = startThree();
+      starting.catch(() => {}); // awaited below
+      await eventually('all three instances wait for a lock', async () => (await statementsWaitingForLock(db.database.db, '%')) === 3);
+      await held`commit`;
+    } finally {
+      held.release();
+      await holder.end();
+    }
+    const { apps, stop } = await starting;
     try {
       const sets = await Promise.all(apps.map((app) => app.http.get('/api/auth/jwks')));
       const keys = await first<{ n: number }>(db.database.db, sql`select count(*)::int as n from jwks`);
