@@ -164,6 +164,31 @@ describe('a user deleted beside a refresh', () => {
     expect(await aliveOf(user)).toEqual({ refreshTokens: 0, accessTokens: 0 });
   });
 
+  it('so does a refresh whose user is deleted after the library wrote the new tokens, before they were recorded', async () => {
+    // The other interleaving: the library's writes succeed, then the user is deleted, then the token endpoint records
+    // the new access token (its foreign key refuses it). Made exact with a lock on the record table: the recording
+    // waits for it, the deletion (whose cascade reaches that table) waits too, then both go on; the recording's key
+    // check waits for the deletion's commit and finds the user gone.
+    const user = await signUp(t);
+    const tokens = await accessTokenFor(t, user);
+    let answer: Promise<Answer> | undefined;
+    let deletion: Promise<unknown> | undefined;
+    await t.db.transaction().execute(async (trx) => {
+      await sql`lock table public.oauth_issued_access_tokens in exclusive mode`.execute(trx);
+      answer = refresh(tokens);
+      await eventually('the refresh records its access token', async () => (await waitingStatements('%oauth_issued_access_tokens%')) > 0);
+      deletion = sql`delete from "user" where id = ${user.userId}`.execute(t.db);
+      deletion.catch(() => {}); // awaited below
+      await eventually('the deletion reaches the record table', async () => (await waitingStatements('delete from "user"%')) > 0);
+    }); // commits: both go on
+    await deletion;
+    const res = await answer!;
+    expect(res.status, res.text).toBe(400);
+    expect(res.body.error).toBe('invalid_grant');
+    expect(res.body.access_token).toBeUndefined();
+    expect(await aliveOf(user)).toEqual({ refreshTokens: 0, accessTokens: 0 });
+  });
+
   it('so does a code exchange under way when its user is deleted', async () => {
     const user = await signUp(t);
     const { exchange } = await pendingCode(user);
