@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { openSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { serve, type ServerType } from '@hono/node-server';
 import postgres from 'postgres';
@@ -48,6 +48,7 @@ export async function startService(
   // BENCH_TRACE=<dir>: the service traces its garbage collections (--trace-gc) into <dir>/service.log, with its
   // request log, whose times place each pause (how the open loop's tail was found: open-loop.ts).
   const traceDir = process.env.BENCH_TRACE;
+  if (traceDir) mkdirSync(traceDir, { recursive: true });
   const args = [...(traceDir ? ['--trace-gc'] : []), ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []), ...loader, ...startArgs];
   const child = spawn(node, args, {
     env: {
@@ -218,7 +219,8 @@ export interface OpenLoopFigures {
  * (open-loop.ts says why).
  */
 export async function openLoop(plan: OpenLoopPlan): Promise<OpenLoopFigures> {
-  const child = spawn(process.execPath, [join(import.meta.dirname, 'open-loop.ts')], { stdio: ['pipe', 'pipe', 'inherit'] });
+  // with this process's flags: under `npx tsx` they load tsx, which an older Node needs for a .ts file
+  const child = spawn(process.execPath, [...process.execArgv, join(import.meta.dirname, 'open-loop.ts')], { stdio: ['pipe', 'pipe', 'inherit'] });
   const output: Buffer[] = [];
   child.stdout!.on('data', (chunk: Buffer) => output.push(chunk));
   const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));

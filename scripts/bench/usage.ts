@@ -489,7 +489,7 @@ select * from public.metering_increment('${hot.userId}', '${hot.agentId}', 'call
         path: `/me/usage/${p.agentId}/calls/increment`,
         headers: { 'content-type': 'application/json', authorization: `Bearer ${p.token}` },
       }));
-      const picks = Array.from({ length: SUBSCRIPTIONS }, (_, i) => ((i * 6151) % SUBSCRIPTIONS === 1 ? 2 : (i * 6151) % SUBSCRIPTIONS));
+      const picks = Array.from({ length: SUBSCRIPTIONS }, (_, i) => (i * 6151) % SUBSCRIPTIONS).map((pick) => (pick === 1 ? 2 : pick));
       for (const rate of OPEN_LOOP_RATES) {
         const batchesBefore = await batchHistogram(service.url);
         const cpu = startCpuSample(servicePid, databasePid);
