@@ -78,9 +78,16 @@ export function errors(...statuses: Array<400 | 401 | 402 | 403 | 404 | 409 | 41
   return out as RouteConfig['responses'];
 }
 
-/** A uuid path parameter (a malformed id is a 400, never a database error). */
+/**
+ * A uuid path parameter (a malformed id is a 400, never a database error), in lower case: PostgreSQL compares uuids
+ * in either case, but an id used as text must be the database's own spelling (a webhook secret is sealed to its
+ * endpoint's id; sealed to an upper-case path id, no delivery could open it).
+ */
 export const uuidParam = (name: string) =>
-  z.uuid({ message: `${name} must be a UUID` }).openapi({ param: { name, in: 'path' }, example: '0b8f3c1e-8a4e-4c55-9f27-3d1f0a6f2b10' });
+  z
+    .uuid({ message: `${name} must be a UUID` })
+    .overwrite((id) => id.toLowerCase())
+    .openapi({ param: { name, in: 'path' }, example: '0b8f3c1e-8a4e-4c55-9f27-3d1f0a6f2b10' });
 
 /**
  * OpenAPI `security` of a route, one definition each (the schemes are registered in app.ts): most routes take the

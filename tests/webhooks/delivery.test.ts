@@ -337,6 +337,22 @@ describe('delivery', () => {
     expect(header).toBe(new Webhook(fresh).sign(late.headers['webhook-id'] as string, sentAt, late.body));
   });
 
+  it('a rotation addressed with the ids in upper case signs with the new secret too', async () => {
+    // A UUID is the same id in either case; the secret is sealed to its endpoint's id, so before ids in the path were
+    // normalised, this rotation sealed it to the upper-case text and every later delivery failed to open it.
+    const agent = await agentWithTiers();
+    const hook = await receiver();
+    const endpoint = await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created']);
+    const path = `/admin/agents/${agent.agentId.toUpperCase()}/webhooks/${endpoint.id.toUpperCase()}/rotate-secret`;
+    const rotated = await t.http.post(path, { cookie: admin.cookie });
+    expect(rotated.status).toBe(200);
+    expect(rotated.body.data.id).toBe(endpoint.id);
+    hook.secrets = [rotated.body.data.secret as string];
+    await startFree(await signUp(t), agent.tierId);
+    expect(await drain(t)).toMatchObject({ delivered: 1 });
+    expect(hook.received.at(-1)!.error).toBeUndefined();
+  });
+
   it('a disabled endpoint gets no new deliveries; its pending ones go out once it is enabled again', async () => {
     const agent = await agentWithTiers();
     const hook = await receiver();
