@@ -2999,6 +2999,18 @@ export type Database = {
         Args: { "p_status": string };
         Returns: boolean;
       };
+      "subscription_predecessor": {
+        Args: {
+          "p_agent_id": string;
+          "p_subscription_id": string;
+          "p_user_id": string;
+        };
+        Returns: {
+          "anchor": string;
+          "free_cycle": boolean;
+          "id": string;
+        }[];
+      };
       "usage_writer": {
         Args: {
           "p_agent_id": string;

@@ -205,6 +205,8 @@ export const LEDGER_EVENTS = [
   'committed',
   'released',
   'expired',
+  // a counter carried into a new subscription from the user's previous one to the agent (migration 20261126000300)
+  'carried_over',
 ] as const;
 
 export const ledgerEntrySchema = z

@@ -335,6 +335,22 @@ export const mutations: Mutation[] = [
     replace: '      if ((hit.claims.exp ?? 0) * 1000 > now.getTime()) return hit.claims;',
     tests: ['tests/identity/bearer-rules.test.ts'],
   },
+  {
+    rule: 14,
+    name: 'a new subscription starts with fresh counters whatever the user used before',
+    file: 'supabase/migrations/20261126000300_usage_continues_across_subscriptions.sql',
+    find: '    where c.subscription_id = v_prev.id and c.used > 0',
+    replace: '    where false',
+    tests: ['tests/metering/usage-continues.test.ts'],
+  },
+  {
+    rule: 14,
+    name: 'a free subscription started again begins a cycle of its own',
+    file: 'supabase/migrations/20261126000300_usage_continues_across_subscriptions.sql',
+    find: '  if found and v_prev.free_cycle then',
+    replace: '  if false then',
+    tests: ['tests/metering/usage-continues.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

@@ -3323,7 +3323,7 @@ export interface components {
                 [key: string]: unknown;
             };
             /** @enum {string} */
-            event: "increment" | "increment_denied" | "decrement" | "addon_granted" | "addon_revoked" | "quota_changed" | "reserved" | "reserve_denied" | "committed" | "released" | "expired";
+            event: "increment" | "increment_denied" | "decrement" | "addon_granted" | "addon_revoked" | "quota_changed" | "reserved" | "reserve_denied" | "committed" | "released" | "expired" | "carried_over";
             /** Format: uuid */
             id: string;
             /** @description Effective quota after the event; null = unlimited */

@@ -1,0 +1,143 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startFreeSubscription } from '../../functions/billing/subscriptions.ts';
+import { first, rows, sql } from '../../functions/platform/db.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { insertUser, ledgerAgreesWithCounters, meter, meteredAgent, reqId, type MeteredAgent } from './support.ts';
+
+/**
+ * A user's usage of an agent continues across their subscriptions to it (migration 20261126000300). A free
+ * subscription ends at once when canceled, and counters belong to a subscription: before, a user who had used up a
+ * free tier cancelled it and started it again for fresh counters, as often as they liked.
+ */
+
+let t: TestApp;
+let admin: TestUser;
+beforeAll(async () => {
+  t = await startTestApp({ now: '2026-03-10T12:00:00.000Z' });
+  admin = await createAdmin(t);
+});
+afterAll(() => t.close());
+
+const checkout = (user: TestUser, tierId: string) => t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId } });
+const cancel = (user: TestUser, agentId: string) => t.http.post(`/me/subscriptions/${agentId}/cancel`, { cookie: user.cookie });
+const increment = (user: TestUser, a: MeteredAgent, slug: string, amount = 1) =>
+  meter(t, user, a.agentId, slug, 'increment', { clientReqId: reqId(), amount });
+const usage = async (user: TestUser, a: MeteredAgent) => {
+  const res = await t.http.get(`/me/usage/${a.agentId}`, { cookie: user.cookie });
+  expect(res.status).toBe(200);
+  return Object.fromEntries((res.body.data as Array<{ metric: string; used: number }>).map((m) => [m.metric, m.used]));
+};
+
+/** A user who has used up both quotas of a free tier: 3 calls this period, 2 sites for good. */
+async function usedUp(): Promise<{ user: TestUser; a: MeteredAgent; subscription: { id: string; currentPeriodStart: string } }> {
+  const user = await signUp(t);
+  const a = await meteredAgent(t.db, [
+    { slug: 'calls', kind: 'rolling', quota: 3 },
+    { slug: 'sites', kind: 'fixed', quota: 2 },
+  ]);
+  const started = await checkout(user, a.tierId);
+  expect(started.status).toBe(201);
+  expect((await increment(user, a, 'calls', 3)).status).toBe(200);
+  expect((await increment(user, a, 'sites', 2)).status).toBe(200);
+  expect((await increment(user, a, 'calls')).status).toBe(429);
+  return { user, a, subscription: started.body.data.subscription };
+}
+
+describe('a free subscription started again', () => {
+  it('attack: cancelling a used-up free tier and starting it again gives no fresh quota', async () => {
+    const { user, a, subscription } = await usedUp();
+    expect((await cancel(user, a.agentId)).body.data.status).toBe('canceled');
+    const again = await checkout(user, a.tierId);
+    expect(again.status).toBe(201);
+    const restarted = again.body.data.subscription;
+    expect(restarted.id).not.toBe(subscription.id);
+    // the same monthly cycle: the period it is in is the one the first subscription was in
+    expect(restarted.currentPeriodStart).toBe(subscription.currentPeriodStart);
+
+    const calls = await increment(user, a, 'calls');
+    expect(calls.status).toBe(429);
+    expect(calls.body.error.code).toBe('QUOTA_EXCEEDED');
+    expect((await increment(user, a, 'sites')).status).toBe(429);
+    expect(await usage(user, a)).toEqual({ calls: 3, sites: 2 });
+
+    // and a second round changes nothing either
+    await cancel(user, a.agentId);
+    expect((await checkout(user, a.tierId)).status).toBe(201);
+    expect((await increment(user, a, 'calls')).status).toBe(429);
+    expect(await usage(user, a)).toEqual({ calls: 3, sites: 2 });
+  });
+
+  it('the carried counters are in the new subscription\'s ledger, which still sums to them', async () => {
+    const { user, a, subscription } = await usedUp();
+    await cancel(user, a.agentId);
+    const restarted = (await checkout(user, a.tierId)).body.data.subscription;
+    expect(await ledgerAgreesWithCounters(t.db, restarted.id)).toEqual(
+      expect.arrayContaining([
+        { used: 3, sum: 3 },
+        { used: 2, sum: 2 },
+      ]),
+    );
+    const ledger = await t.http.get(`/admin/subscriptions/${restarted.id}/ledger`, { cookie: admin.cookie });
+    expect(ledger.status).toBe(200);
+    const carried = (ledger.body.data as Array<{ event: string; metric: string; delta: number; used: number }>)
+      .map((e) => ({ event: e.event, metric: e.metric, delta: e.delta, used: e.used }))
+      .sort((x, y) => x.metric.localeCompare(y.metric));
+    expect(carried).toEqual([
+      { event: 'carried_over', metric: 'calls', delta: 3, used: 3 },
+      { event: 'carried_over', metric: 'sites', delta: 2, used: 2 },
+    ]);
+    // the first subscription's history stays as it was
+    expect(await ledgerAgreesWithCounters(t.db, subscription.id)).toHaveLength(2);
+  });
+
+  it('the rolling metric starts afresh with the next period of the cycle; the fixed one never does', async () => {
+    t.clock.set('2026-03-10T12:00:00.000Z');
+    const { user, a, subscription } = await usedUp();
+    t.clock.set('2026-03-20T12:00:00.000Z');
+    await cancel(user, a.agentId);
+    t.clock.set('2026-04-15T12:00:00.000Z'); // the cycle's next period began on 2026-04-10 12:00
+    const restarted = (await checkout(user, a.tierId)).body.data.subscription;
+    expect([restarted.currentPeriodStart, restarted.currentPeriodEnd]).toEqual(['2026-04-10T12:00:00.000Z', '2026-05-10T12:00:00.000Z']);
+    expect(subscription.currentPeriodStart).toBe('2026-03-10T12:00:00.000Z');
+    expect((await increment(user, a, 'calls')).status).toBe(200);
+    expect((await increment(user, a, 'sites')).status).toBe(429);
+    expect(await usage(user, a)).toEqual({ calls: 1, sites: 2 });
+    t.clock.set('2026-03-10T12:00:00.000Z');
+  });
+
+  it('after a paid subscription, a free one keeps the fixed counters and starts its own cycle', async () => {
+    // The user paid for that period's usage: the free tier's rolling quota is theirs afresh; what they built stays.
+    const userId = await insertUser(t.db);
+    const a = await meteredAgent(t.db, [
+      { slug: 'calls', kind: 'rolling', quota: 3 },
+      { slug: 'sites', kind: 'fixed', quota: 2 },
+    ]);
+    const paid = await first<{ id: string }>(
+      t.db,
+      sql`insert into subscriptions (user_id, agent_id, tier_id, status, stripe_subscription_id, current_period_start,
+                                     current_period_end, created_at, updated_at)
+          values (${userId}, ${a.agentId}, ${a.tierId}, 'canceled', 'sub_paid_before', '2026-02-01T00:00:00Z',
+                  '2026-03-01T00:00:00Z', '2026-02-01T00:00:00Z', '2026-03-01T00:00:00Z')
+          returning id`,
+    );
+    await sql`insert into usage_counters (subscription_id, metric_id, period_start, used)
+              values (${paid!.id}, ${a.metrics.calls}, '2026-02-01T00:00:00Z', 3),
+                     (${paid!.id}, ${a.metrics.sites}, '-infinity', 2)`.execute(t.db);
+    const { subscription } = await startFreeSubscription(t.db, t.clock, { userId, tierId: a.tierId });
+    expect(subscription.currentPeriodStart).toBe('2026-03-10T12:00:00.000Z');
+    const counters = await rows<{ metric_id: string; period_start: Date | string; used: number }>(
+      t.db,
+      sql`select metric_id, period_start::text as period_start, used::int as used from usage_counters
+           where subscription_id = ${subscription.id} order by metric_id`,
+    );
+    expect(counters).toEqual([{ metric_id: a.metrics.sites, period_start: '-infinity', used: 2 }]);
+  });
+
+  it('a first subscription starts with nothing carried', async () => {
+    const user = await signUp(t);
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 3 }]);
+    expect((await checkout(user, a.tierId)).status).toBe(201);
+    expect(await usage(user, a)).toEqual({ calls: 0 });
+  });
+});
