@@ -108,15 +108,26 @@ async function claim(deps: WebhookDrainDeps, claimId: string, n: number): Promis
   const now = deps.clock.now();
   return rows<Claimed>(
     deps.database.db,
-    sql`with due as (
+    // Only each enabled endpoint's first pending delivery may go (per-endpoint order), so the claim reads exactly
+    // those: one index probe per endpoint. It used to walk every due delivery and drop those with an earlier pending
+    // one, so an endpoint that kept failing, behind which its agent could pile up any number of deliveries (holds
+    // left to expire are one event each), made every claim of every drain walk that whole backlog.
+    // Then the heads are locked (SKIP LOCKED: another drain has it) and checked again, still due and still first.
+    sql`with heads as (
+          select h.id
+          from public.webhook_endpoints e
+          cross join lateral (select d.id, d.next_attempt_at, d.event_seq from public.webhook_deliveries d
+                              where d.endpoint_id = e.id and d.status = 'pending'
+                              order by d.event_seq limit 1) h
+          where e.enabled and h.next_attempt_at <= ${now}
+          order by h.next_attempt_at, h.event_seq
+          limit ${n}
+        ), due as (
           select d.id
-          from public.webhook_deliveries d
-          join public.webhook_endpoints e on e.id = d.endpoint_id
-          where d.status = 'pending' and d.next_attempt_at <= ${now} and e.enabled
+          from public.webhook_deliveries d join heads on heads.id = d.id
+          where d.status = 'pending' and d.next_attempt_at <= ${now}
             and not exists (select 1 from public.webhook_deliveries p
                              where p.endpoint_id = d.endpoint_id and p.status = 'pending' and p.event_seq < d.event_seq)
-          order by d.next_attempt_at, d.event_seq
-          limit ${n}
           for update of d skip locked
         )
         update public.webhook_deliveries d

@@ -1,0 +1,99 @@
+import { createServer } from 'node:http';
+import { startPostgres } from '../postgres-server.ts';
+import { systemClock } from '../../functions/platform/clock.ts';
+import { openPostgres, sql } from '../../functions/platform/db.ts';
+import { createLogger } from '../../functions/platform/logger.ts';
+import { migrate } from '../../functions/platform/migrations.ts';
+import { drainWebhookOutbox } from '../../functions/webhooks/drain.ts';
+import { secretBox } from '../../functions/webhooks/endpoints.ts';
+import { newWebhookSecret } from '../../functions/webhooks/secrets.ts';
+import { BENCH_AUTH_SECRET, percentile } from './lib.ts';
+
+/**
+ * `npx tsx scripts/bench/webhook-backlog.ts [backlogs...]`: what one agent's failing webhook endpoint costs every
+ * other agent's deliveries. Agent A's endpoint is failing: its first delivery waits for its next retry and its
+ * backlog (deliveries that may not go before it, per-endpoint order) grows with every event A's own backend causes,
+ * e.g. reservations it lets expire. Agent B has one delivery due. For each backlog size, the time of a drain that
+ * sends B's delivery to a local receiver (the claim, the HTTP attempt, the outcome), median and max of 20 drains.
+ * Before the claim read one head per endpoint, every claim walked A's whole backlog. PostgreSQL 15, not durable
+ * (the claim's reads are measured, not commits). Figures are printed, never asserted.
+ */
+
+const backlogs = (process.argv.slice(2).length ? process.argv.slice(2) : ['0', '10000', '100000']).map(Number);
+const DRAINS = 20;
+
+async function main() {
+  const receiver = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => res.writeHead(204).end());
+  }).listen(0, '127.0.0.1');
+  await new Promise((r) => receiver.once('listening', r));
+  const receiverUrl = `http://127.0.0.1:${(receiver.address() as { port: number }).port}/hook`;
+  const server = await startPostgres();
+  const database = openPostgres(server.url, { max: 4 });
+  const db = database.db;
+  try {
+    await migrate(database);
+    const deps = { database, clock: systemClock, logger: createLogger({ level: 'error' }), config: { authSecret: BENCH_AUTH_SECRET } };
+    const endpoint = async (agentSlug: string) => {
+      const { rows } = await sql<{ agent_id: string; endpoint_id: string }>`
+        with a as (insert into agents (slug, name, status) values (${agentSlug}, ${agentSlug}, 'active') returning id)
+        insert into webhook_endpoints (id, agent_id, url, events, secret_encrypted, created_at, updated_at)
+        select gen_random_uuid(), a.id, ${receiverUrl}, array['reservation.expired'], 'sealed-below', now(), now() from a
+        returning agent_id, id as endpoint_id`.execute(db);
+      const { agent_id, endpoint_id } = rows[0]!;
+      const sealed = await secretBox(BENCH_AUTH_SECRET).seal(newWebhookSecret(), endpoint_id);
+      await sql`update webhook_endpoints set secret_encrypted = ${sealed} where id = ${endpoint_id}`.execute(db);
+      return { agentId: agent_id, endpointId: endpoint_id };
+    };
+    /** `n` pending deliveries to the endpoint, never attempted (next_attempt_at -infinity), in event order. */
+    const deliveries = async (to: { agentId: string; endpointId: string }, n: number) => {
+      await sql`
+        with ev as (
+          insert into webhook_events (agent_id, type, data, occurred_at)
+          select ${to.agentId}, 'reservation.expired', '{}'::jsonb, now() from generate_series(1, ${n})
+          returning id, seq)
+        insert into webhook_deliveries (id, endpoint_id, event_id, event_seq, created_at)
+        select public.webhook_delivery_id(now()), ${to.endpointId}, ev.id, ev.seq, now() from ev`.execute(db);
+    };
+
+    const failing = await endpoint('bench-failing');
+    const healthy = await endpoint('bench-healthy');
+    // A's head: attempted and failed, its retry not due for an hour; the rest of A's backlog waits behind it
+    await deliveries(failing, 1);
+    await sql`update webhook_deliveries set attempts = 5, first_attempt_at = now(), next_attempt_at = now() + interval '1 hour'
+              where endpoint_id = ${failing.endpointId}`.execute(db);
+    let backlog = 0;
+    console.log(`${DRAINS} drains per backlog, each sending agent B's one due delivery; agent A's endpoint failing\n`);
+    const table: Array<Record<string, number>> = [];
+    for (const size of backlogs.sort((a, b) => a - b)) {
+      await deliveries(failing, size - backlog);
+      backlog = size;
+      await sql`vacuum analyze webhook_deliveries`.execute(db);
+      const times: number[] = [];
+      for (let i = 0; i < DRAINS; i++) {
+        await deliveries(healthy, 1);
+        const started = performance.now();
+        const result = await drainWebhookOutbox(deps, { limit: 1 });
+        times.push(performance.now() - started);
+        if (result.delivered !== 1) throw new Error(`agent B's delivery was not delivered: ${JSON.stringify(result)}`);
+      }
+      times.sort((a, b) => a - b);
+      const row = { "agent A's backlog": size, 'drain p50 ms': round(percentile(times, 50)), 'drain max ms': round(times.at(-1)!) };
+      console.log(row);
+      table.push(row);
+    }
+    console.table(table);
+  } finally {
+    await database.close();
+    server.stop();
+    receiver.close();
+  }
+}
+
+const round = (n: number) => Math.round(n * 100) / 100;
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
