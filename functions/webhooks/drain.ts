@@ -57,7 +57,10 @@ export const DELIVERY_TIMEOUT_MS = 10_000;
 export const RETRY_WINDOW_MS = 24 * 60 * 60 * 1000;
 /** A claimed delivery is left alone by other drains this long (longer than an attempt can take). */
 const LEASE_MS = 60_000;
-const BATCH = 25;
+/** Attempts in flight at once in one drain. */
+const SLOTS = 25;
+/** Drains of the Node loop running at once (createWebhookWorker). */
+const MAX_DRAINS = 4;
 const FIRST_RETRY_MS = 10_000;
 const MAX_RETRY_MS = 2 * 60 * 60 * 1000;
 
@@ -91,16 +94,30 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
   const limit = Math.max(1, Math.min(options.limit ?? 100, 10_000));
   const timeoutMs = options.timeoutMs ?? DELIVERY_TIMEOUT_MS;
   const result: DrainResult = { attempted: 0, delivered: 0, retrying: 0, failed: 0 };
-  // Each round sends at most one delivery per endpoint (the earliest pending one); a delivered one lets the next
-  // delivery to that endpoint into the following round.
-  while (result.attempted < limit) {
+  // Up to SLOTS attempts at once: one claim takes what is due (one query when nothing is), and each slot then claims
+  // its next delivery as soon as its last one is done, until nothing is due. A receiver that takes its 10 s holds one
+  // slot, not the others: with rounds (claim a batch, wait for all of it), one slow receiver made every other
+  // endpoint wait for it, round after round. The claim gives each endpoint one delivery at a time, so a delivered one
+  // lets the next to that endpoint go, in order, in the same drain.
+  let claims = 0;
+  const claimOne = async () => {
+    if (claims >= limit) return undefined;
+    claims += 1;
     const claimId = crypto.randomUUID();
-    const claimed = await claim(deps, claimId, Math.min(BATCH, limit - result.attempted));
-    if (claimed.length === 0) break;
-    result.attempted += claimed.length;
-    const outcomes = await Promise.all(claimed.map((d) => attempt(deps, claimId, d, timeoutMs)));
-    for (const o of outcomes) result[o] += 1;
-  }
+    const [delivery] = await claim(deps, claimId, 1);
+    if (!delivery) claims -= 1;
+    return delivery && { claimId, delivery };
+  };
+  const slot = async (first: { claimId: string; delivery: Claimed }) => {
+    for (let next: typeof first | undefined = first; next; next = await claimOne()) {
+      result.attempted += 1;
+      result[await attempt(deps, next.claimId, next.delivery, timeoutMs)] += 1;
+    }
+  };
+  const claimId = crypto.randomUUID();
+  const firstClaimed = await claim(deps, claimId, Math.min(SLOTS, limit));
+  claims = firstClaimed.length;
+  await Promise.all(firstClaimed.map((delivery) => slot({ claimId, delivery })));
   return result;
 }
 
@@ -112,22 +129,23 @@ async function claim(deps: WebhookDrainDeps, claimId: string, n: number): Promis
     // those: one index probe per endpoint. It used to walk every due delivery and drop those with an earlier pending
     // one, so an endpoint that kept failing, behind which its agent could pile up any number of deliveries (holds
     // left to expire are one event each), made every claim of every drain walk that whole backlog.
-    // Then the heads are locked (SKIP LOCKED: another drain has it) and checked again, still due and still first.
+    // Then the first n heads no other claim holds are locked (SKIP LOCKED: claims running at once, in this drain's
+    // slots or in other drains, each take a different one) and checked again, still due and still first.
     sql`with heads as (
-          select h.id
+          select h.id, h.next_attempt_at, h.event_seq
           from public.webhook_endpoints e
           cross join lateral (select d.id, d.next_attempt_at, d.event_seq from public.webhook_deliveries d
                               where d.endpoint_id = e.id and d.status = 'pending'
                               order by d.event_seq limit 1) h
           where e.enabled and h.next_attempt_at <= ${now}
-          order by h.next_attempt_at, h.event_seq
-          limit ${n}
         ), due as (
           select d.id
           from public.webhook_deliveries d join heads on heads.id = d.id
           where d.status = 'pending' and d.next_attempt_at <= ${now}
             and not exists (select 1 from public.webhook_deliveries p
                              where p.endpoint_id = d.endpoint_id and p.status = 'pending' and p.event_seq < d.event_seq)
+          order by heads.next_attempt_at, heads.event_seq
+          limit ${n}
           for update of d skip locked
         )
         update public.webhook_deliveries d
@@ -263,13 +281,19 @@ async function readSnippet(res: Response, max: number): Promise<string> {
 export function createWebhookWorker(deps: WebhookDrainDeps, options: { pollMs?: number } = {}) {
   const pollMs = options.pollMs ?? 1000;
   let timer: ReturnType<typeof setInterval> | undefined;
-  let running: Promise<DrainResult> | undefined;
+  // Drains may overlap (every claim skips what another holds): a drain still waiting for a slow receiver does not keep
+  // the next tick from serving everyone else. At most MAX_DRAINS at once, so a run of slow receivers stays bounded.
+  const running = new Set<Promise<DrainResult>>();
 
   const drain = (): Promise<DrainResult> => {
-    running ??= drainWebhookOutbox(deps).finally(() => (running = undefined));
-    return running;
+    const started = drainWebhookOutbox(deps).finally(() => running.delete(started));
+    running.add(started);
+    return started;
   };
-  const tick = () => void drain().catch((err) => deps.logger.error('webhook delivery loop failed', { err }));
+  const tick = () => {
+    if (running.size >= MAX_DRAINS) return;
+    drain().catch((err) => deps.logger.error('webhook delivery loop failed', { err }));
+  };
 
   return {
     drain,
@@ -278,11 +302,12 @@ export function createWebhookWorker(deps: WebhookDrainDeps, options: { pollMs?: 
       timer = setInterval(tick, pollMs);
       (timer as { unref?: () => void }).unref?.();
     },
-    /** Stops the loop and waits (bounded) for a drain already running, so the database can be closed after it. */
+    /** Stops the loop and waits (bounded) for the drains already running, so the database can be closed after them. */
     async stop() {
       if (timer) clearInterval(timer);
       timer = undefined;
-      await Promise.race([running?.catch(() => {}), new Promise((r) => (setTimeout(r, 12_000) as { unref?: () => void }).unref?.())]);
+      const all = Promise.all([...running].map((d) => d.catch(() => {})));
+      await Promise.race([all, new Promise((r) => (setTimeout(r, 12_000) as { unref?: () => void }).unref?.())]);
     },
   };
 }

@@ -1,7 +1,7 @@
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../functions/platform/db.ts';
-import { RETRY_WINDOW_MS } from '../../functions/webhooks/drain.ts';
+import { createWebhookWorker, RETRY_WINDOW_MS } from '../../functions/webhooks/drain.ts';
 import { reqId, meteredAgent, meter, setQuota, type MeteredAgent } from '../metering/support.ts';
 import { getReservation, reserve } from '../metering/reservation-support.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
@@ -238,6 +238,50 @@ describe('delivery', () => {
     hook.mode = { status: 202 };
     await passBackoff(t, endpoint.id);
     expect(await drain(t)).toMatchObject({ delivered: 1 });
+  });
+
+  it('attack: a receiver that does not answer holds back only its own endpoint; the others go on in the same drain', async () => {
+    // An agent whose receiver answers just before the 10 s limit, every time, used to make every other endpoint wait
+    // for it: a drain sent a batch and waited for all of it before claiming the next.
+    const slowAgent = await agentWithTiers();
+    const fastAgent = await agentWithTiers();
+    const slow = await receiver();
+    const fast = await receiver();
+    await addEndpoint(t, admin, slowAgent.agentId, slow, ['subscription.created']);
+    await addEndpoint(t, admin, fastAgent.agentId, fast, ['subscription.created']);
+    slow.mode = 'hang';
+    await startFree(await signUp(t), slowAgent.tierId);
+    for (let i = 0; i < 3; i++) await startFree(await signUp(t), fastAgent.tierId); // three, sent one after another
+    const draining = drain(t, { timeoutMs: 8000 });
+    await slow.arrived(1);
+    await fast.arrived(3); // before, the second waited for the slow receiver's answer
+    expect(fast.accepted().map((p) => p.type)).toEqual(['subscription.created', 'subscription.created', 'subscription.created']);
+    slow.release();
+    expect(await draining).toMatchObject({ attempted: 4, delivered: 4 });
+  });
+
+  it('attack: the Node loop starts its next drain while one waits for a slow receiver', async () => {
+    const slowAgent = await agentWithTiers();
+    const fastAgent = await agentWithTiers();
+    const slow = await receiver();
+    const fast = await receiver();
+    const slowEndpoint = await addEndpoint(t, admin, slowAgent.agentId, slow, ['subscription.created']);
+    await addEndpoint(t, admin, fastAgent.agentId, fast, ['subscription.created']);
+    slow.mode = 'hang';
+    await startFree(await signUp(t), slowAgent.tierId);
+    const loop = createWebhookWorker(t.deps, { pollMs: 50 });
+    loop.start();
+    try {
+      await slow.arrived(1); // a drain of the loop now waits for it (up to 10 s)
+      await startFree(await signUp(t), fastAgent.tierId); // an event for another agent, after that drain began
+      await fast.arrived(1);
+      // delivered while the slow attempt is still open: before, the loop started no drain until that one ended
+      const [inFlight] = await deliveries(t, admin, slowAgent.agentId, slowEndpoint.id);
+      expect(inFlight).toMatchObject({ status: 'pending', lastError: null });
+    } finally {
+      slow.release();
+      await loop.stop();
+    }
   });
 
   it('counts only a 2xx: a redirect is not followed and is retried like any failure', async () => {
