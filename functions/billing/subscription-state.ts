@@ -25,13 +25,14 @@ export function localStatus(status: Stripe.Subscription.Status): LocalStatus {
     case 'trialing':
       return 'active';
     case 'past_due':
-    case 'unpaid':
+      // access while Stripe retries the payment
       return 'past_due';
     case 'canceled':
     case 'incomplete_expired':
       return 'canceled';
     default:
-      // incomplete (first payment not made) and paused (no payment method after a trial): no access.
+      // incomplete (first payment not made), paused (no payment method after a trial) and unpaid (every retry failed
+      // and the account leaves the subscription open): no access until it is paid, when Stripe makes it active again.
       return 'incomplete';
   }
 }

@@ -351,6 +351,14 @@ export const mutations: Mutation[] = [
     replace: '  if false then',
     tests: ['tests/metering/usage-continues.test.ts'],
   },
+  {
+    rule: 15,
+    name: 'a subscription Stripe left unpaid keeps access',
+    file: 'functions/billing/subscription-state.ts',
+    find: "    case 'past_due':\n      // access while Stripe retries the payment",
+    replace: "    case 'unpaid':\n    case 'past_due':\n      // access while Stripe retries the payment",
+    tests: ['tests/billing/webhook.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

@@ -163,6 +163,30 @@ describe('processing', () => {
     expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).body.data.status).toBe('active');
   });
 
+  it('attack: a subscription whose payment retries ran out (Stripe: unpaid) grants no access until it is paid', async () => {
+    // past_due grants access while Stripe retries the payment; once the retries are exhausted and the account leaves
+    // the subscription open as unpaid, keeping access would be paid features for nothing, with no end.
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
+    w.fake.setPaymentMode('fails');
+    try {
+      w.fake.advancePeriod(stripeSubscriptionId);
+    } finally {
+      w.fake.setPaymentMode('succeeds');
+    }
+    w.fake.retriesExhausted(stripeSubscriptionId);
+    await deliver(w, w.fake.takeEvents());
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).status).toBe(404);
+    const row = await first<{ status: string }>(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`);
+    expect(row!.status).toBe('incomplete');
+
+    w.fake.payInvoice(w.fake.subscriptions.get(stripeSubscriptionId)!.latest_invoice);
+    await deliver(w, w.fake.takeEvents());
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).body.data.status).toBe('active');
+  });
+
   it('handles every event type the contract lists (none answered "ignored"), records each, and converges on Stripe', async () => {
     // One subscription driven through everything that makes Stripe send the contract's events: a purchase, an
     // upgrade withdrawn (its invoice voided), an upgrade whose payment fails and then succeeds, a downgrade

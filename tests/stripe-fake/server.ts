@@ -217,10 +217,21 @@ export class StripeFake {
       if (sub.status === 'past_due') sub.status = 'active';
       this.#emit('customer.subscription.updated', sub);
       this.#emit('customer.subscription.pending_update_applied', sub);
-    } else if (sub.status === 'past_due') {
+    } else if (sub.status === 'past_due' || sub.status === 'unpaid') {
       sub.status = 'active';
       this.#emit('customer.subscription.updated', sub);
     }
+  }
+
+  /**
+   * Stripe's retries of a past_due subscription's invoice are exhausted, and the account's billing settings leave the
+   * subscription open as `unpaid` (the alternative setting cancels it). Paying the invoice later makes it active.
+   */
+  retriesExhausted(subscriptionId: string): void {
+    const sub = this.#get(this.subscriptions, subscriptionId, 'subscription');
+    if (sub.status !== 'past_due') throw new Error(`subscription ${subscriptionId} is ${sub.status}, not past_due`);
+    sub.status = 'unpaid';
+    this.#emit('customer.subscription.updated', sub);
   }
 
   /** A payment attempt on an open invoice fails. */
