@@ -1,0 +1,66 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, sql } from '../../functions/platform/db.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { insertUser, ledgerAgreesWithCounters, meteredAgent, subscribe } from './support.ts';
+
+/**
+ * Usage calls reach a counter slightly out of their time order (the group commit orders a batch by counter and
+ * clientReqId; instances' clocks differ a little). An increment just after a hold's expiry does not count the hold;
+ * a commit of that hold that arrived just before the expiry but runs after the increment must not add it as well
+ * (contract: an increment and a hold never both past the limit). Migration 20261126000400.
+ */
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp({ now: '2026-01-31T10:00:00.000Z' });
+});
+afterAll(() => t.close());
+
+describe('a hold committed after a later write left it out', () => {
+  it('attack: a commit that arrived just before the expiry, run after an increment just after it, adds nothing', async () => {
+    const userId = await insertUser(t.db);
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+    const sub = await subscribe(t, userId, a.tierId);
+    const hold = await first<{ outcome: string; reservation_id: string; expires_at: Date }>(
+      t.db,
+      sql`select * from public.metering_reserve(${userId}, ${a.agentId}, 'calls', 'hold-1', 10, 60, '2026-02-01T00:00:00Z')`,
+    );
+    expect(hold).toMatchObject({ outcome: 'ok' });
+    expect(hold!.expires_at.toISOString()).toBe('2026-02-01T00:01:00.000Z');
+
+    // 1 ms after the expiry: the hold no longer counts, so the increment takes the 10 units
+    const increment = await first<{ outcome: string; used: number }>(
+      t.db,
+      sql`select outcome, used::int as used from public.metering_increment(${userId}, ${a.agentId}, 'calls', 'inc-1', 10,
+                                                                           '2026-02-01T00:01:00.001Z')`,
+    );
+    expect(increment).toEqual({ outcome: 'ok', used: 10 });
+
+    // the commit arrived 1 ms before the expiry, and runs now
+    const commit = await first<{ outcome: string; status: string; used: number }>(
+      t.db,
+      sql`select outcome, status, used::int as used
+            from public.metering_settle_reservation(${userId}, ${a.agentId}, ${hold!.reservation_id}::uuid, 'commit', 10,
+                                                    '2026-02-01T00:00:59.999Z')`,
+    );
+    expect(commit).toEqual({ outcome: 'expired', status: 'expired', used: 10 });
+    expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 10, sum: 10 }]);
+  });
+
+  it('a commit before any later write still counts, up to the expiry', async () => {
+    const userId = await insertUser(t.db);
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+    await subscribe(t, userId, a.tierId);
+    const hold = await first<{ reservation_id: string }>(
+      t.db,
+      sql`select * from public.metering_reserve(${userId}, ${a.agentId}, 'calls', 'hold-1', 10, 60, '2026-02-01T00:00:00Z')`,
+    );
+    const commit = await first<{ outcome: string; status: string; used: number }>(
+      t.db,
+      sql`select outcome, status, used::int as used
+            from public.metering_settle_reservation(${userId}, ${a.agentId}, ${hold!.reservation_id}::uuid, 'commit', 4,
+                                                    '2026-02-01T00:00:59.999Z')`,
+    );
+    expect(commit).toEqual({ outcome: 'ok', status: 'committed', used: 4 });
+  });
+});
