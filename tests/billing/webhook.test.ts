@@ -143,7 +143,8 @@ describe('processing', () => {
     expect(await first(w.t.db, sql`select 1 as x from subscriptions where stripe_subscription_id = ${stripeSub.id}`)).toBeTruthy();
   });
 
-  it('marks a subscription past_due when a renewal fails (access kept) and active again once paid', async () => {
+  /** A user's paid subscription whose renewal payment has just failed at Stripe (its events not delivered yet). */
+  async function renewalFailed() {
     const agent = await activeAgent(w);
     const tier = await paidTier(w, agent.id);
     const user = await signUp(w.t);
@@ -154,6 +155,11 @@ describe('processing', () => {
     } finally {
       w.fake.setPaymentMode('succeeds');
     }
+    return { agent, user, stripeSubscriptionId };
+  }
+
+  it('marks a subscription past_due when a renewal fails (access kept) and active again once paid', async () => {
+    const { agent, user, stripeSubscriptionId } = await renewalFailed();
     await deliver(w, w.fake.takeEvents());
     const pastDue = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
     expect(pastDue.status).toBe(200);
@@ -166,16 +172,7 @@ describe('processing', () => {
   it('attack: a subscription whose payment retries ran out (Stripe: unpaid) grants no access until it is paid', async () => {
     // past_due grants access while Stripe retries the payment; once the retries are exhausted and the account leaves
     // the subscription open as unpaid, keeping access would be paid features for nothing, with no end.
-    const agent = await activeAgent(w);
-    const tier = await paidTier(w, agent.id);
-    const user = await signUp(w.t);
-    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
-    w.fake.setPaymentMode('fails');
-    try {
-      w.fake.advancePeriod(stripeSubscriptionId);
-    } finally {
-      w.fake.setPaymentMode('succeeds');
-    }
+    const { agent, user, stripeSubscriptionId } = await renewalFailed();
     w.fake.retriesExhausted(stripeSubscriptionId);
     await deliver(w, w.fake.takeEvents());
     expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).status).toBe(404);
