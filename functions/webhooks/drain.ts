@@ -99,24 +99,23 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
   // slot, not the others: with rounds (claim a batch, wait for all of it), one slow receiver made every other
   // endpoint wait for it, round after round. The claim gives each endpoint one delivery at a time, so a delivered one
   // lets the next to that endpoint go, in order, in the same drain.
-  let claims = 0;
+  // `attempted` counts a delivery from its claim on, so slots claiming at once stay within the limit.
   const claimOne = async () => {
-    if (claims >= limit) return undefined;
-    claims += 1;
+    if (result.attempted >= limit) return undefined;
+    result.attempted += 1;
     const claimId = crypto.randomUUID();
     const [delivery] = await claim(deps, claimId, 1);
-    if (!delivery) claims -= 1;
+    if (!delivery) result.attempted -= 1;
     return delivery && { claimId, delivery };
   };
   const slot = async (first: { claimId: string; delivery: Claimed }) => {
     for (let next: typeof first | undefined = first; next; next = await claimOne()) {
-      result.attempted += 1;
       result[await attempt(deps, next.claimId, next.delivery, timeoutMs)] += 1;
     }
   };
   const claimId = crypto.randomUUID();
   const firstClaimed = await claim(deps, claimId, Math.min(SLOTS, limit));
-  claims = firstClaimed.length;
+  result.attempted = firstClaimed.length;
   await Promise.all(firstClaimed.map((delivery) => slot({ claimId, delivery })));
   return result;
 }
@@ -283,20 +282,17 @@ export function createWebhookWorker(deps: WebhookDrainDeps, options: { pollMs?: 
   let timer: ReturnType<typeof setInterval> | undefined;
   // Drains may overlap (every claim skips what another holds): a drain still waiting for a slow receiver does not keep
   // the next tick from serving everyone else. At most MAX_DRAINS at once, so a run of slow receivers stays bounded.
-  const running = new Set<Promise<DrainResult>>();
+  const running = new Set<Promise<unknown>>();
 
-  const drain = (): Promise<DrainResult> => {
-    const started = drainWebhookOutbox(deps).finally(() => running.delete(started));
-    running.add(started);
-    return started;
-  };
   const tick = () => {
     if (running.size >= MAX_DRAINS) return;
-    drain().catch((err) => deps.logger.error('webhook delivery loop failed', { err }));
+    const started = drainWebhookOutbox(deps)
+      .catch((err) => deps.logger.error('webhook delivery loop failed', { err }))
+      .finally(() => running.delete(started));
+    running.add(started);
   };
 
   return {
-    drain,
     start() {
       if (timer) return;
       timer = setInterval(tick, pollMs);
@@ -306,8 +302,7 @@ export function createWebhookWorker(deps: WebhookDrainDeps, options: { pollMs?: 
     async stop() {
       if (timer) clearInterval(timer);
       timer = undefined;
-      const all = Promise.all([...running].map((d) => d.catch(() => {})));
-      await Promise.race([all, new Promise((r) => (setTimeout(r, 12_000) as { unref?: () => void }).unref?.())]);
+      await Promise.race([Promise.all(running), new Promise((r) => (setTimeout(r, 12_000) as { unref?: () => void }).unref?.())]);
     },
   };
 }
