@@ -5,8 +5,8 @@ import { openPostgres, sql } from '../../functions/platform/db.ts';
 import { createLogger } from '../../functions/platform/logger.ts';
 import { migrate } from '../../functions/platform/migrations.ts';
 import { drainWebhookOutbox } from '../../functions/webhooks/drain.ts';
-import { secretBox } from '../../functions/webhooks/endpoints.ts';
-import { newWebhookSecret } from '../../functions/webhooks/secrets.ts';
+import { createWebhook } from '../../functions/webhooks/endpoints.ts';
+import type { Config } from '../../functions/platform/config.ts';
 import { BENCH_AUTH_SECRET, percentile } from './lib.ts';
 
 /**
@@ -34,17 +34,15 @@ async function main() {
   const db = database.db;
   try {
     await migrate(database);
+    // (createWebhook and the drain read only authSecret of the config)
     const deps = { database, clock: systemClock, logger: createLogger({ level: 'error' }), config: { authSecret: BENCH_AUTH_SECRET } };
+    // through the service's own createWebhook (the secret sealed to the endpoint's id, as the drain opens it)
     const endpoint = async (agentSlug: string) => {
-      const { rows } = await sql<{ agent_id: string; endpoint_id: string }>`
-        with a as (insert into agents (slug, name, status) values (${agentSlug}, ${agentSlug}, 'active') returning id)
-        insert into webhook_endpoints (id, agent_id, url, events, secret_encrypted, created_at, updated_at)
-        select gen_random_uuid(), a.id, ${receiverUrl}, array['reservation.expired'], 'sealed-below', now(), now() from a
-        returning agent_id, id as endpoint_id`.execute(db);
-      const { agent_id, endpoint_id } = rows[0]!;
-      const sealed = await secretBox(BENCH_AUTH_SECRET).seal(newWebhookSecret(), endpoint_id);
-      await sql`update webhook_endpoints set secret_encrypted = ${sealed} where id = ${endpoint_id}`.execute(db);
-      return { agentId: agent_id, endpointId: endpoint_id };
+      const { rows } = await sql<{ id: string }>`
+        insert into agents (slug, name, status) values (${agentSlug}, ${agentSlug}, 'active') returning id`.execute(db);
+      const agentId = rows[0]!.id;
+      const created = await createWebhook({ ...deps, config: deps.config as Config }, agentId, { url: receiverUrl, events: ['reservation.expired'] });
+      return { agentId, endpointId: created.id };
     };
     /** `n` pending deliveries to the endpoint, never attempted (next_attempt_at -infinity), in event order. */
     const deliveries = async (to: { agentId: string; endpointId: string }, n: number) => {
