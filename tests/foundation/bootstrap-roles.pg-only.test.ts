@@ -1,7 +1,7 @@
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findPostgresBin, startPostgres, type PostgresServer } from '../../scripts/postgres-server.ts';
-import { openPostgres, rows, sql, type Database } from '../../functions/platform/db.ts';
+import { openPostgres, rows, sql } from '../../functions/platform/db.ts';
 import { loadMigrations, migrate } from '../../functions/platform/migrations.ts';
 import { eventually, statementsWaitingForLock, withDatabase } from '../support/databases.ts';
 
@@ -30,46 +30,33 @@ afterAll(() => server?.stop());
 
 describe('services starting at once on two databases of one new cluster', () => {
   it('the later start waits for the earlier one to create a role, then starts without creating it again', async () => {
-    // The first service is mid-start: its bootstrap has created the role `anon` and not committed yet.
-    const first = postgres(withDatabase(server.url, 'first_marketplace'), { max: 1, onnotice: () => {} });
-    const firstStart = await first.reserve();
-    let second: Database | undefined;
+    const first = openPostgres(withDatabase(server.url, 'first_marketplace'), { max: 2 });
+    const second = openPostgres(withDatabase(server.url, 'second_marketplace'), { max: 3 });
     try {
-      await firstStart`begin`;
-      await firstStart`create role anon nologin noinherit`;
-
-      second = openPostgres(withDatabase(server.url, 'second_marketplace'), { max: 2 });
-      const secondStart = migrate(second);
-      secondStart.catch(() => {}); // awaited below; no unhandled rejection while the first start is held
-      const watcher = openPostgres(withDatabase(server.url, 'second_marketplace'), { max: 1 });
-      try {
+      let secondStart: Promise<string[]> | undefined;
+      // The first service is mid-start: its bootstrap has created the role `anon` and not committed yet.
+      await first.db.transaction().execute(async (firstStart) => {
+        await sql`create role anon nologin noinherit`.execute(firstStart);
+        secondStart = migrate(second);
+        secondStart.catch(() => {}); // awaited below; no unhandled rejection while the first start is held
         // (the bootstrap script is one statement, shown by its first 1,024 characters: the runner's turn)
-        await eventually('the second start waits for the first one\'s role', async () => (await statementsWaitingForLock(watcher.db, '%supabase_migrations%')) > 0);
-      } finally {
-        await watcher.close();
-      }
-      await firstStart`commit`;
+        await eventually('the second start waits for the first one\'s role', async () => (await statementsWaitingForLock(second.db, '%supabase_migrations%')) > 0);
+      }); // commits
 
       // Before the fix the second start failed here: 23505 on pg_authid_rolname_index, and the service crashed.
-      const applied = await secondStart;
+      const applied = await secondStart!;
       expect(applied).toEqual((await loadMigrations()).map((m) => m.version));
       const roles = await rows<{ rolname: string }>(
         second.db,
         sql`select rolname from pg_roles where rolname in ('anon', 'authenticated', 'service_role') order by rolname`,
       );
       expect(roles.map((r) => r.rolname)).toEqual(['anon', 'authenticated', 'service_role']);
-    } finally {
-      firstStart.release();
-      await first.end();
-      await second?.close();
-    }
 
-    // and the first service's own start, which finds every role there, completes too
-    const firstService = openPostgres(withDatabase(server.url, 'first_marketplace'), { max: 2 });
-    try {
-      expect(await migrate(firstService)).toHaveLength((await loadMigrations()).length);
+      // and the first service's own start, which finds every role there, completes too
+      expect(await migrate(first)).toHaveLength((await loadMigrations()).length);
     } finally {
-      await firstService.close();
+      await first.close();
+      await second.close();
     }
   }, 120_000);
 });

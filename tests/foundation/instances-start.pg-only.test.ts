@@ -1,4 +1,3 @@
-import postgres from 'postgres';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
@@ -64,21 +63,14 @@ describe('the signing key when instances start together', () => {
     // Force the race: the key table takes no writes until all three instances wait for a lock, so each has looked
     // for a key before any key exists. Without the turn each then writes its own (three keys); with it, two wait for
     // the turn and then find the first one's key.
-    const holder = postgres(db.url!, { max: 1, onnotice: () => {} });
-    const held = await holder.reserve();
     let starting: ReturnType<typeof startThree> | undefined;
-    try {
-      await held`begin`;
-      await held`lock table jwks in exclusive mode`; // reads go on; inserts wait
+    await db.database.db.transaction().execute(async (trx) => {
+      await sql`lock table jwks in exclusive mode`.execute(trx); // reads go on; inserts wait
       starting = startThree();
       starting.catch(() => {}); // awaited below
       await eventually('all three instances wait for a lock', async () => (await statementsWaitingForLock(db.database.db, '%')) === 3);
-      await held`commit`;
-    } finally {
-      held.release();
-      await holder.end();
-    }
-    const { apps, stop } = await starting;
+    }); // commits: the inserts go on
+    const { apps, stop } = await starting!;
     try {
       const sets = await Promise.all(apps.map((app) => app.http.get('/api/auth/jwks')));
       const keys = await first<{ n: number }>(db.database.db, sql`select count(*)::int as n from jwks`);

@@ -3,7 +3,7 @@ import { startFreeSubscription } from '../../functions/billing/subscriptions.ts'
 import { first, rows, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
-import { insertUser, ledgerAgreesWithCounters, meter, meteredAgent, reqId, type MeteredAgent } from './support.ts';
+import { insertUser, ledgerAgreesWithCounters, meter, meteredAgent, reqId, usagePath, type MeteredAgent } from './support.ts';
 
 /**
  * A user's usage of an agent continues across their subscriptions to it (migration 20261126000300). A free
@@ -24,7 +24,7 @@ const cancel = (user: TestUser, agentId: string) => t.http.post(`/me/subscriptio
 const increment = (user: TestUser, a: MeteredAgent, slug: string, amount = 1) =>
   meter(t, user, a.agentId, slug, 'increment', { clientReqId: reqId(), amount });
 const usage = async (user: TestUser, a: MeteredAgent) => {
-  const res = await t.http.get(`/me/usage/${a.agentId}`, { cookie: user.cookie });
+  const res = await t.http.get(usagePath(a.agentId), { cookie: user.cookie });
   expect(res.status).toBe(200);
   return Object.fromEntries((res.body.data as Array<{ metric: string; used: number }>).map((m) => [m.metric, m.used]));
 };
