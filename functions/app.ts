@@ -6,7 +6,7 @@ import { ApiError, errorStatus, type ErrorCode } from './http/errors.ts';
 import { newRouter } from './http/router.ts';
 import { agentBoundary } from './http/access.ts';
 import { loggedUrl, requestContext } from './http/request-context.ts';
-import { rejectNulCharacters } from './http/nul-guard.ts';
+import { rejectUnstorableText } from './http/text-guard.ts';
 import { limitBodySize } from './http/body-limit.ts';
 import { docsRoutes } from './http/docs.ts';
 import { openApiDocument } from './openapi-document.ts';
@@ -41,7 +41,7 @@ export function createApp(deps: AppDeps) {
       c.json(failure('PAYLOAD_TOO_LARGE', 'The request body is larger than 1 MiB', { maxBytes: MAX_BODY_BYTES }), 413),
     ),
   );
-  app.use('*', rejectNulCharacters());
+  app.use('*', rejectUnstorableText());
   // Every path that names an agent: a bearer token acts only within its own agent (403 otherwise).
   for (const path of [
     '/agents/:agentId',

@@ -94,8 +94,10 @@ export function parseInstant(text: string, name: 'from' | 'to'): Date | undefine
   const zone = m[8]!;
   if (zone !== 'Z' && (Number(zone.slice(1, 3)) > 23 || Number(zone.slice(4, 6)) > 59)) return undefined;
   const parsed = new Date(text);
+  // An offset can carry 9999-12-31 into year 10000, which JavaScript writes as +010000 and PostgreSQL refuses.
+  if (Number.isNaN(parsed.getTime()) || parsed.getUTCFullYear() > 9999) return undefined;
   // timestamptz(3): keep whole milliseconds so a bound compares exactly like the stored timestamps.
-  return Number.isNaN(parsed.getTime()) ? undefined : parsed;
+  return parsed;
 }
 
 export interface AnalyticsWindow {

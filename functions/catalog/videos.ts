@@ -19,6 +19,15 @@ function invalidUrl(message: string): ApiError {
   return new ApiError('VALIDATION_ERROR', message, { issues: [{ path: 'url', message }] });
 }
 
+/** The URL's last path segment, percent-decoded; a malformed %-escape (`%zz`) is a 400 like any malformed URL. */
+function fileName(url: URL): string {
+  try {
+    return decodeURIComponent(url.pathname.split('/').pop() ?? '');
+  } catch {
+    throw invalidUrl('url must be an absolute http(s) URL (it has a malformed %-escape)');
+  }
+}
+
 /** Returns the normalized URL or throws 400 naming the reason. */
 export function checkVideoUrl(raw: string): string {
   let url: URL;
@@ -29,7 +38,7 @@ export function checkVideoUrl(raw: string): string {
   }
   if (url.protocol !== 'https:' && url.protocol !== 'http:') throw invalidUrl('url must be an absolute http(s) URL');
   if (url.username || url.password) throw invalidUrl('url must not carry credentials');
-  const file = decodeURIComponent(url.pathname.split('/').pop() ?? '').toLowerCase();
+  const file = fileName(url).toLowerCase();
   const ext = file.includes('.') ? file.slice(file.lastIndexOf('.') + 1) : '';
   if (MANIFEST_EXTENSIONS.includes(ext) || /mpegurl|\.m3u8/i.test(url.search)) {
     throw invalidUrl('Streaming manifests (HLS .m3u8, DASH .mpd) are not supported: register a plain video file');

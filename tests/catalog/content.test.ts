@@ -128,6 +128,7 @@ describe('videos', () => {
     ['a page', 'https://youtube.com/watch?v=abc'],
     ['not a URL', 'demo.mp4'],
     ['another scheme', 'ftp://cdn.example.com/demo.mp4'],
+    ['a malformed %-escape in the file name', 'https://cdn.example.com/v/%zz.mp4'],
   ])('refuses %s with 400 and stores nothing', async (_name, url) => {
     const agent = await createAgent(t, admin);
     const res = await t.http.post(`/agents/${agent.id}/videos`, { cookie: admin.cookie, json: { url } });
@@ -183,6 +184,12 @@ describe('uploads (local storage, the default without S3)', () => {
       body: bytes,
     });
     expect(sneakyPut.status).toBe(404);
+    // A malformed %-escape names no file (it threw in the decoder: 500).
+    for (const path of ['/files/%', `/files/agents/${agent.id}/video/%E0%A4%A.mp4`]) {
+      expect((await fetch(`${t.baseUrl}${path}`)).status, path).toBe(404);
+      const put = await fetch(`${t.baseUrl}${path}?${upload.uploadUrl.split('?')[1]}`, { method: 'PUT', headers: { 'content-type': 'video/mp4' }, body: bytes });
+      expect(put.status, path).toBe(404);
+    }
 
     const video = await t.http.post(`/agents/${agent.id}/videos`, { cookie: admin.cookie, json: { url: upload.publicUrl } });
     expect(video.status).toBe(201);

@@ -5,6 +5,8 @@ import { ok } from '../../functions/http/envelope.ts';
 import { ApiError, errorStatus, type ErrorCode } from '../../functions/http/errors.ts';
 import { jsonBody, jsonResponse, newRouter, uuidParam } from '../../functions/http/router.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { createAdmin, signUp } from '../support/users.ts';
+import type { RawBuilder } from 'kysely';
 import { sql } from '../../functions/platform/db.ts';
 
 /**
@@ -403,3 +405,63 @@ describe('NUL characters (PostgreSQL text cannot hold them)', () => {
     expect(res.status).toBe(401);
   });
 });
+
+describe('lone UTF-16 surrogates in a JSON body (not Unicode: jsonb and the auth library refuse them)', () => {
+  let app: TestApp;
+  const LONE = 'ok\ud800x';
+  const count = async (query: RawBuilder<{ n: number }>) => (await query.execute(app.db)).rows[0]!.n;
+  beforeAll(async () => {
+    app = await startTestApp();
+  });
+  afterAll(() => app.close());
+
+  it('refuses one on our routes with 400 VALIDATION_ERROR and stores nothing, into jsonb or text', async () => {
+    const admin = await createAdmin(app);
+    const asAdmin = { cookie: admin.cookie, headers: { origin: app.baseUrl } };
+    const agent = await app.http.post('/agents', {
+      ...asAdmin,
+      json: { slug: 'lone-tags', name: 'Lone', description: 'd', redirectUris: ['http://127.0.0.1:9/callback'], tags: [LONE] },
+    });
+    expect(agent.status, agent.text).toBe(400);
+    expect(agent.body.error.code).toBe('VALIDATION_ERROR');
+    expect(agent.body.error.message).toBe('Text must be well-formed Unicode');
+    expect(await count(sql`select count(*)::int as n from public.agents where slug = 'lone-tags'`)).toBe(0);
+    // A text column took it as U+FFFD before: refused alike, so one value never means two things.
+    const tag = await app.http.post('/tags', { ...asAdmin, json: { name: LONE } });
+    expect(tag.status, tag.text).toBe(400);
+    // As a key, and the low half alone.
+    const key = await app.http.post('/tags', { ...asAdmin, json: { name: 'fine', ['\udc00']: 1 } });
+    expect(key.status, key.text).toBe(400);
+    expect(await count(sql`select count(*)::int as n from public.tags`)).toBe(0);
+  });
+
+  it('refuses one under /api/auth before the library runs: no account, and a known and an unknown address answer alike', async () => {
+    await signUp(app, { email: 'known@example.com' });
+    const signUpFresh = await app.http.post('/api/auth/sign-up/email', {
+      json: { email: 'fresh@example.com', password: 'a-long-password-1', name: 'Fresh', callbackURL: '/x\ud800' },
+    });
+    expect(signUpFresh.status, signUpFresh.text).toBe(400);
+    expect(signUpFresh.body.error.code).toBe('VALIDATION_ERROR');
+    expect(await count(sql`select count(*)::int as n from "user" where email = 'fresh@example.com'`)).toBe(0);
+    for (const path of ['/api/auth/request-password-reset', '/api/auth/send-verification-email']) {
+      const answers = [];
+      for (const email of ['known@example.com', 'nobody@example.com']) {
+        const res = await app.http.post(path, { json: { email, redirectTo: '/x\ud800', callbackURL: '/x\ud800' } });
+        answers.push(res.status);
+      }
+      expect(answers, path).toEqual([400, 400]);
+    }
+  });
+
+  it('accepts a surrogate pair (an emoji written as escapes) and an escaped backslash before ud800', async () => {
+    const admin = await createAdmin(app, { email: 'pair-admin@example.com' });
+    const post = (body: string) => app.http.post('/tags', { cookie: admin.cookie, headers: { 'content-type': 'application/json' }, body });
+    const pair = await post('{"name":"rocket \\ud83d\\ude80"}');
+    expect(pair.status, pair.text).toBe(201);
+    expect(pair.body.data.name).toBe('rocket \u{1f680}');
+    const literal = await post('{"name":"literal \\\\ud800"}');
+    expect(literal.status, literal.text).toBe(201);
+    expect(literal.body.data.name).toBe('literal \\ud800');
+  });
+});
+

@@ -17,8 +17,8 @@ export function localFileRoutes(objectStorage: ObjectStorage | undefined, files:
 
   router.put('/files/*', async (c) => {
     // Authorized by the signature in the query (issued to an admin by createUpload), not by a session.
-    const key = decodeURIComponent(c.req.path.slice('/files/'.length));
-    if (!STORAGE_KEY_PATTERN.test(key)) return c.json(failure('NOT_FOUND', 'No such upload location'), 404);
+    const key = storageKeyOf(c.req.path);
+    if (key === undefined) return c.json(failure('NOT_FOUND', 'No such upload location'), 404);
     const contentType = (c.req.header('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
     const verdict = await storage.verifyUpload(key, contentType, c.req.query(), c.var.deps.clock.now());
     if (!verdict.ok) {
@@ -48,9 +48,9 @@ export function localFileRoutes(objectStorage: ObjectStorage | undefined, files:
   router.get('/files/*', async (c) => {
     // Public: uploaded media are published assets of the catalog (like a public bucket). Byte ranges are
     // honoured because browsers (Safari in particular) stream <video> with Range requests.
-    const key = decodeURIComponent(c.req.path.slice('/files/'.length));
-    const size = STORAGE_KEY_PATTERN.test(key) ? await files.size(key) : undefined;
-    if (size === undefined) return c.json(failure('NOT_FOUND', 'No such file'), 404);
+    const key = storageKeyOf(c.req.path);
+    const size = key === undefined ? undefined : await files.size(key);
+    if (key === undefined || size === undefined) return c.json(failure('NOT_FOUND', 'No such file'), 404);
     const headers: Record<string, string> = {
       'content-type': contentTypeOfKey(key),
       'accept-ranges': 'bytes',
@@ -94,4 +94,15 @@ export function parseRange(header: string | undefined, size: number): { start: n
   }
   if (start >= size || start > end) return 'unsatisfiable';
   return { start, end };
+}
+
+/** The storage key a /files/ path names, or undefined when it names none (a malformed %-escape included). */
+function storageKeyOf(path: string): string | undefined {
+  let key: string;
+  try {
+    key = decodeURIComponent(path.slice('/files/'.length));
+  } catch {
+    return undefined;
+  }
+  return STORAGE_KEY_PATTERN.test(key) ? key : undefined;
 }

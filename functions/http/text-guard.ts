@@ -1,0 +1,82 @@
+import type { MiddlewareHandler } from 'hono';
+import type { AppEnv } from '../platform/app-types.ts';
+import { basicCredentials } from './basic-credentials.ts';
+import { ApiError } from './errors.ts';
+import { hasBody } from './body-limit.ts';
+
+/**
+ * Text that PostgreSQL cannot hold is refused here, once for every route (ours and the auth library's), as a 400
+ * before any handler runs, so that no such value reaches a statement and surfaces as a 500:
+ *
+ * - A NUL character (text cannot hold one): `%00` anywhere in the URL, a `\u0000` escape in a JSON body, `%00` in a
+ *   form body, or a NUL in the client credentials of an `Authorization: Basic` header (the OAuth endpoints look the
+ *   client up by the id decoded from it).
+ * - A lone UTF-16 surrogate in a JSON body (`"\ud800"`, a high surrogate without its low half or the reverse). It is
+ *   valid JSON and passes every string rule, but it is not Unicode: written to a text column the driver turns it
+ *   into U+FFFD, written into jsonb (`JSON.stringify(x)::jsonb`, tags, steps, redirect URIs, notes) it is escaped
+ *   again and PostgreSQL's jsonb parser refuses it, and the auth library's `encodeURIComponent` of a callback URL
+ *   throws on it (a 500 there also told an anonymous caller which emails have accounts). Raw bytes cannot carry
+ *   one (invalid UTF-8 decodes to U+FFFD), so only the `\uD800`-`\uDFFF` escapes of a JSON body need a look.
+ */
+const jsonNul = /(^|[^\\])(\\\\)*\\u0000/;
+const jsonSurrogateEscape = /(^|[^\\])(\\\\)*\\u[dD][89a-fA-F]/;
+const encodedNul = /%00/;
+
+export function rejectUnstorableText(): MiddlewareHandler<AppEnv> {
+  return async (c, next) => {
+    if (encodedNul.test(c.req.url)) throw nulError('url');
+    if (basicCredentialsHoldNul(c.req.header('authorization'))) throw nulError('authorization');
+    const type = c.req.header('content-type') ?? '';
+    const isJson = /^application\/([\w.+-]+\+)?json\b/i.test(type);
+    const isForm = /^application\/x-www-form-urlencoded\b/i.test(type);
+    if ((isJson || isForm) && hasBody(c)) {
+      // Read through Hono's body cache, so the validator's c.req.json() parses this same text and the body is read
+      // once. The auth library reads the raw request itself, so under /api/auth a copy is read instead.
+      const text = c.req.path.startsWith('/api/auth/') ? await c.req.raw.clone().text() : await c.req.text();
+      if ((isJson && jsonNul.test(text)) || (isForm && encodedNul.test(text))) throw nulError('body');
+      if (isJson && jsonSurrogateEscape.test(text) && holdsLoneSurrogate(text)) throw loneSurrogateError();
+    }
+    await next();
+  };
+}
+
+/** Decoded as the auth library decodes them (a value it cannot decode it refuses itself, as invalid_client). */
+function basicCredentialsHoldNul(authorization: string | undefined): boolean {
+  const credentials = authorization ? basicCredentials(authorization) : undefined;
+  return credentials !== undefined && (credentials.clientId.includes('\0') || credentials.clientSecret.includes('\0'));
+}
+
+/** Whether any string (value or key) of the JSON text is not well-formed UTF-16. Invalid JSON is the parser's 400. */
+function holdsLoneSurrogate(text: string): boolean {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return false;
+  }
+  const pending = [value];
+  while (pending.length > 0) {
+    const item = pending.pop();
+    if (typeof item === 'string') {
+      if (!item.isWellFormed()) return true;
+    } else if (item !== null && typeof item === 'object') {
+      for (const [key, inner] of Object.entries(item)) {
+        if (!key.isWellFormed()) return true;
+        pending.push(inner);
+      }
+    }
+  }
+  return false;
+}
+
+function nulError(where: 'url' | 'body' | 'authorization') {
+  return new ApiError('VALIDATION_ERROR', 'Text must not contain NUL characters', {
+    issues: [{ path: where, message: 'must not contain NUL (\\u0000) characters' }],
+  });
+}
+
+function loneSurrogateError() {
+  return new ApiError('VALIDATION_ERROR', 'Text must be well-formed Unicode', {
+    issues: [{ path: 'body', message: 'must not contain a lone UTF-16 surrogate (\\uD800-\\uDFFF without its pair)' }],
+  });
+}
