@@ -337,6 +337,37 @@ describe('expiry', () => {
     expect((await ledgerEvents(t.db, sub.id)).filter((e) => e.event === 'expired')).toHaveLength(2);
   });
 
+  it('attack: a reserve settles at most 100 of its counter\'s expired holds, so letting thousands expire stalls no batch', async () => {
+    // Settling ran inside the group commit's transaction under the counter's lock, each ledger row summing the
+    // counter's holds again: N holds let expire together cost N * N (6 s at 8,000), a stall for every agent's calls
+    // in that batch (scripts/bench/expired-holds.ts measures it). Now at most 100 per reserve, the rest later.
+    const a = await meteredAgent(t.db, [{ slug: 'jobs', kind: 'fixed', quota: null }]);
+    const u = await signUp(t);
+    const sub = await subscribe(t, u.userId, a.tierId);
+    const now = t.clock.now();
+    await sql`insert into usage_reservations (subscription_id, metric_id, counter_key, period_start, client_req_id, amount,
+                                              ttl_seconds, status, expires_at, created_at)
+              select ${sub.id}, ${a.metrics.jobs}, '-infinity', ${now}, 'old-' || i, 1, 60, 'held',
+                     ${new Date(now.getTime() - 1_000)}, ${new Date(now.getTime() - 61_000)}
+              from generate_series(1, 150) i`.execute(t.db);
+    const live = await reserve(t, u, a.agentId, 'jobs', { clientReqId: reqId(), amount: 2 });
+    expect(live.status).toBe(201);
+    expect(live.body.data.usage).toMatchObject({ used: 0, reserved: 2 });
+    const statuses = async () => {
+      const { rows } = await sql<{ status: string; n: number }>`
+        select status, count(*)::int as n from usage_reservations where subscription_id = ${sub.id} group by status order by status`.execute(t.db);
+      return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+    };
+    expect(await statuses()).toEqual({ expired: 100, held: 51 });
+    // each expired row of the ledger records the live holds of its counter then: none (the new hold came after)
+    const expiredRows = await sql<{ reserved: number }>`
+      select reserved::int as reserved from quota_ledger where subscription_id = ${sub.id} and event = 'expired'`.execute(t.db);
+    expect(expiredRows.rows.map((r) => r.reserved)).toEqual(Array(100).fill(0));
+    // the next reserve, or the scheduler's sweep, settles the rest
+    await first(t.db, sql`select public.metering_expire_reservations(${t.clock.now()}, 1000)`);
+    expect(await statuses()).toEqual({ expired: 150, held: 1 });
+  });
+
   it('public.metering_expire_reservations settles expired holds for a scheduler, once each', async () => {
     const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 100 }]);
     const u = await signUp(t);
