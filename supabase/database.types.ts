@@ -1576,6 +1576,7 @@ export type Database = {
           "created_at": string;
           "current_period_end": string;
           "current_period_start": string;
+          "granted_access": boolean;
           "id": string;
           "pending_change_kind": string | null;
           "pending_invoice_id": string | null;
@@ -1598,6 +1599,7 @@ export type Database = {
           "created_at"?: string;
           "current_period_end": string;
           "current_period_start": string;
+          "granted_access"?: boolean;
           "id"?: string;
           "pending_change_kind"?: string | null;
           "pending_invoice_id"?: string | null;
@@ -1618,6 +1620,7 @@ export type Database = {
           "created_at"?: string;
           "current_period_end"?: string;
           "current_period_start"?: string;
+          "granted_access"?: boolean;
           "id"?: string;
           "pending_change_kind"?: string | null;
           "pending_invoice_id"?: string | null;
@@ -2912,7 +2915,11 @@ export type Database = {
         }[];
       };
       "metering_settle_expired": {
-        Args: { "p_now": string; "p_reservation_ids": (string)[] };
+        Args: {
+          "p_limit"?: number;
+          "p_now": string;
+          "p_reservation_ids": (string)[];
+        };
         Returns: number;
       };
       "metering_settle_reservation": {

@@ -16,7 +16,11 @@ import { callStripe, requirePayments } from './payments.ts';
 
 export type LocalStatus = 'active' | 'past_due' | 'canceled' | 'incomplete';
 
-export type ApplyOutcome = 'created' | 'updated' | 'superseded' | 'duplicate' | 'recorded' | 'unknown_price' | 'conflict';
+/**
+ * 'deferred': Stripe's subscription is not paid yet (incomplete) and the user's live free subscription to the agent
+ * stays as it is until it is (migration 20261126000500).
+ */
+export type ApplyOutcome = 'created' | 'updated' | 'superseded' | 'duplicate' | 'recorded' | 'deferred' | 'unknown_price' | 'conflict';
 
 /** Stripe's subscription statuses in the marketplace's four (active and past_due grant access). */
 export function localStatus(status: Stripe.Subscription.Status): LocalStatus {

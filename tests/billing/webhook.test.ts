@@ -125,6 +125,25 @@ describe('processing', () => {
     expect(await first(w.t.db, sql`select 1 as x from subscriptions where stripe_subscription_id = ${stripeSub.id}`)).toBeUndefined();
   });
 
+  it("attack: a subscription switched to another agent's price keeps its own agent's tier (unknown_price)", async () => {
+    // A portal configuration or the Dashboard can switch a subscription to any price; written as it was, the row held
+    // another agent's tier under its own agent, and that tier's quotas.
+    const agent = await activeAgent(w);
+    const other = await activeAgent(w);
+    const own = await paidTier(w, agent.id, { priceCents: 500 });
+    const foreign = await paidTier(w, other.id, { priceCents: 9000 });
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId, subscriptionId } = await buyPaidTier(w, user, own.id);
+    const item = w.fake.subscriptions.get(stripeSubscriptionId)!.items.data[0];
+    item.price = { ...item.price, id: foreign.stripePriceId, product: w.fake.prices.get(foreign.stripePriceId)!.product };
+    const created = w.fake.events.find((e) => e.type === 'customer.subscription.created' && e.data.object.id === stripeSubscriptionId)!;
+    const event = { ...created, id: `evt_switch_${subscriptionId}`, type: 'customer.subscription.updated' };
+    const res = await (await w.fake.deliver(w.webhookUrl, event)).json();
+    expect(res.data.outcome).toBe('unknown_price');
+    const row = await first<{ tier_id: string; agent_id: string }>(w.t.db, sql`select tier_id, agent_id from subscriptions where id = ${subscriptionId}`);
+    expect(row).toEqual({ tier_id: own.id, agent_id: agent.id });
+  });
+
   it('answers 5xx and records nothing when Stripe cannot be read, so Stripe retries', async () => {
     const { events, stripeSub } = await checkoutEvents(w);
     const created = events.find((e) => e.type === 'customer.subscription.created')!;

@@ -3,6 +3,8 @@ import { startFreeSubscription } from '../../functions/billing/subscriptions.ts'
 import { first, rows, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { mailsTo } from '../support/mail.ts';
+import { commit, getReservation, ledgerEvents, release, reserve } from './reservation-support.ts';
 import { insertUser, ledgerAgreesWithCounters, meter, meteredAgent, reqId, usagePath, type MeteredAgent } from './support.ts';
 
 /**
@@ -115,9 +117,9 @@ describe('a free subscription started again', () => {
     ]);
     const paid = await first<{ id: string }>(
       t.db,
-      sql`insert into subscriptions (user_id, agent_id, tier_id, status, stripe_subscription_id, current_period_start,
-                                     current_period_end, created_at, updated_at)
-          values (${userId}, ${a.agentId}, ${a.tierId}, 'canceled', 'sub_paid_before', '2026-02-01T00:00:00Z',
+      sql`insert into subscriptions (user_id, agent_id, tier_id, status, granted_access, stripe_subscription_id,
+                                     current_period_start, current_period_end, created_at, updated_at)
+          values (${userId}, ${a.agentId}, ${a.tierId}, 'canceled', true, 'sub_paid_before', '2026-02-01T00:00:00Z',
                   '2026-03-01T00:00:00Z', '2026-02-01T00:00:00Z', '2026-03-01T00:00:00Z')
           returning id`,
     );
@@ -141,3 +143,93 @@ describe('a free subscription started again', () => {
     expect(await usage(user, a)).toEqual({ calls: 0 });
   });
 });
+
+describe('holds and threshold notices continue with the counters (migration 20261126000500)', () => {
+  it('attack: a hold made before a restart still counts, and its commit counts on the new subscription', async () => {
+    // Before, the hold stayed on the canceled subscription: its commit answered 404 and the held units were free
+    // again on the new one, so reserve, cancel, start again was unlimited work on any quota, fixed ones included.
+    const user = await signUp(t);
+    const a = await meteredAgent(t.db, [
+      { slug: 'calls', kind: 'rolling', quota: 3 },
+      { slug: 'sites', kind: 'fixed', quota: 2 },
+    ]);
+    expect((await checkout(user, a.tierId)).status).toBe(201);
+    const siteRequest = { clientReqId: reqId(), amount: 2, ttlSeconds: 3600 };
+    const sites = await reserve(t, user, a.agentId, 'sites', siteRequest);
+    const calls = await reserve(t, user, a.agentId, 'calls', { clientReqId: reqId(), amount: 3, ttlSeconds: 3600 });
+    expect([sites.status, calls.status]).toEqual([201, 201]);
+
+    await cancel(user, a.agentId);
+    const restarted = (await checkout(user, a.tierId)).body.data.subscription;
+    // the held units are still held on the new subscription
+    expect((await increment(user, a, 'sites')).status).toBe(429);
+    expect((await increment(user, a, 'calls')).status).toBe(429);
+    const read = await getReservation(t, user, a.agentId, sites.body.data.id);
+    expect(read.status).toBe(200);
+    expect(read.body.data).toMatchObject({ status: 'held', amount: 2, usage: { used: 0, reserved: 2, remaining: 0 } });
+    // a replay of the reserve request finds the same hold
+    const replay = await reserve(t, user, a.agentId, 'sites', siteRequest);
+    expect(replay.status).toBe(201);
+    expect(replay.body.data.id).toBe(sites.body.data.id);
+
+    const committed = await commit(t, user, a.agentId, sites.body.data.id, 2);
+    expect(committed.status).toBe(200);
+    expect(committed.body.data.usage).toMatchObject({ used: 2, reserved: 0, remaining: 0 });
+    expect((await release(t, user, a.agentId, calls.body.data.id)).status).toBe(200);
+    expect(await usage(user, a)).toEqual({ calls: 0, sites: 2 });
+    expect((await increment(user, a, 'calls', 3)).status).toBe(200);
+    expect((await increment(user, a, 'sites')).status).toBe(429);
+
+    // the new subscription's ledger records each hold as it came, then its settling, and still sums to its counters
+    const events = (await ledgerEvents(t.db, restarted.id)).map((e) => [e.event, e.amount, e.reservation_id]);
+    expect(events).toEqual(
+      expect.arrayContaining([
+        ['reserved', 2, sites.body.data.id],
+        ['reserved', 3, calls.body.data.id],
+        ['committed', 2, sites.body.data.id],
+        ['released', 3, calls.body.data.id],
+      ]),
+    );
+    expect(await ledgerAgreesWithCounters(t.db, restarted.id)).toEqual(
+      expect.arrayContaining([
+        { used: 3, sum: 3 },
+        { used: 2, sum: 2 },
+      ]),
+    );
+  });
+
+  it('a hold that ran out before the restart stays behind and expires on the old subscription', async () => {
+    const user = await signUp(t);
+    const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 2 }]);
+    const original = (await checkout(user, a.tierId)).body.data.subscription;
+    const held = await reserve(t, user, a.agentId, 'sites', { clientReqId: reqId(), amount: 2, ttlSeconds: 60 });
+    expect(held.status).toBe(201);
+    t.clock.advance(61_000);
+    await cancel(user, a.agentId);
+    expect((await checkout(user, a.tierId)).status).toBe(201);
+    expect((await commit(t, user, a.agentId, held.body.data.id, 2)).status).toBe(404);
+    expect((await increment(user, a, 'sites', 2)).status).toBe(200);
+    const left = await first<{ subscription_id: string }>(
+      t.db,
+      sql`select subscription_id from usage_reservations where id = ${held.body.data.id}`,
+    );
+    expect(left!.subscription_id).toBe(original.id);
+  });
+
+  it('attack: the agent cannot make the platform mail the user about a full quota again by restarting', async () => {
+    // "One mail per period": before, the notices were per subscription, so hold the whole quota, release it,
+    // cancel and start again sent the user another "You have used all of ..." mail each round, nothing used.
+    const user = await signUp(t);
+    const a = await meteredAgent(t.db, [{ slug: 'tokens', kind: 'rolling', quota: 10 }]);
+    for (let round = 0; round < 3; round++) {
+      expect((await checkout(user, a.tierId)).status).toBe(201);
+      const held = await reserve(t, user, a.agentId, 'tokens', { clientReqId: reqId(), amount: 10 });
+      expect(held.status).toBe(201);
+      expect((await release(t, user, a.agentId, held.body.data.id)).status).toBe(200);
+      expect((await cancel(user, a.agentId)).status).toBe(200);
+    }
+    const quotaMails = (await mailsTo(t, user.email)).filter((m) => m.subject.startsWith('You have used all of your'));
+    expect(quotaMails).toHaveLength(1);
+  });
+});
+

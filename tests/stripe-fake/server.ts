@@ -168,8 +168,12 @@ export class StripeFake {
 
   // ---------------------------------------------------------------- test controls
 
-  /** The customer pays on the hosted Checkout page: customer, subscription and paid invoice appear. */
-  completeCheckout(sessionId: string, options: { email?: string; name?: string } = {}): Json {
+  /**
+   * The customer pays on the hosted Checkout page: customer, subscription and paid invoice appear. With
+   * `payment: 'pending'` the first payment is not made yet (3-D Secure left unanswered, a bank debit still under way):
+   * the subscription is `incomplete` with its invoice open, until `payInvoice` (active) or `expireIncomplete`.
+   */
+  completeCheckout(sessionId: string, options: { email?: string; name?: string; payment?: 'paid' | 'pending' } = {}): Json {
     const session = this.#get(this.sessions, sessionId, 'checkout.session');
     if (session.status !== 'open') throw new Error(`checkout session ${sessionId} is ${session.status}`);
     let customerId: string = session.customer;
@@ -183,11 +187,13 @@ export class StripeFake {
     const price = this.#get(this.prices, session._line_items[0].price, 'price');
     const sub = this.#createSubscription(customerId, price, session._subscription_metadata ?? {});
     const invoice = this.#createInvoice(sub, price.unit_amount, 'subscription_create');
-    this.#markPaid(invoice);
+    const paid = options.payment !== 'pending';
+    if (paid) this.#markPaid(invoice);
+    else sub.status = 'incomplete';
     sub.latest_invoice = invoice.id;
     Object.assign(session, {
       status: 'complete',
-      payment_status: 'paid',
+      payment_status: paid ? 'paid' : 'unpaid',
       customer: customerId,
       subscription: sub.id,
       customer_details: checkoutCustomerDetails(customer),
@@ -195,10 +201,27 @@ export class StripeFake {
     this.#emit('customer.subscription.created', sub);
     this.#emit('invoice.created', invoice);
     this.#emit('invoice.finalized', invoice);
-    this.#emit('invoice.paid', invoice);
-    this.#emit('invoice.payment_succeeded', invoice);
+    if (paid) {
+      this.#emit('invoice.paid', invoice);
+      this.#emit('invoice.payment_succeeded', invoice);
+    }
     this.#emit('checkout.session.completed', this.#sessionView(session));
     return sub;
+  }
+
+  /** An incomplete subscription's first invoice was not paid within 23 hours: Stripe ends it and voids the invoice. */
+  expireIncomplete(subscriptionId: string): void {
+    const sub = this.#get(this.subscriptions, subscriptionId, 'subscription');
+    if (sub.status !== 'incomplete') throw new Error(`subscription ${subscriptionId} is ${sub.status}, not incomplete`);
+    sub.status = 'incomplete_expired';
+    sub.ended_at = this.now();
+    const invoice = this.invoices.get(sub.latest_invoice);
+    if (invoice?.status === 'open') {
+      invoice.status = 'void';
+      invoice.status_transitions.voided_at = this.now();
+      this.#emit('invoice.voided', invoice);
+    }
+    this.#emit('customer.subscription.updated', sub);
   }
 
   /** The customer pays an open invoice (e.g. the proration of an upgrade): a pending update is applied. */
@@ -217,7 +240,7 @@ export class StripeFake {
       if (sub.status === 'past_due') sub.status = 'active';
       this.#emit('customer.subscription.updated', sub);
       this.#emit('customer.subscription.pending_update_applied', sub);
-    } else if (sub.status === 'past_due' || sub.status === 'unpaid') {
+    } else if (sub.status === 'past_due' || sub.status === 'unpaid' || sub.status === 'incomplete') {
       sub.status = 'active';
       this.#emit('customer.subscription.updated', sub);
     }
