@@ -2,6 +2,7 @@ import type Stripe from 'stripe';
 import type { BillingDeps } from './billing-deps.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
+import { undoDuplicatePurchase } from './duplicate-purchases.ts';
 import { callStripe, requirePayments } from './payments.ts';
 
 /**
@@ -214,7 +215,21 @@ export async function syncStripeSubscription(
 ): Promise<ApplyResult> {
   const { subscription, read } = await readToApply(deps, stripeSubscriptionId);
   const userId = await subscriberOf(deps, subscription);
-  return applyStripeState(deps, { event, state: stateOf(subscription), read, userId });
+  const result = await applyStripeState(deps, { event, state: stateOf(subscription), read, userId });
+  if (result.outcome !== 'conflict' || !result.subscriptionId) return result;
+  // A second paid subscription to an agent the user pays for: undone at Stripe (duplicate-purchases.ts). Until that
+  // is done the event must not count as processed, so that Stripe's redelivery runs it again.
+  try {
+    const undone = await undoDuplicatePurchase(deps, subscription, result.subscriptionId, (id) => syncStripeSubscription(deps, id));
+    if (undone === 'kept_is_gone') {
+      const { subscription: again, read: readAgain } = await readToApply(deps, stripeSubscriptionId);
+      return applyStripeState(deps, { state: stateOf(again), read: readAgain, userId });
+    }
+    return result;
+  } catch (err) {
+    if (event) await sql`delete from public.stripe_events where id = ${event.id}`.execute(deps.database.db);
+    throw err;
+  }
 }
 
 /** Whether an event id was already processed (a cheap pre-check; the SQL function is the real guard). */

@@ -353,3 +353,38 @@ export function portalSessionObject(fields: Json & { id: string; created: number
     ...fields,
   };
 }
+
+/** The payment of a paid invoice (Stripe's invoice payments: one per payment intent that paid it). */
+export function invoicePaymentObject(fields: { id: string; created: number; invoice: string; amount: number; currency: string; payment_intent: string }): Json {
+  return {
+    id: fields.id,
+    object: 'invoice_payment',
+    amount_paid: fields.amount,
+    amount_requested: fields.amount,
+    created: fields.created,
+    currency: fields.currency,
+    invoice: fields.invoice,
+    is_default: true,
+    livemode: false,
+    payment: { type: 'payment_intent', payment_intent: fields.payment_intent },
+    status: 'paid',
+    status_transitions: { canceled_at: null, paid_at: fields.created },
+  };
+}
+
+export function refundObject(fields: { id: string; created: number; amount: number; currency: string; payment_intent: string; reason: string | null; metadata: Json }): Json {
+  return {
+    object: 'refund',
+    balance_transaction: null,
+    charge: null,
+    customer: null,
+    customer_account: null,
+    payment_method: null,
+    receipt_number: null,
+    source_transfer_reversal: null,
+    status: 'succeeded',
+    transfer_reversal: null,
+    ...fields,
+  };
+}
+

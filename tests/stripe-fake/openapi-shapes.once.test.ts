@@ -21,6 +21,8 @@ const TYPE_OF_OBJECT: Record<string, string> = {
   invoice: 'Invoice',
   subscription_schedule: 'SubscriptionSchedule',
   'billing_portal.session': 'BillingPortal.Session',
+  invoice_payment: 'InvoicePayment',
+  refund: 'Refund',
 };
 
 let spec: StripeSpec;
@@ -43,7 +45,7 @@ function problemsOf(object: Record<string, any>): ShapeProblem[] {
 }
 
 beforeAll(async () => {
-  spec = new StripeSpec([...Object.values(TYPE_OF_OBJECT), 'Event', 'ApiList<Stripe.Invoice>']);
+  spec = new StripeSpec([...Object.values(TYPE_OF_OBJECT), 'Event', 'ApiList<Stripe.Invoice>', 'ApiList<Stripe.InvoicePayment>']);
   fake = await startStripeFake();
   const url = new URL(fake.url);
   stripe = new Stripe(fake.secretKey, { host: url.hostname, port: Number(url.port), protocol: 'http', maxNetworkRetries: 0 });
@@ -103,6 +105,12 @@ beforeAll(async () => {
   fake.failInvoice(pendingInvoice);
   fake.payInvoice(pendingInvoice);
   record('paid invoice retrieved', await stripe.invoices.retrieve(pendingInvoice));
+  // Its payment, refunded (what the marketplace does to a duplicate purchase).
+  const payments = await stripe.invoicePayments.list({ invoice: pendingInvoice });
+  expect(spec.check('ApiList<Stripe.InvoicePayment>', { ...payments, data: payments.data })).toEqual([]);
+  for (const payment of payments.data) record('listed invoice payment', payment);
+  const paymentIntent = payments.data[0]!.payment.payment_intent as string;
+  record('refund created', await stripe.refunds.create({ payment_intent: paymentIntent, reason: 'duplicate', metadata: { why: 'test' } }));
   fake.setPaymentMode('fails');
   fake.advancePeriod(anonymousSub.id);
   record('past_due subscription retrieved (expanded)', await stripe.subscriptions.retrieve(anonymousSub.id, { expand: ['latest_invoice'] }));

@@ -7,9 +7,11 @@ import {
   checkoutSessionObject,
   customerObject,
   invoiceObject,
+  invoicePaymentObject,
   portalSessionObject,
   priceObject,
   productObject,
+  refundObject,
   schedulePhaseObject,
   setItemPrice,
   subscriptionItemObject,
@@ -79,6 +81,7 @@ export class StripeFake {
   #taken = 0;
   #now: number | undefined;
   #paymentMode: PaymentMode = 'succeeds';
+  #failing = new Set<string>();
   #idempotent = new Map<string, { status: number; body: string }>();
 
   readonly customers = new Map<string, Json>();
@@ -89,6 +92,9 @@ export class StripeFake {
   readonly schedules = new Map<string, Json>();
   readonly invoices = new Map<string, Json>();
   readonly portalSessions = new Map<string, Json>();
+  /** Payments of paid invoices, by invoice id (each paid through a payment intent). */
+  readonly invoicePayments = new Map<string, Json>();
+  readonly refunds = new Map<string, Json>();
 
   /** Unix seconds: real time unless a test pinned it. */
   now(): number {
@@ -97,6 +103,14 @@ export class StripeFake {
   setNow(date: Date | string | number): void {
     this.#now = Math.floor(new Date(date).getTime() / 1000);
   }
+  /** Requests (`METHOD /v1/path`) answered 500 until `recover()`: Stripe failing for one kind of call. */
+  outage(request: string): void {
+    this.#failing.add(request);
+  }
+  recover(): void {
+    this.#failing.clear();
+  }
+
   /** How the customer's card behaves on the next charges (upgrades, renewals). Checkout always succeeds. */
   setPaymentMode(mode: PaymentMode): void {
     this.#paymentMode = mode;
@@ -328,6 +342,10 @@ export class StripeFake {
       send(401, JSON.stringify({ error: { type: 'invalid_request_error', message: 'Invalid API Key provided' } }));
       return;
     }
+    if (this.#failing.has(`${method} ${url.pathname}`)) {
+      send(500, JSON.stringify({ error: { type: 'api_error', message: 'An unknown error occurred' } }));
+      return;
+    }
     const idemKey = method === 'POST' ? req.headers['idempotency-key'] : undefined;
     const cacheKey = typeof idemKey === 'string' ? `${url.pathname}:${idemKey}` : undefined;
     if (cacheKey && this.#idempotent.has(cacheKey)) {
@@ -394,6 +412,12 @@ export class StripeFake {
         return this.#get(this.invoices, id!, 'invoice');
       case 'POST invoices/:id/void':
         return this.#voidInvoice(id!);
+      case 'GET invoice_payments': {
+        const data = [...this.invoicePayments.values()].filter((p) => !body.invoice || p.invoice === body.invoice);
+        return { object: 'list', data, has_more: false, url: '/v1/invoice_payments' };
+      }
+      case 'POST refunds':
+        return this.#refund(body);
       case 'GET invoices': {
         const data = [...this.invoices.values()].filter(
           (i) =>
@@ -411,6 +435,26 @@ export class StripeFake {
     }
     if (resource === 'billing_portal' && id === 'sessions' && method === 'POST' && !action) return this.#createPortalSession(body);
     throw new StripeApiError(404, `Unrecognized request URL (${method}: ${path})`, 'unrecognized_url');
+  }
+
+  /** A full refund of a payment intent's payment (the only kind the marketplace makes). */
+  #refund(body: Json): Json {
+    const payment = [...this.invoicePayments.values()].find((p) => p.payment.payment_intent === body.payment_intent);
+    if (!payment) throw new StripeApiError(404, `No such payment_intent: '${body.payment_intent}'`);
+    if ([...this.refunds.values()].some((r) => r.payment_intent === body.payment_intent)) {
+      throw new StripeApiError(400, `Charge for payment intent ${body.payment_intent} has already been refunded.`, 'charge_already_refunded');
+    }
+    const refund = refundObject({
+      id: this.#id('re'),
+      created: this.now(),
+      amount: payment.amount_paid,
+      currency: payment.currency,
+      payment_intent: body.payment_intent,
+      reason: body.reason ?? null,
+      metadata: body.metadata ?? {},
+    });
+    this.refunds.set(refund.id, refund);
+    return refund;
   }
 
   #get(map: Map<string, Json>, id: string, what: string): Json {
@@ -550,6 +594,17 @@ export class StripeFake {
   }
 
   #markPaid(invoice: Json): void {
+    if (invoice.amount_due > 0) {
+      const payment = invoicePaymentObject({
+        id: this.#id('inpay'),
+        created: this.now(),
+        invoice: invoice.id,
+        amount: invoice.amount_due,
+        currency: invoice.currency,
+        payment_intent: this.#id('pi'),
+      });
+      this.invoicePayments.set(invoice.id, payment);
+    }
     invoice.status = 'paid';
     invoice.amount_paid = invoice.amount_due;
     invoice.amount_remaining = 0;

@@ -1,0 +1,76 @@
+import type Stripe from 'stripe';
+import type { BillingDeps } from './billing-deps.ts';
+import { first, sql } from '../platform/db.ts';
+import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
+
+/**
+ * A second paid subscription to an agent the user already pays for: the webhook answers it `conflict` and writes
+ * nothing (one live subscription per user and agent). Checkout refuses a second purchase, but not one already under
+ * way: two checkouts opened before either was paid (two tabs, a double click), or an anonymous checkout by a buyer
+ * who turns out to be subscribed. Stripe charged for it and would go on charging every period for nothing. Found by
+ * a hostile review. So the purchase is undone at Stripe: every payment of the duplicate's paid invoices is refunded
+ * in full (reason `duplicate`) and the subscription canceled at once.
+ *
+ * First the subscription the user keeps is read from Stripe again: if it has in fact ended (its cancellation's event
+ * not processed yet), the new one is no duplicate and is written after all (`kept_is_gone`). Every step can run again
+ * (a refunded payment is skipped, a canceled subscription stays canceled), so a failure is retried by Stripe's
+ * redelivery of the event: the caller un-records the event and answers 5xx.
+ */
+export type DuplicateOutcome = 'refunded' | 'kept_is_gone';
+
+export async function undoDuplicatePurchase(
+  deps: BillingDeps,
+  duplicate: Stripe.Subscription,
+  keptSubscriptionId: string,
+  resync: (stripeSubscriptionId: string) => Promise<unknown>,
+): Promise<DuplicateOutcome> {
+  const kept = await first<{ stripeSubscriptionId: string | null }>(
+    deps.database.db,
+    sql`select stripe_subscription_id as "stripeSubscriptionId" from public.subscriptions where id = ${keptSubscriptionId}`,
+  );
+  if (kept?.stripeSubscriptionId) await resync(kept.stripeSubscriptionId);
+  const still = await first<{ live: boolean }>(
+    deps.database.db,
+    sql`select status <> 'canceled' as live from public.subscriptions where id = ${keptSubscriptionId}`,
+  );
+  if (!still?.live) return 'kept_is_gone';
+
+  const { stripe } = requirePayments(deps);
+  // Refunds first, then the cancel: a redelivery after a failure between them still finds the subscription live
+  // (`conflict` again) and finishes; once canceled, it would be written as an ended subscription and left alone.
+  const refunded: Array<{ invoiceId: string; amount: number }> = [];
+  const invoices = await callStripe(() => stripe.invoices.list({ subscription: duplicate.id, status: 'paid', limit: 100 }));
+  for (const invoice of invoices.data) {
+    const payments = await callStripe(() => stripe.invoicePayments.list({ invoice: invoice.id!, limit: 100 }));
+    for (const payment of payments.data) {
+      const paymentIntent = payment.payment.payment_intent;
+      const intentId = typeof paymentIntent === 'string' ? paymentIntent : paymentIntent?.id;
+      if (payment.status !== 'paid' || !intentId) continue;
+      try {
+        await callStripe(() =>
+          stripe.refunds.create(
+            { payment_intent: intentId, reason: 'duplicate', metadata: { duplicateOf: keptSubscriptionId, stripeSubscriptionId: duplicate.id } },
+            { idempotencyKey: `refund-duplicate:${payment.id}` },
+          ),
+        );
+        refunded.push({ invoiceId: invoice.id!, amount: payment.amount_paid ?? 0 });
+      } catch (err) {
+        if ((err as { code?: string }).code !== 'charge_already_refunded') throw err;
+      }
+    }
+  }
+  if (duplicate.status !== 'canceled' && duplicate.status !== 'incomplete_expired') {
+    try {
+      await callStripe(() => stripe.subscriptions.cancel(duplicate.id));
+    } catch (err) {
+      // canceled meanwhile (the customer, the Dashboard): what this step wants
+      if (!isStripeMissing(err)) throw err;
+    }
+  }
+  deps.logger.warn('duplicate paid subscription canceled and refunded', {
+    stripeSubscriptionId: duplicate.id,
+    keptSubscriptionId,
+    refunds: refunded,
+  });
+  return 'refunded';
+}
