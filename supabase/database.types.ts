@@ -1876,6 +1876,7 @@ export type Database = {
       };
       "usage_counters": {
         Row: {
+          "continued": boolean;
           "metric_id": string;
           "period_start": string;
           "subscription_id": string;
@@ -1884,6 +1885,7 @@ export type Database = {
         };
         ComputedFields: never;
         Insert: {
+          "continued"?: boolean;
           "metric_id": string;
           "period_start": string;
           "subscription_id": string;
@@ -1891,6 +1893,7 @@ export type Database = {
           "used"?: number;
         };
         Update: {
+          "continued"?: boolean;
           "metric_id"?: string;
           "period_start"?: string;
           "subscription_id"?: string;

@@ -12,7 +12,8 @@ import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
  * in full (reason `duplicate`) and the subscription canceled at once.
  *
  * First the subscription the user keeps is read from Stripe again: if it has in fact ended (its cancellation's event
- * not processed yet), the new one is no duplicate and is written after all (`kept_is_gone`). Every step can run again
+ * not processed yet), the new one is no duplicate and is written after all (`kept_is_gone`); if it is not paid yet
+ * and the new one is, the unpaid one is ended at Stripe instead and the new one written (`kept_is_gone` too). Every step can run again
  * (a refunded payment is skipped, a canceled subscription stays canceled), so a failure is retried by Stripe's
  * redelivery of the event: the caller un-records the event and answers 5xx.
  */
@@ -22,20 +23,39 @@ export async function undoDuplicatePurchase(
   deps: BillingDeps,
   duplicate: Stripe.Subscription,
   keptSubscriptionId: string,
+  duplicateGrantsAccess: boolean,
   resync: (stripeSubscriptionId: string) => Promise<unknown>,
 ): Promise<DuplicateOutcome> {
   const kept = await first<{ stripeSubscriptionId: string | null }>(
     deps.database.db,
     sql`select stripe_subscription_id as "stripeSubscriptionId" from public.subscriptions where id = ${keptSubscriptionId}`,
   );
-  if (kept?.stripeSubscriptionId) await resync(kept.stripeSubscriptionId);
-  const still = await first<{ live: boolean }>(
+  try {
+    if (kept?.stripeSubscriptionId) await resync(kept.stripeSubscriptionId);
+  } catch (err) {
+    // Stripe no longer knows the kept one (another account, deleted test data): it stays as written
+    if (!isStripeMissing(err)) throw err;
+  }
+  const still = await first<{ live: boolean; paid: boolean }>(
     deps.database.db,
-    sql`select status <> 'canceled' as live from public.subscriptions where id = ${keptSubscriptionId}`,
+    sql`select status <> 'canceled' as live, public.subscription_grants_access(status) as paid
+          from public.subscriptions where id = ${keptSubscriptionId}`,
   );
   if (!still?.live) return 'kept_is_gone';
-
   const { stripe } = requirePayments(deps);
+  // The kept one is not paid (its first payment pending: incomplete) and this one is: this one is kept instead, and
+  // the unpaid one ended at Stripe (it charged nothing; Stripe voids its open invoice). Found by a review: the paid
+  // card subscription was refunded in favour of a bank debit still pending.
+  if (!still.paid && duplicateGrantsAccess && kept?.stripeSubscriptionId) {
+    try {
+      await callStripe(() => stripe.subscriptions.cancel(kept.stripeSubscriptionId!));
+    } catch (err) {
+      if (!isStripeMissing(err)) throw err;
+    }
+    await resync(kept.stripeSubscriptionId);
+    return 'kept_is_gone';
+  }
+
   // Refunds first, then the cancel: a redelivery after a failure between them still finds the subscription live
   // (`conflict` again) and finishes; once canceled, it would be written as an ended subscription and left alone.
   const refunded: Array<{ invoiceId: string; amount: number }> = [];

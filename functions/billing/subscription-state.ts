@@ -3,6 +3,7 @@ import type { BillingDeps } from './billing-deps.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { undoDuplicatePurchase } from './duplicate-purchases.ts';
+import { grantsAccess } from './subscriptions.ts';
 import { callStripe, requirePayments } from './payments.ts';
 
 /**
@@ -215,12 +216,15 @@ export async function syncStripeSubscription(
 ): Promise<ApplyResult> {
   const { subscription, read } = await readToApply(deps, stripeSubscriptionId);
   const userId = await subscriberOf(deps, subscription);
-  const result = await applyStripeState(deps, { event, state: stateOf(subscription), read, userId });
+  const state = stateOf(subscription);
+  const result = await applyStripeState(deps, { event, state, read, userId });
   if (result.outcome !== 'conflict' || !result.subscriptionId) return result;
   // A second paid subscription to an agent the user pays for: undone at Stripe (duplicate-purchases.ts). Until that
   // is done the event must not count as processed, so that Stripe's redelivery runs it again.
   try {
-    const undone = await undoDuplicatePurchase(deps, subscription, result.subscriptionId, (id) => syncStripeSubscription(deps, id));
+    const undone = await undoDuplicatePurchase(deps, subscription, result.subscriptionId, grantsAccess(state.status), (id) =>
+      syncStripeSubscription(deps, id),
+    );
     if (undone === 'kept_is_gone') {
       const { subscription: again, read: readAgain } = await readToApply(deps, stripeSubscriptionId);
       return applyStripeState(deps, { state: stateOf(again), read: readAgain, userId });

@@ -1,5 +1,5 @@
 import type { BearerCheck } from '../http/context.ts';
-import { isConnectionLost, rows, sql, type Db } from '../platform/db.ts';
+import { isConnectionLost, isTransientConflict, rows, sql, type Db } from '../platform/db.ts';
 
 /**
  * Group commit of the agent backends' usage writes and reservations (issue 16; migrations 20261123000800 and
@@ -11,8 +11,10 @@ import { isConnectionLost, rows, sql, type Db } from '../platform/db.ts';
  * by themselves, and so does the number of calls per commit. Each call keeps exactly its own semantics (the SQL
  * function runs the per-call function for each, in a global lock order).
  *
- * Failures: if a batch fails as a whole (a bug or a constraint nobody expected), its calls are retried one by one,
- * so one bad call never fails the others; every call carries its clientReqId, so a retry never counts twice. A lost
+ * Failures: a batch that PostgreSQL ended to be run again (a deadlock, or a call whose subscription was continued
+ * by a new one meanwhile: 40001, migration 20261126000500) is sent again as it was, up to `ATTEMPTS` times. If a
+ * batch fails as a whole otherwise (a bug or a constraint nobody expected), its calls are retried one by one, so one
+ * bad call never fails the others; every call carries its clientReqId, so a retry never counts twice. A lost
  * connection fails every call of the batch with that error (503 UNAVAILABLE with Retry-After to each caller).
  */
 
@@ -44,6 +46,8 @@ export type CallRow = Record<string, unknown> & { caller_status: string };
 const MAX_IN_FLIGHT = 2;
 /** An upper bound on one statement's arrays; more calls wait for the next batch. */
 const MAX_BATCH = 500;
+/** Sends of one batch that PostgreSQL ended to be run again (40001, 40P01), the first included. */
+const ATTEMPTS = 3;
 
 interface Pending {
   call: BatchedCall;
@@ -86,7 +90,7 @@ class UsageBatcher {
   async #run(batch: Pending[]): Promise<void> {
     let results: CallRow[];
     try {
-      results = await runBatch(this.#db, batch.map((p) => p.call));
+      results = await runAgain(this.#db, batch.map((p) => p.call));
     } catch (err) {
       if (isConnectionLost(err) || batch.length === 1) {
         for (const p of batch) p.reject(err);
@@ -96,7 +100,7 @@ class UsageBatcher {
       // others from counting twice, and the failed transaction wrote nothing).
       await Promise.all(
         batch.map((p) =>
-          runBatch(this.#db, [p.call]).then(
+          runAgain(this.#db, [p.call]).then(
             ([row]) => p.resolve(row!),
             (e) => p.reject(e),
           ),
@@ -105,6 +109,17 @@ class UsageBatcher {
       return;
     }
     batch.forEach((p, i) => p.resolve(results[i]!));
+  }
+}
+
+/** runBatch, sent again while PostgreSQL ends it to be run again (each attempt is its own transaction). */
+async function runAgain(db: Db, calls: BatchedCall[]): Promise<CallRow[]> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await runBatch(db, calls);
+    } catch (err) {
+      if (attempt >= ATTEMPTS || !isTransientConflict(err)) throw err;
+    }
   }
 }
 

@@ -112,3 +112,12 @@ const lostConnectionCodes = new Set([
 export function isConnectionLost(err: unknown): boolean {
   return err instanceof Error && lostConnectionCodes.has(String((err as { code?: unknown }).code));
 }
+
+/**
+ * A transaction PostgreSQL ended so that it may be run again: a serialization failure (40001, also raised on purpose,
+ * e.g. by a usage counter carried to a new subscription) or a deadlock (40P01). Nothing it wrote is kept.
+ */
+export function isTransientConflict(err: unknown): boolean {
+  const code = String((err as { code?: unknown } | null)?.code);
+  return code === '40001' || code === '40P01';
+}

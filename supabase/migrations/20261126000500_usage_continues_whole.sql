@@ -24,9 +24,23 @@
 --      is the newest canceled row that did, and a Stripe subscription first seen in a status without access leaves
 --      the user's live free subscription as it is (outcome 'deferred': the free tier stays usable while the payment
 --      is pending; Stripe's event when it is paid converts the free row then).
+--   4. Usage calls in flight on the old subscription (they saw it live before its cancel committed) raced the carry:
+--      a commit or reserve committing while the restart ran counted on the canceled subscription only, a commit
+--      that locked its counter after the move wrote onto a counter that did not exist, and the move could deadlock
+--      with a batch (it locked holds before counters). Now the carry first takes every counter of the old
+--      subscription such a call could write (each metric's fixed counter and its rolling one of the current period,
+--      created at 0 when missing, and every existing one), in the batches' lock order (metric slug), and marks them
+--      `continued`: a call holding one finishes first and is carried; a call that comes later is refused with
+--      SQLSTATE 40001 by usage_counters_refuse_continued, and the group commit sends it again, to the live
+--      subscription.
+--   5. Only a subscription that grants access continues one, when it is written or when it first gains access (a
+--      paid one recorded incomplete, once paid): before, an unpaid or ended Stripe subscription took the holds.
 -- Also: a subscription whose price Stripe switched to another agent's tier's price was written with that tier under
--- its own agent (the pending tier was checked for this, the tier itself not); it is now refused as 'unknown_price'.
+-- its own agent (the pending tier was checked for this, the tier itself not); now a row already written for it keeps
+-- its tier and takes the rest (status, period, cancellation), so it still ends with Stripe's subscription, and the
+-- outcome is 'unknown_price'; the same for a price no tier has.
 -- Rows from before this migration count as having granted access (as they all did for 20261126000300).
+-- (Amended in place before release, after a race review of the first version.)
 
 alter table public.subscriptions add column granted_access boolean not null default false;
 update public.subscriptions set granted_access = true;
@@ -44,6 +58,21 @@ $$;
 create trigger subscriptions_note_access before insert or update of status on public.subscriptions
   for each row execute function public.subscription_note_access();
 
+alter table public.usage_counters add column continued boolean not null default false;
+
+create function public.usage_counter_refuse_continued() returns trigger
+language plpgsql
+set search_path = public, pg_temp
+as $$
+begin
+  raise exception 'the usage counter of subscription % was carried to a new subscription', old.subscription_id
+    using errcode = '40001', hint = 'send the call again: it now goes to the live subscription';
+end
+$$;
+
+create trigger usage_counters_refuse_continued before update on public.usage_counters
+  for each row when (old.continued) execute function public.usage_counter_refuse_continued();
+
 create or replace function public.subscription_predecessor(p_user_id text, p_agent_id uuid, p_subscription_id uuid)
 returns table (id uuid, anchor timestamptz, free_cycle boolean)
 language sql stable as $$
@@ -55,28 +84,56 @@ language sql stable as $$
   limit 1
 $$;
 
--- As in 20261126000300, with the notices and the holds of the carried counters (both marked).
+-- As in 20261126000300, run only for a subscription that grants access, with the old counters taken first, and with
+-- the notices and the holds of the carried counters (all marked).
 create or replace function public.subscription_continue_usage() returns trigger
 language plpgsql
 set search_path = public, pg_temp
 as $$
 declare
   v_prev record;
+  v_at timestamptz;
+  v_prev_key timestamptz;
   v_rolling_start timestamptz;
   v_rolling_end timestamptz;
 begin
+  -- when it is written granting access, or when it first does (added in 20261126000500)
+  if not new.granted_access or (tg_op = 'UPDATE' and old.granted_access) then
+    return null;
+  end if;
+  v_at := case when tg_op = 'INSERT' then new.created_at else new.updated_at end;
   select * into v_prev from public.subscription_predecessor(new.user_id, new.agent_id, new.id);
   if not found then
     return null;
   end if;
-  if new.stripe_subscription_id is null and v_prev.free_cycle then
+  if tg_op = 'INSERT' and new.stripe_subscription_id is null and v_prev.free_cycle then
     select b.period_start, b.period_end into v_rolling_start, v_rolling_end
-    from public.billing_period(new.current_period_start, null, true, new.created_at) b;
+    from public.billing_period(new.current_period_start, null, true, v_at) b;
   end if;
+
+  -- every counter of the old subscription a call still in flight could write, taken in the batches' lock order and
+  -- marked continued: such a call that holds one finishes first (what it wrote is read below); one that comes later
+  -- is refused with 40001 and sent again by the group commit, to the new subscription (added in 20261126000500)
+  select b.period_start into v_prev_key
+  from public.subscriptions s
+  cross join lateral public.billing_period(s.current_period_start, s.current_period_end, s.stripe_subscription_id is null, v_at) b
+  where s.id = v_prev.id;
+  insert into public.usage_counters as c (subscription_id, metric_id, period_start, used, updated_at, continued)
+  select v_prev.id, k.metric_id, k.key, 0, v_at, true
+  from (select m.id as metric_id, m.slug, case when m.kind = 'fixed' then '-infinity'::timestamptz else v_prev_key end as key
+          from public.metric_definitions m
+         where m.agent_id = new.agent_id
+        union
+        select c2.metric_id, m2.slug, c2.period_start
+          from public.usage_counters c2 join public.metric_definitions m2 on m2.id = c2.metric_id
+         where c2.subscription_id = v_prev.id) k
+  where k.key is not null
+  order by k.slug, k.key
+  on conflict (subscription_id, metric_id, period_start) do update set continued = true where not c.continued;
 
   with carried as (
     insert into public.usage_counters (subscription_id, metric_id, period_start, used, updated_at)
-    select new.id, c.metric_id, c.period_start, c.used, new.created_at
+    select new.id, c.metric_id, c.period_start, c.used, v_at
     from public.usage_counters c
     join public.metric_definitions m on m.id = c.metric_id
     where c.subscription_id = v_prev.id and c.used > 0
@@ -86,11 +143,11 @@ begin
   )
   insert into public.quota_ledger (id, subscription_id, metric_id, event, amount, delta, used, reserved, quota_limit,
                                    period_start, period_end, details, created_at)
-  select public.quota_ledger_id(new.created_at), new.id, k.metric_id, 'carried_over', k.used, k.used, k.used, 0,
+  select public.quota_ledger_id(v_at), new.id, k.metric_id, 'carried_over', k.used, k.used, k.used, 0,
          public.metering_effective_limit(new.id, new.tier_id, k.metric_id, k.period_start),
          case when k.period_start = '-infinity' then new.created_at else v_rolling_start end,
          case when k.period_start = '-infinity' then null else v_rolling_end end,
-         jsonb_build_object('fromSubscriptionId', v_prev.id), new.created_at
+         jsonb_build_object('fromSubscriptionId', v_prev.id), v_at
   from carried k
   order by k.metric_id;
 
@@ -109,7 +166,7 @@ begin
   with moved as (
     update public.usage_reservations r set subscription_id = new.id
     from public.metric_definitions m
-    where m.id = r.metric_id and r.subscription_id = v_prev.id and r.status = 'held' and r.expires_at > new.created_at
+    where m.id = r.metric_id and r.subscription_id = v_prev.id and r.status = 'held' and r.expires_at > v_at
       and ((m.kind = 'fixed' and r.counter_key = '-infinity')
            or (m.kind = 'rolling' and r.counter_key = v_rolling_start))
     returning r.id, r.metric_id, r.counter_key, r.period_start, r.period_end, r.client_req_id, r.amount, r.ttl_seconds,
@@ -120,12 +177,12 @@ begin
   )
   insert into public.quota_ledger (id, subscription_id, metric_id, event, amount, delta, used, reserved, quota_limit,
                                    period_start, period_end, client_req_id, details, created_at)
-  select public.quota_ledger_id(new.created_at), new.id, h.metric_id, 'reserved', h.amount, 0, coalesce(c.used, 0),
+  select public.quota_ledger_id(v_at), new.id, h.metric_id, 'reserved', h.amount, 0, coalesce(c.used, 0),
          h.reserved, public.metering_effective_limit(new.id, new.tier_id, h.metric_id, h.counter_key),
          h.period_start, h.period_end, h.client_req_id,
          jsonb_build_object('ttlSeconds', h.ttl_seconds, 'reservationId', h.id, 'expiresAt', h.expires_at,
                             'fromSubscriptionId', v_prev.id),
-         new.created_at
+         v_at
   from counted h
   left join public.usage_counters c
     on c.subscription_id = new.id and c.metric_id = h.metric_id and c.period_start = h.counter_key
@@ -134,8 +191,13 @@ begin
 end
 $$;
 
--- As in 20261126000100, refusing another agent's price, and with a first sighting that leaves the live free
--- subscription as it is (both marked).
+-- and when a subscription first gains access, not only when it is written (changed in 20261126000500)
+drop trigger subscriptions_continue_usage on public.subscriptions;
+create trigger subscriptions_continue_usage after insert or update of status on public.subscriptions
+  for each row execute function public.subscription_continue_usage();
+
+-- As in 20261126000100, keeping a written row's tier against another agent's price or an unknown one, and with a first
+-- sighting that leaves the live free subscription as it is (both marked).
 create or replace function public.billing_apply_stripe_subscription(
   p_event_id text,
   p_event_type text,
@@ -163,6 +225,8 @@ declare
   v_pending_tier uuid;
   v_pending_kind text;
   v_row public.subscriptions%rowtype;
+  v_known public.subscriptions%rowtype;
+  v_foreign boolean;
   v_id uuid;
 begin
   if p_event_id is not null then
@@ -180,12 +244,20 @@ begin
   end if;
 
   select * into v_tier from public.tiers where stripe_price_id = p_price_id;
-  if not found then
+  v_foreign := not found;
+  -- a price no tier of the subscription's own agent has (a plan switch that a portal configuration or the Dashboard
+  -- allowed): a row already written for it keeps its tier and takes the rest (status, period, cancellation), so it
+  -- still ends with Stripe's subscription; the outcome says unknown_price (changed in 20261126000500)
+  select * into v_known from public.subscriptions where stripe_subscription_id = p_stripe_subscription_id;
+  if found and (v_foreign or v_tier.agent_id <> v_known.agent_id) then
+    select * into v_tier from public.tiers where id = v_known.tier_id;
+    v_foreign := true;
+  elsif v_foreign then
     return query select 'unknown_price'::text, null::uuid;
     return;
   end if;
 
-  if p_pending_price_id is not null and p_pending_price_id <> p_price_id then
+  if p_pending_price_id is not null and p_pending_price_id <> p_price_id and not v_foreign then
     select id into v_pending_tier from public.tiers where stripe_price_id = p_pending_price_id and agent_id = v_tier.agent_id;
     if v_pending_tier is not null then
       v_pending_kind := p_pending_kind;
@@ -197,13 +269,6 @@ begin
   select * into v_row from public.subscriptions where stripe_subscription_id = p_stripe_subscription_id for update;
   if found and p_read is not null and v_row.stripe_read is not null and v_row.stripe_read > p_read then
     return query select 'superseded'::text, v_row.id;
-    return;
-  end if;
-  -- a price of another agent's tier (a plan switch that a portal configuration or the Dashboard allowed) is no tier
-  -- of this subscription: written, the row would hold another agent's tier under its own agent (changed in
-  -- 20261126000500)
-  if found and v_row.agent_id <> v_tier.agent_id then
-    return query select 'unknown_price'::text, v_row.id;
     return;
   end if;
   if not found and p_status <> 'canceled' then
@@ -254,8 +319,9 @@ begin
     stripe_read = coalesce(p_read, stripe_read),
     updated_at = p_now
   where id = v_row.id;
-  return query select 'updated'::text, v_row.id;
+  return query select case when v_foreign then 'unknown_price' else 'updated' end, v_row.id;
 end;
 $$;
 
 revoke execute on function public.subscription_note_access() from public, anon, authenticated;
+revoke execute on function public.usage_counter_refuse_continued() from public, anon, authenticated;

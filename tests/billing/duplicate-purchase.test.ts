@@ -101,4 +101,23 @@ describe('a second paid subscription to the same agent', () => {
     await deliver(w, late);
     expect(await liveRows(user)).toEqual([{ stripeSubscriptionId: duplicate }]);
   });
+
+  it('keeps the paid one when the one recorded first is not paid yet: the unpaid one is ended, nothing refunded', async () => {
+    // Found by a review: a bank debit still pending (incomplete) was kept and the card payment refunded.
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 2500 });
+    const user = await signUp(w.t);
+    const open = async () => (await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } })).body.data.sessionId as string;
+    const [first, second] = [await open(), await open()];
+    const unpaid = w.fake.completeCheckout(first, { payment: 'pending' }).id as string;
+    await deliver(w, w.fake.takeEvents());
+    const paid = w.fake.completeCheckout(second).id as string;
+    await deliver(w, w.fake.takeEvents());
+    await deliver(w, w.fake.takeEvents()); // the events of the cancellation it asked for
+    expect(await liveRows(user)).toEqual([{ stripeSubscriptionId: paid }]);
+    expect(w.fake.subscriptions.get(unpaid)!.status).toBe('canceled');
+    expect(w.fake.subscriptions.get(paid)!.status).toBe('active');
+    expect([...refundsOf(paid), ...refundsOf(unpaid)]).toEqual([]);
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).body.data).toMatchObject({ status: 'active' });
+  });
 });

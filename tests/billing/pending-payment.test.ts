@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { insertTier } from '../support/fixtures.ts';
 import { signUp, type TestUser } from '../support/users.ts';
-import { meter, reqId, setQuota } from '../metering/support.ts';
+import { agentToken, meter, reqId, setQuota } from '../metering/support.ts';
 import { activeAgent, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
@@ -120,5 +120,36 @@ describe('a paid checkout waiting for its payment', () => {
     expect((await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: free.id } })).status).toBe(201);
     expect((await use('sites')).status).toBe(429);
     expect((await use('calls')).status).toBe(429);
+  });
+
+  it('a subscription continues the earlier one when it first grants access: holds wait for it, counters carry once paid', async () => {
+    // Before, the carry ran when a row was written, whatever its status: an unpaid (incomplete) row took the free
+    // subscription's live holds, and the next free start found them gone.
+    const { agent, free, pro, user, use } = await usedUpFreeTier();
+    const token = await agentToken(w.t, user, agent.id);
+    // room for a hold on the fixed metric: the free tier's sites quota raised from 2 (used) to 5
+    await setQuota(w.t.db, free.id, (await first<{ id: string }>(w.t.db, sql`select id from metric_definitions where agent_id = ${agent.id} and slug = 'sites'`))!.id, 5);
+    const held = await w.t.http.post(`/me/usage/${agent.id}/sites/reservations`, { bearer: token, json: { clientReqId: reqId(), amount: 3, ttlSeconds: 3600 } });
+    expect(held.status, held.text).toBe(201);
+    expect((await w.t.http.post(`/me/subscriptions/${agent.id}/cancel`, { cookie: user.cookie })).status).toBe(200);
+
+    const stripeSub = await checkoutPending(user, pro.id);
+    await deliverPending(w);
+    expect(await rowOf(stripeSub)).toMatchObject({ status: 'incomplete' });
+    const holdsOn = async () =>
+      (await first<{ subscription_id: string }>(w.t.db, sql`select subscription_id from usage_reservations where id = ${held.body.data.id}`))!.subscription_id;
+    const freeRow = await first<{ id: string }>(w.t.db, sql`select id from subscriptions where user_id = ${user.userId} and stripe_subscription_id is null`);
+    expect(await holdsOn()).toBe(freeRow!.id); // the unpaid row took nothing
+
+    w.fake.payInvoice(w.fake.subscriptions.get(stripeSub)!.latest_invoice);
+    await deliverPending(w);
+    const paidRow = (await rowOf(stripeSub))!;
+    expect(paidRow.status).toBe('active');
+    // paid: it continues the free one now, the fixed counter and the hold with it
+    expect(await holdsOn()).toBe(paidRow.id);
+    const usage = await w.t.http.get(`/me/usage/${agent.id}/sites`, { bearer: token });
+    expect(usage.body.data).toMatchObject({ used: 2, reserved: 3 });
+    expect((await use('sites', 95)).status).toBe(200);
+    expect((await use('sites')).status).toBe(429);
   });
 });

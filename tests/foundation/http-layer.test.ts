@@ -451,6 +451,15 @@ describe('lone UTF-16 surrogates in a JSON body (not Unicode: jsonb and the auth
       }
       expect(answers, path).toEqual([400, 400]);
     }
+    // whatever the JSON type is called: the library parses `application/jsonx` as JSON too (it answered 500 for a
+    // known address and 200 for an unknown one)
+    for (const type of ['application/jsonx', 'application/json5', 'text/json']) {
+      const res = await app.http.post('/api/auth/request-password-reset', {
+        headers: { 'content-type': type },
+        body: '{"email":"known@example.com","redirectTo":"/x\\ud800"}',
+      });
+      expect(res.status, type).toBe(400);
+    }
   });
 
   it('accepts a surrogate pair (an emoji written as escapes) and an escaped backslash before ud800', async () => {
