@@ -424,6 +424,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/billing/webhook.test.ts'],
   },
   {
+    rule: 16,
+    name: "a subscription on another agent's price keeps serving its own tier",
+    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    find: "    status = case when v_foreign and public.subscription_grants_access(p_status) then 'incomplete' else p_status end,",
+    replace: '    status = p_status,',
+    tests: ['tests/billing/webhook.test.ts'],
+  },
+  {
     rule: 17,
     name: 'a reserve settles every expired hold of its counter',
     file: 'supabase/migrations/20261126000600_expired_holds_settle_in_linear_time.sql',

@@ -37,8 +37,9 @@
 --      paid one recorded incomplete, once paid): before, an unpaid or ended Stripe subscription took the holds.
 -- Also: a subscription whose price Stripe switched to another agent's tier's price was written with that tier under
 -- its own agent (the pending tier was checked for this, the tier itself not); now a row already written for it keeps
--- its tier and takes the rest (status, period, cancellation), so it still ends with Stripe's subscription, and the
--- outcome is 'unknown_price'; the same for a price no tier has.
+-- its tier, grants no access while the price is not its own ('incomplete' where Stripe says active or past_due: the
+-- user does not pay for that tier), and takes the rest (period, cancellation, the end), and the outcome is
+-- 'unknown_price'; the same for a price no tier has (before, such a row was never written again, active for good).
 -- Rows from before this migration count as having granted access (as they all did for 20261126000300).
 -- (Amended in place before release, after a race review of the first version.)
 
@@ -246,8 +247,9 @@ begin
   select * into v_tier from public.tiers where stripe_price_id = p_price_id;
   v_foreign := not found;
   -- a price no tier of the subscription's own agent has (a plan switch that a portal configuration or the Dashboard
-  -- allowed): a row already written for it keeps its tier and takes the rest (status, period, cancellation), so it
-  -- still ends with Stripe's subscription; the outcome says unknown_price (changed in 20261126000500)
+  -- allowed): a row already written for it keeps its tier and takes the rest (period, cancellation, and the status,
+  -- except that it grants no access while the price is not its own), so it still ends with Stripe's subscription and
+  -- never serves a tier for another price; the outcome says unknown_price (changed in 20261126000500)
   select * into v_known from public.subscriptions where stripe_subscription_id = p_stripe_subscription_id;
   if found and (v_foreign or v_tier.agent_id <> v_known.agent_id) then
     select * into v_tier from public.tiers where id = v_known.tier_id;
@@ -305,7 +307,9 @@ begin
 
   update public.subscriptions set
     tier_id = v_tier.id,
-    status = p_status,
+    -- on a price that is not its agent's, no access: it keeps its tier, but is not paying for it
+    -- (changed in 20261126000500)
+    status = case when v_foreign and public.subscription_grants_access(p_status) then 'incomplete' else p_status end,
     current_period_start = p_period_start,
     current_period_end = p_period_end,
     cancel_at_period_end = p_cancel_at_period_end,

@@ -125,7 +125,7 @@ describe('processing', () => {
     expect(await first(w.t.db, sql`select 1 as x from subscriptions where stripe_subscription_id = ${stripeSub.id}`)).toBeUndefined();
   });
 
-  it("attack: a subscription switched to another agent's price keeps its own agent's tier (unknown_price), and still ends", async () => {
+  it("attack: a subscription switched to another agent's price keeps its own agent's tier without access (unknown_price), and still ends", async () => {
     // A portal configuration or the Dashboard can switch a subscription to any price; written as it was, the row held
     // another agent's tier under its own agent, and that tier's quotas.
     const agent = await activeAgent(w);
@@ -140,8 +140,13 @@ describe('processing', () => {
     const event = { ...created, id: `evt_switch_${subscriptionId}`, type: 'customer.subscription.updated' };
     const res = await (await w.fake.deliver(w.webhookUrl, event)).json();
     expect(res.data.outcome).toBe('unknown_price');
-    const row = await first<{ tier_id: string; agent_id: string }>(w.t.db, sql`select tier_id, agent_id from subscriptions where id = ${subscriptionId}`);
-    expect(row).toEqual({ tier_id: own.id, agent_id: agent.id });
+    const row = await first<{ tier_id: string; agent_id: string; status: string }>(
+      w.t.db,
+      sql`select tier_id, agent_id, status from subscriptions where id = ${subscriptionId}`,
+    );
+    // its own tier, and no access while it pays another price (a cheaper one would buy the dearer tier)
+    expect(row).toEqual({ tier_id: own.id, agent_id: agent.id, status: 'incomplete' });
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).status).toBe(404);
     // and the row still follows Stripe in everything else: canceled there, it ends here (it stayed active for good)
     w.fake.takeEvents();
     await fetch(`${w.fake.url}/v1/subscriptions/${stripeSubscriptionId}`, { method: 'DELETE', headers: { authorization: `Bearer ${w.fake.secretKey}` } });
