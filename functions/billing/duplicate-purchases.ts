@@ -49,10 +49,14 @@ export async function undoDuplicatePurchase(
   if (!still.paid && duplicateGrantsAccess && kept?.stripeSubscriptionId) {
     try {
       await callStripe(() => stripe.subscriptions.cancel(kept.stripeSubscriptionId!));
+      await resync(kept.stripeSubscriptionId);
     } catch (err) {
       if (!isStripeMissing(err)) throw err;
+      // Stripe does not know it (another account, deleted test data): nothing will ever say it ended, so it is
+      // ended here, or the paid one would never be written (and checkout would refuse every new purchase)
+      await sql`update public.subscriptions set status = 'canceled', canceled_at = ${deps.clock.now()}, updated_at = ${deps.clock.now()}
+                where id = ${keptSubscriptionId} and status <> 'canceled'`.execute(deps.database.db);
     }
-    await resync(kept.stripeSubscriptionId);
     return 'kept_is_gone';
   }
 

@@ -8,8 +8,8 @@ import { hasBody } from './body-limit.ts';
  * Text that PostgreSQL cannot hold is refused here, once for every route (ours and the auth library's), as a 400
  * before any handler runs, so that no such value reaches a statement and surfaces as a 500:
  *
- * - A NUL character (text cannot hold one): `%00` anywhere in the URL, a `\u0000` escape in a JSON body, `%00` in a
- *   form body, or a NUL in the client credentials of an `Authorization: Basic` header (the OAuth endpoints look the
+ * - A NUL character (text cannot hold one): `%00` anywhere in the URL, a NUL byte in a body, a `\u0000` escape in a
+ *   JSON body, `%00` in a form body, or a NUL in the client credentials of an `Authorization: Basic` header (the OAuth endpoints look the
  *   client up by the id decoded from it).
  * - A lone UTF-16 surrogate in a JSON body (`"\ud800"`, a high surrogate without its low half or the reverse). It is
  *   valid JSON and passes every string rule, but it is not Unicode: written to a text column the driver turns it
@@ -21,21 +21,25 @@ import { hasBody } from './body-limit.ts';
 const jsonNul = /(^|[^\\])(\\\\)*\\u0000/;
 const jsonSurrogateEscape = /(^|[^\\])(\\\\)*\\u[dD][89a-fA-F]/;
 const encodedNul = /%00/;
+const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json$/i;
 
 export function rejectUnstorableText(): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     if (encodedNul.test(c.req.url)) throw nulError('url');
     if (basicCredentialsHoldNul(c.req.header('authorization'))) throw nulError('authorization');
     const type = c.req.header('content-type') ?? '';
-    // Any type naming JSON: the auth library parses `application/jsonx` as JSON too (better-call tests the prefix), so
-    // a stricter test here let such a body past the guard.
+    // Any type naming JSON must be JSON: the auth library parses `application/jsonx` as JSON (better-call tests the
+    // prefix) and lets `multipart/form-data+application/json` through its type check, then fails on it (500).
     const isJson = /json/i.test(type);
     const isForm = /x-www-form-urlencoded/i.test(type);
+    if (isJson && !JSON_TYPE.test(type.split(';')[0]!.trim())) {
+      throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Send the body as application/json');
+    }
     if ((isJson || isForm) && hasBody(c)) {
       // Read through Hono's body cache, so the validator's c.req.json() parses this same text and the body is read
       // once. The auth library reads the raw request itself, so under /api/auth a copy is read instead.
       const text = c.req.path.startsWith('/api/auth/') ? await c.req.raw.clone().text() : await c.req.text();
-      if ((isJson && jsonNul.test(text)) || (isForm && encodedNul.test(text))) throw nulError('body');
+      if (text.includes('\0') || (isJson && jsonNul.test(text)) || (isForm && encodedNul.test(text))) throw nulError('body');
       if (isJson && jsonSurrogateEscape.test(text) && holdsLoneSurrogate(text)) throw loneSurrogateError();
     }
     await next();

@@ -408,6 +408,22 @@ export const mutations: Mutation[] = [
     tests: ['tests/billing/pending-payment.test.ts'],
   },
   {
+    rule: 14,
+    name: 'a subscription live again stays refused on its own counters',
+    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    find: "  if exists (select 1 from public.subscriptions s where s.id = old.subscription_id and s.status = 'canceled') then",
+    replace: '  if true then',
+    tests: ['tests/metering/usage-continues.test.ts'],
+  },
+  {
+    rule: 14,
+    name: "a restart leaves the old subscription's next rolling period open",
+    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    find: '        select m.id, m.slug, v_next_key',
+    replace: '        select m.id, m.slug, v_prev_key',
+    tests: ['tests/metering/usage-continues.test.ts'],
+  },
+  {
     rule: 15,
     name: 'a subscription Stripe left unpaid keeps access',
     file: 'functions/billing/subscription-state.ts',
@@ -453,6 +469,14 @@ export const mutations: Mutation[] = [
     file: 'functions/billing/duplicate-purchases.ts',
     find: '  if (!still.paid && duplicateGrantsAccess && kept?.stripeSubscriptionId) {',
     replace: '  if (false) {',
+    tests: ['tests/billing/duplicate-purchase.test.ts'],
+  },
+  {
+    rule: 18,
+    name: 'an unpaid kept subscription Stripe does not know blocks the paid one for good',
+    file: 'functions/billing/duplicate-purchases.ts',
+    find: "      await sql`update public.subscriptions set status = 'canceled'",
+    replace: "      if (kept) throw err;\n      await sql`update public.subscriptions set status = 'canceled'",
     tests: ['tests/billing/duplicate-purchase.test.ts'],
   },
 ];

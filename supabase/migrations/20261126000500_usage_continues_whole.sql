@@ -31,8 +31,8 @@
 --      subscription such a call could write (each metric's fixed counter and its rolling one of the current period,
 --      created at 0 when missing, and every existing one), in the batches' lock order (metric slug), and marks them
 --      `continued`: a call holding one finishes first and is carried; a call that comes later is refused with
---      SQLSTATE 40001 by usage_counters_refuse_continued, and the group commit sends it again, to the live
---      subscription.
+--      SQLSTATE 40001 by usage_counters_refuse_continued (while its subscription stays canceled), and the group
+--      commit sends it again, to the live subscription.
 --   5. Only a subscription that grants access continues one, when it is written or when it first gains access (a
 --      paid one recorded incomplete, once paid): before, an unpaid or ended Stripe subscription took the holds.
 -- Also: a subscription whose price Stripe switched to another agent's tier's price was written with that tier under
@@ -66,8 +66,13 @@ language plpgsql
 set search_path = public, pg_temp
 as $$
 begin
-  raise exception 'the usage counter of subscription % was carried to a new subscription', old.subscription_id
-    using errcode = '40001', hint = 'send the call again: it now goes to the live subscription';
+  if exists (select 1 from public.subscriptions s where s.id = old.subscription_id and s.status = 'canceled') then
+    raise exception 'the usage counter of subscription % was carried to a new subscription', old.subscription_id
+      using errcode = '40001', hint = 'send the call again: it now goes to the live subscription';
+  end if;
+  -- live again (Stripe made a canceled subscription active again): its counters are its own once more
+  new.continued := false;
+  return new;
 end
 $$;
 
@@ -95,6 +100,7 @@ declare
   v_prev record;
   v_at timestamptz;
   v_prev_key timestamptz;
+  v_next_key timestamptz;
   v_rolling_start timestamptz;
   v_rolling_end timestamptz;
 begin
@@ -115,15 +121,23 @@ begin
   -- every counter of the old subscription a call still in flight could write, taken in the batches' lock order and
   -- marked continued: such a call that holds one finishes first (what it wrote is read below); one that comes later
   -- is refused with 40001 and sent again by the group commit, to the new subscription (added in 20261126000500)
-  select b.period_start into v_prev_key
+  -- (the rolling period at this time, and the one a call from an instance whose clock runs a few minutes ahead
+  -- would count in)
+  select b.period_start, b2.period_start into v_prev_key, v_next_key
   from public.subscriptions s
   cross join lateral public.billing_period(s.current_period_start, s.current_period_end, s.stripe_subscription_id is null, v_at) b
+  cross join lateral public.billing_period(s.current_period_start, s.current_period_end, s.stripe_subscription_id is null,
+                                           v_at + interval '5 minutes') b2
   where s.id = v_prev.id;
   insert into public.usage_counters as c (subscription_id, metric_id, period_start, used, updated_at, continued)
   select v_prev.id, k.metric_id, k.key, 0, v_at, true
   from (select m.id as metric_id, m.slug, case when m.kind = 'fixed' then '-infinity'::timestamptz else v_prev_key end as key
           from public.metric_definitions m
          where m.agent_id = new.agent_id
+        union
+        select m.id, m.slug, v_next_key
+          from public.metric_definitions m
+         where m.agent_id = new.agent_id and m.kind = 'rolling'
         union
         select c2.metric_id, m2.slug, c2.period_start
           from public.usage_counters c2 join public.metric_definitions m2 on m2.id = c2.metric_id

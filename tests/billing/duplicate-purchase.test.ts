@@ -120,4 +120,20 @@ describe('a second paid subscription to the same agent', () => {
     expect([...refundsOf(paid), ...refundsOf(unpaid)]).toEqual([]);
     expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).body.data).toMatchObject({ status: 'active' });
   });
+
+  it('keeps the paid one when the unpaid one recorded first is unknown to Stripe (it was dropped for good)', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 2500 });
+    const user = await signUp(w.t);
+    const open = async () => (await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } })).body.data.sessionId as string;
+    const [first, second] = [await open(), await open()];
+    const unpaid = w.fake.completeCheckout(first, { payment: 'pending' }).id as string;
+    await deliver(w, w.fake.takeEvents());
+    w.fake.subscriptions.delete(unpaid); // another Stripe account, deleted test data
+    const paid = w.fake.completeCheckout(second).id as string;
+    await deliver(w, w.fake.takeEvents());
+    expect(await liveRows(user)).toEqual([{ stripeSubscriptionId: paid }]);
+    expect(refundsOf(paid)).toEqual([]);
+  });
 });
+

@@ -385,6 +385,20 @@ describe('NUL characters (PostgreSQL text cannot hold them)', () => {
     expect(token.status).toBe(400);
   });
 
+  it('refuses a raw NUL byte in a form or JSON body (it reached the token endpoint: 500)', async () => {
+    const token = await nulApp.http.post('/api/auth/oauth2/token', {
+      body: 'grant_type=refresh_token&refresh_token=a\u0000b&client_id=x\u0000y',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
+    expect(token.status).toBe(400);
+    expect(token.body.error.code).toBe('VALIDATION_ERROR');
+    const signUp = await nulApp.http.post('/api/auth/sign-up/email', {
+      body: '{"email":"rawnul@example.com","password":"a-long-password-1","name":"Raw\u0000Nul"}',
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(signUp.status).toBe(400);
+  });
+
   it('refuses a NUL in the client credentials of a Basic header (the OAuth endpoints look the client up by it)', async () => {
     for (const credentials of ['a%00:secret', 'agent:se%00cret', 'a\u0000b:secret']) {
       for (const path of ['/api/auth/oauth2/token', '/api/auth/oauth2/introspect', '/api/auth/oauth2/revoke']) {
@@ -451,15 +465,22 @@ describe('lone UTF-16 surrogates in a JSON body (not Unicode: jsonb and the auth
       }
       expect(answers, path).toEqual([400, 400]);
     }
-    // whatever the JSON type is called: the library parses `application/jsonx` as JSON too (it answered 500 for a
-    // known address and 200 for an unknown one)
-    for (const type of ['application/jsonx', 'application/json5', 'text/json']) {
+    // a type that names JSON but is not it: the library parsed `application/jsonx` as JSON past the guard (500 for a
+    // known address, 200 for an unknown one), and failed on `multipart/form-data+application/json` (500)
+    for (const type of ['application/jsonx', 'application/json5', 'text/json', 'multipart/form-data+application/json; boundary=b']) {
       const res = await app.http.post('/api/auth/request-password-reset', {
         headers: { 'content-type': type },
         body: '{"email":"known@example.com","redirectTo":"/x\\ud800"}',
       });
-      expect(res.status, type).toBe(400);
+      expect(res.status, type).toBe(415);
+      expect(res.body.error.code, type).toBe('UNSUPPORTED_MEDIA_TYPE');
     }
+    // still JSON: a +json type and a charset parameter
+    const vendor = await app.http.post('/api/auth/request-password-reset', {
+      headers: { 'content-type': 'application/vnd.api+json; charset=utf-8' },
+      body: '{"email":"known@example.com","redirectTo":"/x\\ud800"}',
+    });
+    expect(vendor.status).toBe(400);
   });
 
   it('accepts a surrogate pair (an emoji written as escapes) and an escaped backslash before ud800', async () => {

@@ -231,5 +231,47 @@ describe('holds and threshold notices continue with the counters (migration 2026
     const quotaMails = (await mailsTo(t, user.email)).filter((m) => m.subject.startsWith('You have used all of your'));
     expect(quotaMails).toHaveLength(1);
   });
+
+  it('a continued subscription made live again by Stripe counts on its own counters again (it answered 40001 for good)', async () => {
+    // Found by a review: Stripe's read order can bring a canceled paid subscription back to active after a free one
+    // continued it; its counters were marked continued, so every call on it failed (500) and was resent with its batch.
+    const user = await signUp(t);
+    const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 10 }]);
+    const paid = (await first<{ id: string }>(
+      t.db,
+      sql`insert into subscriptions (user_id, agent_id, tier_id, status, stripe_subscription_id, current_period_start,
+                                     current_period_end, created_at, updated_at)
+          values (${user.userId}, ${a.agentId}, ${a.tierId}, 'active', ${`sub_back_${a.agentId}`}, '2026-03-01T00:00:00Z',
+                  '2026-04-01T00:00:00Z', '2026-03-01T00:00:00Z', '2026-03-01T00:00:00Z') returning id`,
+    ))!;
+    expect((await increment(user, a, 'sites', 2)).status).toBe(200);
+    const setStatus = (id: string, status: string) => sql`update subscriptions set status = ${status} where id = ${id}`.execute(t.db);
+    await setStatus(paid.id, 'canceled');
+    const free = (await checkout(user, a.tierId)).body.data.subscription;
+    await cancel(user, a.agentId);
+    await setStatus(paid.id, 'active'); // a later read of Stripe says active again
+    expect((await increment(user, a, 'sites', 3)).status).toBe(200);
+    expect(await usage(user, a)).toEqual({ sites: 5 });
+    expect(free.id).not.toBe(paid.id);
+  });
+
+  it('a restart also takes the old subscription\'s next rolling period (a call from an instance whose clock runs ahead)', async () => {
+    t.clock.set('2026-03-10T12:00:00.000Z');
+    const user = await signUp(t);
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
+    const first_ = (await checkout(user, a.tierId)).body.data.subscription;
+    t.clock.set('2026-04-10T11:58:00.000Z'); // two minutes before the cycle's next period
+    await cancel(user, a.agentId);
+    expect((await checkout(user, a.tierId)).status).toBe(201);
+    const keys = await rows<{ key: string; continued: boolean }>(
+      t.db,
+      sql`select period_start::text as key, continued from usage_counters where subscription_id = ${first_.id} order by period_start`,
+    );
+    expect(keys.map((k) => [new Date(k.key).toISOString(), k.continued])).toEqual([
+      ['2026-03-10T12:00:00.000Z', true],
+      ['2026-04-10T12:00:00.000Z', true],
+    ]);
+    t.clock.set('2026-03-10T12:00:00.000Z');
+  });
 });
 
