@@ -315,8 +315,8 @@ export const mutations: Mutation[] = [
     rule: 12,
     name: "a writer's Stripe read is applied whatever newer read was applied before it",
     file: 'functions/billing/subscription-state.ts',
-    find: '  return applyStripeState(deps, { event, state: stateOf(subscription), read, userId });',
-    replace: '  return applyStripeState(deps, { event, state: stateOf(subscription), userId });',
+    find: '  const result = await applyStripeState(deps, { event, state, read, userId });',
+    replace: '  const result = await applyStripeState(deps, { event, state, userId });',
     tests: ['tests/billing/stripe-read-order.pg-only.test.ts'],
   },
   {
