@@ -4,7 +4,7 @@ import { first, sql, type Db } from '../platform/db.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { undoDuplicatePurchase } from './duplicate-purchases.ts';
 import { grantsAccess } from './subscriptions.ts';
-import { callStripe, requirePayments } from './payments.ts';
+import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
 
 /**
  * The one writer of a paid subscription's local state. Whatever triggered it (a webhook event, the success page
@@ -232,6 +232,9 @@ export async function syncStripeSubscription(
     return result;
   } catch (err) {
     if (event) await sql`delete from public.stripe_events where id = ${event.id}`.execute(deps.database.db);
+    // Stripe missing an object here (a payment, an invoice) is a failure to retry, not the webhook's "this event's
+    // subscription is unknown, record it and move on", which would leave the duplicate charging for good.
+    if (isStripeMissing(err)) throw new Error('undoing a duplicate purchase failed: Stripe could not find an object', { cause: err });
     throw err;
   }
 }

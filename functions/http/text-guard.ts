@@ -9,8 +9,8 @@ import { hasBody } from './body-limit.ts';
  * before any handler runs, so that no such value reaches a statement and surfaces as a 500:
  *
  * - A NUL character (text cannot hold one): `%00` anywhere in the URL, a NUL byte in a body, a `\u0000` escape in a
- *   JSON body, `%00` in a form body, or a NUL in the client credentials of an `Authorization: Basic` header (the OAuth endpoints look the
- *   client up by the id decoded from it).
+ *   JSON body, `%00` in a form body, or a NUL in the client credentials of an `Authorization: Basic` header (the OAuth
+ *   endpoints look the client up by the id decoded from it).
  * - A lone UTF-16 surrogate in a JSON body (`"\ud800"`, a high surrogate without its low half or the reverse). It is
  *   valid JSON and passes every string rule, but it is not Unicode: written to a text column the driver turns it
  *   into U+FFFD, written into jsonb (`JSON.stringify(x)::jsonb`, tags, steps, redirect URIs, notes) it is escaped
@@ -32,10 +32,10 @@ export function rejectUnstorableText(): MiddlewareHandler<AppEnv> {
     // prefix) and lets `multipart/form-data+application/json` through its type check, then fails on it (500).
     const isJson = /json/i.test(type);
     const isForm = /x-www-form-urlencoded/i.test(type);
-    if (isJson && !JSON_TYPE.test(type.split(';')[0]!.trim())) {
-      throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Send the body as application/json');
-    }
     if ((isJson || isForm) && hasBody(c)) {
+      if (isJson && !JSON_TYPE.test(type.split(';')[0]!.trim())) {
+        throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Send the body as application/json');
+      }
       // Read through Hono's body cache, so the validator's c.req.json() parses this same text and the body is read
       // once. The auth library reads the raw request itself, so under /api/auth a copy is read instead.
       const text = c.req.path.startsWith('/api/auth/') ? await c.req.raw.clone().text() : await c.req.text();

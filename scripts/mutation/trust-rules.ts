@@ -419,8 +419,8 @@ export const mutations: Mutation[] = [
     rule: 14,
     name: "a restart leaves the old subscription's next rolling period open",
     file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
-    find: '        select m.id, m.slug, v_next_key',
-    replace: '        select m.id, m.slug, v_prev_key',
+    find: '                                         else array[v_prev_key, v_next_key] end) as key',
+    replace: '                                         else array[v_prev_key] end) as key',
     tests: ['tests/metering/usage-continues.test.ts'],
   },
   {

@@ -131,13 +131,11 @@ begin
   where s.id = v_prev.id;
   insert into public.usage_counters as c (subscription_id, metric_id, period_start, used, updated_at, continued)
   select v_prev.id, k.metric_id, k.key, 0, v_at, true
-  from (select m.id as metric_id, m.slug, case when m.kind = 'fixed' then '-infinity'::timestamptz else v_prev_key end as key
+  from (select m.id as metric_id, m.slug, key
           from public.metric_definitions m
+          cross join lateral unnest(case when m.kind = 'fixed' then array['-infinity'::timestamptz]
+                                         else array[v_prev_key, v_next_key] end) as key
          where m.agent_id = new.agent_id
-        union
-        select m.id, m.slug, v_next_key
-          from public.metric_definitions m
-         where m.agent_id = new.agent_id and m.kind = 'rolling'
         union
         select c2.metric_id, m2.slug, c2.period_start
           from public.usage_counters c2 join public.metric_definitions m2 on m2.id = c2.metric_id

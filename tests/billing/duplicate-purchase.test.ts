@@ -17,8 +17,8 @@ beforeAll(async () => {
 });
 afterAll(() => w.close());
 
-/** A user who opened two checkouts of one paid tier (two tabs) and paid both. */
-async function paidTwice() {
+/** A user who opened two checkouts of one paid tier (two tabs), neither paid yet. */
+async function twoCheckouts() {
   const agent = await activeAgent(w);
   const tier = await paidTier(w, agent.id, { priceCents: 2500 });
   const user = await signUp(w.t);
@@ -28,6 +28,12 @@ async function paidTwice() {
     return res.body.data.sessionId as string;
   };
   const [first, second] = [await open(), await open()];
+  return { agent, tier, user, first, second };
+}
+
+/** Two checkouts, both paid. */
+async function paidTwice() {
+  const { agent, tier, user, first, second } = await twoCheckouts();
   const kept = w.fake.completeCheckout(first).id as string;
   const keptEvents = w.fake.takeEvents();
   const duplicate = w.fake.completeCheckout(second).id as string;
@@ -88,6 +94,22 @@ describe('a second paid subscription to the same agent', () => {
     expect(await liveRows(user)).toEqual([{ stripeSubscriptionId: kept }]);
   });
 
+  it('when Stripe cannot find what it is asked to refund, the event answers 5xx and is not recorded (not "unknown subscription")', async () => {
+    const { kept, keptEvents, duplicate, duplicateEvents } = await paidTwice();
+    await deliver(w, keptEvents);
+    const created = duplicateEvents.find((e) => e.type === 'customer.subscription.created')!;
+    w.fake.outage('POST /v1/refunds', { status: 404, type: 'invalid_request_error', code: 'resource_missing' });
+    try {
+      expect((await w.fake.deliver(w.webhookUrl, created)).status).toBeGreaterThanOrEqual(500);
+    } finally {
+      w.fake.recover();
+    }
+    expect(await rows(w.t.db, sql`select id from stripe_events where id = ${created.id}`)).toEqual([]);
+    expect((await w.fake.deliver(w.webhookUrl, created)).status).toBe(200);
+    expect(refundsOf(duplicate)).toHaveLength(1);
+    expect(w.fake.subscriptions.get(kept)!.status).toBe('active');
+  });
+
   it('is no duplicate when the one the user had has in fact ended at Stripe: it is written as the live one', async () => {
     const { user, kept, keptEvents, duplicate, duplicateEvents } = await paidTwice();
     await deliver(w, keptEvents);
@@ -104,11 +126,7 @@ describe('a second paid subscription to the same agent', () => {
 
   it('keeps the paid one when the one recorded first is not paid yet: the unpaid one is ended, nothing refunded', async () => {
     // Found by a review: a bank debit still pending (incomplete) was kept and the card payment refunded.
-    const agent = await activeAgent(w);
-    const tier = await paidTier(w, agent.id, { priceCents: 2500 });
-    const user = await signUp(w.t);
-    const open = async () => (await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } })).body.data.sessionId as string;
-    const [first, second] = [await open(), await open()];
+    const { agent, user, first, second } = await twoCheckouts();
     const unpaid = w.fake.completeCheckout(first, { payment: 'pending' }).id as string;
     await deliver(w, w.fake.takeEvents());
     const paid = w.fake.completeCheckout(second).id as string;
@@ -122,11 +140,7 @@ describe('a second paid subscription to the same agent', () => {
   });
 
   it('keeps the paid one when the unpaid one recorded first is unknown to Stripe (it was dropped for good)', async () => {
-    const agent = await activeAgent(w);
-    const tier = await paidTier(w, agent.id, { priceCents: 2500 });
-    const user = await signUp(w.t);
-    const open = async () => (await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } })).body.data.sessionId as string;
-    const [first, second] = [await open(), await open()];
+    const { user, first, second } = await twoCheckouts();
     const unpaid = w.fake.completeCheckout(first, { payment: 'pending' }).id as string;
     await deliver(w, w.fake.takeEvents());
     w.fake.subscriptions.delete(unpaid); // another Stripe account, deleted test data

@@ -81,7 +81,7 @@ export class StripeFake {
   #taken = 0;
   #now: number | undefined;
   #paymentMode: PaymentMode = 'succeeds';
-  #failing = new Set<string>();
+  #failing = new Map<string, { status: number; type: string; code?: string }>();
   #idempotent = new Map<string, { status: number; body: string }>();
 
   readonly customers = new Map<string, Json>();
@@ -103,9 +103,9 @@ export class StripeFake {
   setNow(date: Date | string | number): void {
     this.#now = Math.floor(new Date(date).getTime() / 1000);
   }
-  /** Requests (`METHOD /v1/path`) answered 500 until `recover()`: Stripe failing for one kind of call. */
-  outage(request: string): void {
-    this.#failing.add(request);
+  /** Requests (`METHOD /v1/path`) answered with an error (500 unless given) until `recover()`: Stripe failing for one kind of call. */
+  outage(request: string, answer: { status: number; type: string; code?: string } = { status: 500, type: 'api_error' }): void {
+    this.#failing.set(request, answer);
   }
   recover(): void {
     this.#failing.clear();
@@ -342,8 +342,9 @@ export class StripeFake {
       send(401, JSON.stringify({ error: { type: 'invalid_request_error', message: 'Invalid API Key provided' } }));
       return;
     }
-    if (this.#failing.has(`${method} ${url.pathname}`)) {
-      send(500, JSON.stringify({ error: { type: 'api_error', message: 'An unknown error occurred' } }));
+    const failing = this.#failing.get(`${method} ${url.pathname}`);
+    if (failing) {
+      send(failing.status, JSON.stringify({ error: { type: failing.type, code: failing.code, message: 'Refused by a test outage' } }));
       return;
     }
     const idemKey = method === 'POST' ? req.headers['idempotency-key'] : undefined;
