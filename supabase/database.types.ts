@@ -544,17 +544,20 @@ export type Database = {
         Row: {
           "created_at": string;
           "id": number;
+          "invitation_id": string | null;
           "inviter_id": string;
         };
         ComputedFields: never;
         Insert: {
           "created_at": string;
           "id"?: never;
+          "invitation_id"?: string | null;
           "inviter_id": string;
         };
         Update: {
           "created_at"?: string;
           "id"?: never;
+          "invitation_id"?: string | null;
           "inviter_id"?: string;
         };
         Relationships: [];

@@ -32,12 +32,27 @@ interface Row {
 }
 const toTag = (r: Row): Tag => ({ ...r, createdAt: iso(r.createdAt) });
 
-export async function listTags(db: Db, cursors: CursorSigner, query: { cursor?: string | undefined; limit?: number | undefined }) {
-  const page = await readPage(cursors, pageScope('tags'), query);
+/**
+ * Tags, newest first. Admins see every tag; everyone else the tags of published agents and those no agent carries
+ * (made on their own with createTag): a tag that only unpublished agents carry was named for an agent nobody may
+ * see yet ("Project Nightingale"), so listing it would announce the draft.
+ */
+export async function listTags(
+  db: Db,
+  cursors: CursorSigner,
+  query: { cursor?: string | undefined; limit?: number | undefined },
+  viewer: { admin: boolean },
+) {
+  const page = await readPage(cursors, pageScope('tags', { all: viewer.admin }), query);
+  const visible = viewer.admin
+    ? sql`true`
+    : sql`(not exists (select 1 from public.agent_tags at where at.tag_id = t.id)
+           or exists (select 1 from public.agent_tags at join public.agents a on a.id = at.agent_id
+                      where at.tag_id = t.id and public.agent_is_published(a.status)))`;
   const found = await rows<Row>(
     db,
-    sql`select id, slug, name, created_at as "createdAt" from public.tags
-        where ${afterCursor(page)} order by created_at desc, id desc limit ${page.limit + 1}`,
+    sql`select t.id, t.slug, t.name, t.created_at as "createdAt" from public.tags t
+        where ${visible} and ${afterCursor(page, 't')} order by t.created_at desc, t.id desc limit ${page.limit + 1}`,
   );
   return finishPage(cursors, page, found.map(toTag));
 }

@@ -80,7 +80,12 @@ async function namedAgent(c: Context<AppEnv>): Promise<string | undefined> {
   } catch {
     return undefined; // not a slug: the route answers its own 400/404
   }
-  const row = await first<{ id: string }>(c.var.deps.database.db, sql`select id from public.agents where slug = ${decoded}`);
+  // Published agents only: an unpublished one is invisible to every agent's token (the route answers 404), and a
+  // 403 for a draft's slug against a 404 for an unknown one would tell any agent backend which drafts exist.
+  const row = await first<{ id: string }>(
+    c.var.deps.database.db,
+    sql`select id from public.agents where slug = ${decoded} and public.agent_is_published(status)`,
+  );
   return row?.id ?? undefined;
 }
 

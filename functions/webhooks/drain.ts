@@ -110,7 +110,14 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
   };
   const slot = async (first: { claimId: string; delivery: Claimed }) => {
     for (let next: typeof first | undefined = first; next; next = await claimOne()) {
-      result[await attempt(deps, next.claimId, next.delivery, timeoutMs)] += 1;
+      try {
+        result[await attempt(deps, next.claimId, next.delivery, timeoutMs)] += 1;
+      } catch (err) {
+        // One delivery whose attempt could not be recorded (the database refused the write) does not fail the
+        // drain's other slots: it keeps its claim and is tried again when the lease ends.
+        deps.logger.error('webhook delivery attempt not recorded', { deliveryId: next.delivery.id, webhookId: next.delivery.endpointId, err });
+        result.retrying += 1;
+      }
     }
   };
   const claimId = crypto.randomUUID();
@@ -250,7 +257,16 @@ function describeFailure(err: unknown, timeoutMs: number): string {
   const e = err as { name?: string; message?: string; cause?: { code?: string; message?: string } };
   if (e?.name === 'TimeoutError' || e?.name === 'AbortError') return `no answer within ${timeoutMs / 1000} s`;
   const cause = e?.cause?.code ?? e?.cause?.message;
-  return `${e?.message ?? String(err)}${cause ? ` (${cause})` : ''}`.slice(0, 500);
+  return storable(`${e?.message ?? String(err)}${cause ? ` (${cause})` : ''}`).slice(0, 500);
+}
+
+/**
+ * Text a receiver chose, made fit for the attempt log: control characters (NUL above all, which PostgreSQL's text
+ * cannot hold: a hostile endpoint answering one made the attempt's bookkeeping throw, so its delivery was never
+ * logged, never backed off and never `failed`) become spaces, and runs of white space one space.
+ */
+function storable(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f\s]+/g, ' ').trim();
 }
 
 /** The start of an error answer's body, for the attempt log (bounded: a receiver cannot make us read megabytes). */
@@ -270,7 +286,7 @@ async function readSnippet(res: Response, max: number): Promise<string> {
   } finally {
     reader.cancel().catch(() => {});
   }
-  return text.replace(/\s+/g, ' ').trim().slice(0, max);
+  return storable(text).slice(0, max);
 }
 
 /**

@@ -55,6 +55,19 @@ describe('tags', () => {
     expectError(await t.http.delete(`/tags/${doomed.id}`, { cookie: admin.cookie }), 404, 'NOT_FOUND');
   });
 
+  it('attack: a tag only unpublished agents carry is not listed to anyone but admins, until one of them is published', async () => {
+    // createAgent makes the tags it names, so a draft's tags announced the draft ("Project Nightingale") in the
+    // public list before anyone could see the agent.
+    const draft = await createAgent(t, admin, { status: 'draft', tags: ['Project Nightingale Acquisition'] });
+    const names = async (as: { cookie?: string }) => (await walk(t, '/tags', { limit: 50, ...as })).map((x) => x.name);
+    expect(await names({})).not.toContain('Project Nightingale Acquisition');
+    expect(await names({ cookie: user.cookie })).not.toContain('Project Nightingale Acquisition');
+    expect(await names({ cookie: admin.cookie })).toContain('Project Nightingale Acquisition');
+    const published = await t.http.patch(`/agents/${draft.id}`, { cookie: admin.cookie, json: { status: 'active' } });
+    expect(published.status, published.text).toBe(200);
+    expect(await names({})).toContain('Project Nightingale Acquisition');
+  });
+
   it('reuses an existing tag when an agent is tagged with its name', async () => {
     const tag = await t.http.post('/tags', { cookie: admin.cookie, json: { name: 'Data Science' } });
     const agent = await createAgent(t, admin, { tags: ['data science', 'DATA-SCIENCE'] });

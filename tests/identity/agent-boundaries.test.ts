@@ -100,6 +100,19 @@ describe("a token acts only within its agent (finding 5)", () => {
     expect((await t.http.get(`/agents/${x.agentId}`, { bearer: tokenX })).status).toBe(200);
   });
 
+  it("attack: X's token cannot learn which unpublished agents exist: their slugs answer 404, as an unknown slug does", async () => {
+    // The boundary resolved every agent's slug, so a draft's slug answered 403 (another agent) and an unknown one
+    // 404: any agent backend could enumerate the marketplace's unannounced agents by guessing.
+    await sql`insert into public.agents (slug, name, status) values ('stealth-launch-draft', 'Stealth', 'draft'),
+                                                                    ('retired-agent-x', 'Retired', 'inactive')`.execute(t.db);
+    for (const slug of ['stealth-launch-draft', 'retired-agent-x', 'no-such-agent-anywhere']) {
+      const res = await t.http.get(`/agents/by-slug/${slug}`, { bearer: tokenX });
+      expect([slug, res.status, res.body.error?.code]).toEqual([slug, 404, 'NOT_FOUND']);
+    }
+    // a published agent's slug is still another agent's: 403 (the test above), and the admin still sees the draft
+    expect((await t.http.get('/agents/by-slug/stealth-launch-draft', { cookie: admin.cookie })).status).toBe(200);
+  });
+
   it("GET /me/subscriptions with X's token lists only the subscription to X; GET /me shows id, email and name only", async () => {
     const mine = await t.http.get('/me/subscriptions', { bearer: tokenX });
     expect(mine.status).toBe(200);

@@ -174,8 +174,34 @@ describe('invitations', () => {
     expect(await invitationRows(owner.userId)).toBe(INVITATIONS_PER_DAY);
     const mailed = (await Promise.all(targets.map((target) => mailsTo(t, target)))).filter((m) => m.length > 0);
     expect(mailed).toHaveLength(5);
-    // Every claim became its invitation: none is left counting against the inviter.
-    expect((await first<{ n: number }>(t.db, sql`select count(*)::int as n from invitation_claims where inviter_id = ${owner.userId}`))!.n).toBe(0);
+    // Every claim became its invitation's record: none is left open, counting a second time against the inviter.
+    const open = sql<{ n: number }>`select count(*)::int as n from invitation_claims where inviter_id = ${owner.userId} and invitation_id is null`;
+    expect((await first<{ n: number }>(t.db, open))!.n).toBe(0);
+  });
+
+  it('attack: deleting the organization does not give the inviter a new day of invitations', async () => {
+    // The count read the library's invitation rows, which an organization's deletion takes with it: send 20,
+    // delete the organization, make another, send 20 more, and so on without end.
+    const spammer = await verifiedUser('Click here: https://evil.example/login');
+    const sent: string[] = [];
+    for (let round = 0; round < 2; round++) {
+      const org = await createOrg(spammer, 'Totally Legit Payroll');
+      for (let i = 0; i < INVITATIONS_PER_DAY; i++) {
+        const target = address(`victim-${round}`);
+        const res = await invite(spammer, org.id, target);
+        if (res.status !== 200) {
+          expect([res.status, res.body.code]).toEqual([429, 'RATE_LIMITED']);
+          break;
+        }
+        sent.push(target);
+      }
+      const deleted = await t.http.post('/api/auth/organization/delete', { ...withOrigin(spammer.cookie), json: { organizationId: org.id } });
+      expect(deleted.status, deleted.text).toBe(200);
+    }
+    expect(sent).toHaveLength(INVITATIONS_PER_DAY);
+    expect(await invitationRows(spammer.userId)).toBe(0); // the library's rows went with the organizations
+    const mailed = (await Promise.all(sent.map((target) => mailsTo(t, target)))).filter((m) => m.length > 0);
+    expect(mailed).toHaveLength(INVITATIONS_PER_DAY);
   });
 
   it('a resend replaces the pending invitation with a new one (counted), and the old link dies', async () => {

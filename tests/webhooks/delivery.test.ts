@@ -297,6 +297,28 @@ describe('delivery', () => {
     expect(d!.lastError).toMatch(/redirects are not followed/);
   });
 
+  it('attack: an error answer holding a NUL is logged without it and retried with backoff; the drain and the other endpoints go on', async () => {
+    // PostgreSQL's text cannot hold a NUL: copied into the attempt log as it came, it made the attempt's bookkeeping
+    // throw, so the drain rejected, the delivery was never logged, never backed off and never failed (retried at
+    // every lease end, for ever).
+    const hostileAgent = await agentWithTiers();
+    const otherAgent = await agentWithTiers();
+    const hostile = await receiver();
+    const other = await receiver();
+    const endpoint = await addEndpoint(t, admin, hostileAgent.agentId, hostile, ['subscription.created']);
+    await addEndpoint(t, admin, otherAgent.agentId, other, ['subscription.created']);
+    hostile.mode = { status: 500, body: 'down\u0000\u0000 for\u0007maintenance\r\n' };
+    await startFree(await signUp(t), hostileAgent.tierId);
+    await startFree(await signUp(t), otherAgent.tierId);
+    expect(await drain(t)).toMatchObject({ attempted: 2, delivered: 1, retrying: 1 });
+    expect(other.accepted().map((p) => p.type)).toEqual(['subscription.created']);
+    const [d] = await deliveries(t, admin, hostileAgent.agentId, endpoint.id);
+    expect(d).toMatchObject({ status: 'pending', lastStatusCode: 500, lastError: 'answered HTTP 500: down for maintenance' });
+    expect(d!.attemptLog).toHaveLength(1);
+    // backed off (10-20 s after the first failure), not left to its claim's 60 s lease
+    expect(new Date(d!.nextAttemptAt).getTime() - t.clock.now().getTime()).toBeLessThanOrEqual(20_000);
+  });
+
   it('retries for at least 24 hours with growing delays, then fails; an admin redelivers', async () => {
     const agent = await agentWithTiers();
     const hook = await receiver();

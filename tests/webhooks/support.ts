@@ -24,7 +24,8 @@ export interface Received {
   status: number;
 }
 
-export type Mode = { status: number } | 'hang';
+/** What the receiver answers: a status (and optionally the body of an error answer), or nothing until released. */
+export type Mode = { status: number; body?: string } | 'hang';
 
 export class Receiver {
   readonly received: Received[] = [];
@@ -76,7 +77,7 @@ export class Receiver {
       this.hanging.push(res);
       return;
     }
-    res.writeHead(status, { 'content-type': 'text/plain' }).end(status >= 300 ? 'receiver is down' : '');
+    res.writeHead(status, { 'content-type': 'text/plain' }).end(status < 300 ? '' : error ? 'receiver is down' : (mode.body ?? 'receiver is down'));
   }
 
   /** Resolves once `count` requests have arrived in total. */

@@ -87,9 +87,9 @@ export function communityRoutes() {
   const router = newRouter();
 
   router.openapi(listTagsRoute, async (c) => {
-    // Public: tags are catalog navigation.
+    // Public: tags are catalog navigation (an admin also sees the tags only unpublished agents carry).
     const { deps } = c.var;
-    const { items, pagination } = await listTags(deps.database.db, deps.cursors, c.req.valid('query'));
+    const { items, pagination } = await listTags(deps.database.db, deps.cursors, c.req.valid('query'), { admin: await viewerIsAdmin(c) });
     return c.json(okPage(items, pagination), 200);
   });
   router.openapi(createTagRoute, async (c) => {
