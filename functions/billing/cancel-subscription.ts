@@ -2,7 +2,7 @@ import type { BillingDeps } from './billing-deps.ts';
 import type { OnUserBanned } from '../auth/index.ts';
 import { notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
-import { callStripe, isStripeRefusal, requirePayments } from './payments.ts';
+import { callStripe, isStripeRefusal, requirePayments, stripeRefused } from './payments.ts';
 import { billingSubscription, liveSubscription, liveSubscriptionsOf, type BillingSubscription } from './subscription-queries.ts';
 import { readStripeSubscription, syncStripeSubscription } from './subscription-state.ts';
 import { grantsAccess, type SubscriptionDto } from './subscriptions.ts';
@@ -52,14 +52,19 @@ async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: bo
   if (sub.status === 'canceled') throw invalidState('The subscription is already canceled');
   if (!sub.stripeSubscriptionId) {
     const now = deps.clock.now();
-    await first(
+    // Still free when written: a paid checkout's webhook converts the free row in place, and ending the row it had
+    // just made paid would leave the user charged by Stripe for a subscription canceled here.
+    const ended = await first(
       deps.database.db,
       sql`update public.subscriptions
              set status = 'canceled', canceled_at = ${now}, cancel_at_period_end = false,
                  pending_tier_id = null, pending_change_kind = null, updated_at = ${now}
-           where id = ${sub.id} and status <> 'canceled'`,
+           where id = ${sub.id} and status <> 'canceled' and stripe_subscription_id is null
+          returning id`,
     );
-    return (await billingSubscription(deps, sub.id))!.dto;
+    const current = (await billingSubscription(deps, sub.id))!;
+    if (!ended && current.stripeSubscriptionId && current.status !== 'canceled') return cancel(deps, current, immediate);
+    return current.dto;
   }
 
   const { stripe } = requirePayments(deps);
@@ -80,7 +85,7 @@ async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: bo
   } catch (err) {
     if (!isStripeRefusal(err)) throw err;
     await syncStripeSubscription(deps, stripeSubscriptionId);
-    throw invalidState(`Stripe refused the cancellation: ${(err as Error).message}`);
+    throw stripeRefused('the cancellation', err);
   }
   await syncStripeSubscription(deps, stripeSubscriptionId);
   return (await billingSubscription(deps, sub.id))!.dto;

@@ -5,7 +5,7 @@ import type { Principal } from '../http/context.ts';
 import { first, sql } from '../platform/db.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { ensureCustomer } from './customers.ts';
-import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
+import { askStripe, callStripe, isStripeMissing, requirePayments } from './payments.ts';
 import { syncStripeSubscription } from './subscription-state.ts';
 import { startFreeSubscription, type SubscriptionDto } from './subscriptions.ts';
 import { findSubscriptionByStripeId, liveSubscription } from './subscription-queries.ts';
@@ -74,7 +74,7 @@ async function createSubscriptionCheckout(
   // Who and what travel in the session and the subscription it creates, so the webhook can place the
   // subscription without trusting anything else. The tier itself is later read from the price, never from here.
   const metadata = { userId: buyer.userId, tierId: tier.id, agentId: tier.agentId };
-  return callStripe(() =>
+  return askStripe('the checkout', () =>
     stripe.checkout.sessions.create({
       mode: 'subscription',
       customer,
@@ -98,7 +98,7 @@ export async function startAnonymousCheckout(
   const returnUrls = checkoutUrls(deps, input);
   const priceId = await ensureTierPrice(deps, tier);
   const metadata = { tierId: tier.id, agentId: tier.agentId, anonymous: 'true' };
-  const session = await callStripe(() =>
+  const session = await askStripe('the checkout', () =>
     stripe.checkout.sessions.create({
       mode: 'subscription',
       line_items: [{ price: priceId, quantity: 1 }],

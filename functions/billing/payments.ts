@@ -37,3 +37,21 @@ export async function callStripe<T>(fn: () => Promise<T>): Promise<T> {
     throw stripeUnavailable(err);
   }
 }
+
+/**
+ * Stripe refused what a caller asked for (a checkout, a portal session, a tier change, a cancellation): the caller's
+ * 422 INVALID_STATE with Stripe's reason, never a 500. `what` names the request ("the checkout").
+ */
+export function stripeRefused(what: string, err: unknown): ApiError {
+  const e = err as { message?: string; code?: string } | null;
+  return new ApiError('INVALID_STATE', `Stripe refused ${what}: ${e?.message ?? 'no reason given'}`, e?.code ? { provider: 'stripe', code: e.code } : {});
+}
+
+/** callStripe for a request a caller made: a refusal is their 422 (stripeRefused), a transport failure 503. */
+export async function askStripe<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await callStripe(fn);
+  } catch (err) {
+    throw isStripeRefusal(err) ? stripeRefused(what, err) : err;
+  }
+}

@@ -2,7 +2,7 @@ import type { BillingDeps } from './billing-deps.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { ownUrl } from './checkout.ts';
 import { customerIdOf } from './customers.ts';
-import { callStripe, requirePayments } from './payments.ts';
+import { askStripe, requirePayments } from './payments.ts';
 import { liveSubscription } from './subscription-queries.ts';
 import { grantsAccess } from './subscriptions.ts';
 import { invalidState } from './tiers.ts';
@@ -31,7 +31,12 @@ export async function createPortalSession(
     if (!sub.stripeSubscriptionId || !sub.stripeCustomerId) {
       throw invalidState('This subscription is on a free tier: cancel it with POST /me/subscriptions/{agentId}/cancel');
     }
-    const session = await callStripe(() =>
+    if (sub.cancelAtPeriodEnd) {
+      throw invalidState('This subscription already ends at the end of its period: there is nothing left to cancel', {
+        agentId: input.agentId,
+      });
+    }
+    const session = await askStripe('the portal session', () =>
       stripe.billingPortal.sessions.create({
         customer: sub.stripeCustomerId!,
         return_url: returnUrl,
@@ -47,6 +52,6 @@ export async function createPortalSession(
 
   const customer = await customerIdOf(deps, userId);
   if (!customer) throw invalidState('There is no billing account yet: the portal opens after a first paid checkout');
-  const session = await callStripe(() => stripe.billingPortal.sessions.create({ customer, return_url: returnUrl }));
+  const session = await askStripe('the portal session', () => stripe.billingPortal.sessions.create({ customer, return_url: returnUrl }));
   return { url: session.url };
 }

@@ -2,7 +2,7 @@ import type Stripe from 'stripe';
 import type { BillingDeps } from './billing-deps.ts';
 import { notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
-import { callStripe, isStripeRefusal, requirePayments } from './payments.ts';
+import { callStripe, isStripeRefusal, requirePayments, stripeRefused } from './payments.ts';
 import { billingSubscription, type BillingSubscription } from './subscription-queries.ts';
 import { readStripeSubscription, syncStripeSubscription } from './subscription-state.ts';
 import type { SubscriptionDto } from './subscriptions.ts';
@@ -76,7 +76,7 @@ export async function changeSubscriptionTier(deps: BillingDeps, subscriptionId: 
       await scheduleDowngrade(stripe, stripeSub, item, newPrice, target.interval);
     }
   } catch (err) {
-    if (isStripeRefusal(err)) throw invalidState(`Stripe refused the change: ${(err as Error).message}`);
+    if (isStripeRefusal(err)) throw stripeRefused('the change', err);
     throw err;
   }
   await syncStripeSubscription(deps, sub.stripeSubscriptionId);

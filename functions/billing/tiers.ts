@@ -10,8 +10,11 @@ import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
  *   * A paid tier can be created without Stripe configured (a catalog can be prepared, and the demo seed shows
  *     paid tiers); it then has no price, checkout on it answers 503 PAYMENTS_NOT_CONFIGURED, and once Stripe is
  *     configured the product and price are made on its first checkout (`ensureTierPrice`).
- *   * Deleting a tier archives its Stripe product and price. A tier no subscription references is deleted; one
- *     that subscriptions reference (current or pending) is archived: kept for them, hidden, closed to checkout.
+ *   * Deleting a tier archives its Stripe product and price. A tier is archived (kept, hidden, closed to checkout)
+ *     when subscriptions reference it (current or pending) and whenever it is paid: a checkout opened before the
+ *     delete may be paid after it, its events arriving minutes or (with Stripe's retries) days later, and its
+ *     price must still name the tier then, or the buyer would be charged every period for nothing served. Only an
+ *     unused free tier is deleted.
  */
 
 export interface BillingTier extends TierBasics {
@@ -122,9 +125,9 @@ export async function ensureTierPrice(deps: BillingDeps, tier: BillingTier): Pro
 
 export async function deleteTier(deps: BillingDeps, agentId: string, tierId: string): Promise<{ id: string; archived: boolean }> {
   const db = deps.database.db;
-  const tier = await first<BillingTier>(
+  const tier = await first<Pick<BillingTier, 'id' | 'priceCents' | 'stripeProductId' | 'stripePriceId'>>(
     db,
-    sql`select id, stripe_product_id as "stripeProductId", stripe_price_id as "stripePriceId"
+    sql`select id, price_cents as "priceCents", stripe_product_id as "stripeProductId", stripe_price_id as "stripePriceId"
           from public.tiers where id = ${tierId} and agent_id = ${agentId} and archived_at is null`,
   );
   if (!tier) throw notFound('Tier', { tierId });
@@ -138,7 +141,7 @@ export async function deleteTier(deps: BillingDeps, agentId: string, tierId: str
     db,
     sql`select 1 as used from public.subscriptions where tier_id = ${tierId} or pending_tier_id = ${tierId} limit 1`,
   );
-  if (referenced) {
+  if (referenced || isPaid(tier)) {
     await first(db, sql`update public.tiers set archived_at = ${deps.clock.now()}, is_public = false, updated_at = ${deps.clock.now()} where id = ${tierId}`);
     return { id: tierId, archived: true };
   }

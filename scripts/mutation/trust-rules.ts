@@ -63,6 +63,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 5,
+    name: "an unpublished agent's slug names another agent (403 against an unknown slug's 404)",
+    file: 'functions/http/access.ts',
+    find: 'sql`select id from public.agents where slug = ${decoded} and public.agent_is_published(status)`,',
+    replace: 'sql`select id from public.agents where slug = ${decoded}`,',
+    tests: [boundaries],
+  },
+  {
+    rule: 5,
     name: 'the usage statement does not compare the token agent with the path agent',
     file: 'supabase/migrations/20261123000500_reservations.sql',
     find: "  if v_status = 'ok' and p_token_agent_id is distinct from p_agent_id then",
@@ -157,6 +165,14 @@ export const mutations: Mutation[] = [
     file: 'functions/auth/invitation-rules.ts',
     find: '  if (!inviter.emailVerified) {',
     replace: '  if (false) {',
+    tests: ['tests/identity/organizations.test.ts'],
+  },
+  {
+    rule: 8,
+    name: 'a sent invitation leaves no record of its own (counted from rows its organization takes away)',
+    file: 'supabase/migrations/20261126000700_invitations_counted_from_own_record.sql',
+    find: '  update public.invitation_claims set invitation_id = new.id',
+    replace: '  delete from public.invitation_claims',
     tests: ['tests/identity/organizations.test.ts'],
   },
   {
@@ -478,6 +494,22 @@ export const mutations: Mutation[] = [
     find: "      await sql`update public.subscriptions set status = 'canceled'",
     replace: "      if (kept) throw err;\n      await sql`update public.subscriptions set status = 'canceled'",
     tests: ['tests/billing/duplicate-purchase.test.ts'],
+  },
+  {
+    rule: 18,
+    name: 'a paid tier no subscription references yet is deleted',
+    file: 'functions/billing/tiers.ts',
+    find: '  if (referenced || isPaid(tier)) {',
+    replace: '  if (referenced) {',
+    tests: ['tests/billing/tiers-portal-links.test.ts'],
+  },
+  {
+    rule: 18,
+    name: 'a free cancel ends the row a paid checkout converted meanwhile',
+    file: 'functions/billing/cancel-subscription.ts',
+    find: "           where id = ${sub.id} and status <> 'canceled' and stripe_subscription_id is null",
+    replace: "           where id = ${sub.id} and status <> 'canceled'",
+    tests: ['tests/billing/cancel-beside-conversion.pg-only.test.ts'],
   },
 ];
 

@@ -129,6 +129,25 @@ describe('startCheckout (POST /me/checkout)', () => {
     expect(res.body.error.code).toBe('INVALID_STATE');
   });
 
+  it('a checkout Stripe refuses (a price under its minimum charge) answers 422 with its reason, not 500, and writes nothing', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 1 });
+    const user = await signUp(w.t);
+    w.fake.outage('POST /v1/checkout/sessions', { status: 400, type: 'invalid_request_error', code: 'amount_too_small' });
+    try {
+      for (const res of [
+        await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } }),
+        await w.t.http.post('/checkout/anonymous', { json: { tierId: tier.id } }),
+      ]) {
+        expect([res.status, res.body.error?.code, res.body.error?.details]).toEqual([422, 'INVALID_STATE', { provider: 'stripe', code: 'amount_too_small' }]);
+        expect(res.body.error.message).toMatch(/^Stripe refused the checkout: /);
+      }
+    } finally {
+      w.fake.recover();
+    }
+    expect(await first(w.t.db, sql`select 1 as x from subscriptions where user_id = ${user.userId}`)).toBeUndefined();
+  });
+
   it('answers 404 for unknown, hidden or archived tiers and tiers of inactive agents', async () => {
     const user = await signUp(w.t);
     const agent = await activeAgent(w);

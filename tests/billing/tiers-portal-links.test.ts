@@ -76,7 +76,7 @@ describe('createTier (POST /agents/{agentId}/pricing)', () => {
 });
 
 describe('deleteTier (DELETE /agents/{agentId}/pricing/{tierId})', () => {
-  it('archives the Stripe product and price and deletes an unused tier', async () => {
+  it('archives the Stripe product and price and keeps the paid tier archived; deletes an unused free tier', async () => {
     const agent = await activeAgent(w);
     const tier = await paidTier(w, agent.id);
     const res = await w.t.http.delete(`/agents/${agent.id}/pricing/${tier.id}`, { cookie: w.admin.cookie });
@@ -85,8 +85,33 @@ describe('deleteTier (DELETE /agents/{agentId}/pricing/{tierId})', () => {
     const price = w.fake.prices.get(tier.stripePriceId)!;
     expect(price.active).toBe(false);
     expect(w.fake.products.get(price.product)!.active).toBe(false);
-    expect(await first(w.t.db, sql`select 1 as x from tiers where id = ${tier.id}`)).toBeUndefined();
+    expect(await first(w.t.db, sql`select archived_at is not null as archived, is_public from tiers where id = ${tier.id}`)).toEqual({
+      archived: true,
+      is_public: false,
+    });
     expect((await w.t.http.delete(`/agents/${agent.id}/pricing/${tier.id}`, { cookie: w.admin.cookie })).status).toBe(404);
+
+    const free = await insertTier(w.t.db, agent.id, { priceCents: 0 });
+    expect((await w.t.http.delete(`/agents/${agent.id}/pricing/${free.id}`, { cookie: w.admin.cookie })).status).toBe(200);
+    expect(await first(w.t.db, sql`select 1 as x from tiers where id = ${free.id}`)).toBeUndefined();
+  });
+
+  it('attack on the buyer: a tier deleted after its checkout was paid, before Stripe\'s events came, still serves the purchase', async () => {
+    // No local row referenced the tier yet, so it was deleted outright; the events then named a price no tier had
+    // (unknown_price, nothing written), and Stripe went on charging every period for a subscription never served.
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 2500 });
+    const user = await signUp(w.t);
+    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+    expect(checkout.status).toBe(200);
+    const paid = w.fake.completeCheckout(checkout.body.data.sessionId); // its events wait in the fake
+    expect((await w.t.http.delete(`/agents/${agent.id}/pricing/${tier.id}`, { cookie: w.admin.cookie })).status).toBe(200);
+    await deliverPending(w);
+    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
+    expect(mine.body.data).toMatchObject({ tierId: tier.id, status: 'active' });
+    expect(await first(w.t.db, sql`select 1 as x from subscriptions where stripe_subscription_id = ${paid.id}`)).toEqual({ x: 1 });
+    // and the archived tier stays closed to new buyers
+    expect((await w.t.http.post('/me/checkout', { cookie: (await signUp(w.t)).cookie, json: { tierId: tier.id } })).status).toBe(404);
   });
 
   it('keeps a tier that subscriptions use, archived and closed to new checkouts; the subscription carries on', async () => {
@@ -164,6 +189,30 @@ describe('createPortalSession (POST /me/billing-portal)', () => {
     expect(noAccount.status).toBe(422);
     expect(noAccount.body.error.code).toBe('INVALID_STATE');
     expect((await post({ flow: 'overview' }, null)).status).toBe(401);
+  });
+
+  it('the cancel flow of a subscription already ending answers 422 and asks Stripe nothing; a session Stripe refuses is 422, not 500', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const user = await signUp(w.t);
+    await buyPaidTier(w, user, tier.id);
+    const sessionsBefore = w.fake.portalSessions.size;
+    expect((await w.t.http.post(`/me/subscriptions/${agent.id}/cancel`, { cookie: user.cookie })).body.data.cancelAtPeriodEnd).toBe(true);
+    const again = await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'cancel', agentId: agent.id } });
+    expect([again.status, again.body.error.code]).toEqual([422, 'INVALID_STATE']);
+    expect(w.fake.portalSessions.size).toBe(sessionsBefore);
+
+    w.fake.outage('POST /v1/billing_portal/sessions', { status: 400, type: 'invalid_request_error', code: 'parameter_invalid' });
+    try {
+      const refused = await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'overview' } });
+      expect([refused.status, refused.body.error.code, refused.body.error.details]).toEqual([
+        422,
+        'INVALID_STATE',
+        { provider: 'stripe', code: 'parameter_invalid' },
+      ]);
+    } finally {
+      w.fake.recover();
+    }
   });
 });
 
