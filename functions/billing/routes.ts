@@ -188,7 +188,7 @@ const cancelMySubscriptionRoute = createRoute({
   summary: 'Cancel: a paid tier at period end (access kept until then), a free tier now',
   security,
   request: { params: z.object({ agentId: uuidParam('agentId') }) },
-  responses: { 200: jsonResponse(envelopeOf(subscriptionSchema), 'The subscription'), ...errors(400, 401, 404, 503) },
+  responses: { 200: jsonResponse(envelopeOf(subscriptionSchema), 'The subscription'), ...errors(400, 401, 403, 404, 422, 503) },
 });
 
 const createPortalSessionRoute = createRoute({

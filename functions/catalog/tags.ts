@@ -43,7 +43,7 @@ export async function listTags(
   query: { cursor?: string | undefined; limit?: number | undefined },
   viewer: { admin: boolean },
 ) {
-  const page = await readPage(cursors, pageScope('tags', { all: viewer.admin }), query);
+  const page = await readPage(cursors, pageScope('tags', { all: viewer.admin || undefined }), query);
   const visible = viewer.admin
     ? sql`true`
     : sql`(not exists (select 1 from public.agent_tags at where at.tag_id = t.id)
