@@ -10,7 +10,8 @@ import { isConnectionLost, type Database } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import type { Mailer } from '../platform/mailer.ts';
 import { existingAccountSignUpMail, invitationMail, pagesOrigin, verificationLink, verificationMail } from './account-mails.ts';
-import { assertMayInvite } from './invitation-rules.ts';
+import { assertMayInvite, assertWellFormedRole } from './invitation-rules.ts';
+import { refuseBadLibraryInput } from './library-input.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
 import { CLOSED_ENDPOINTS } from './oauth/closed-endpoints.ts';
 
@@ -153,6 +154,7 @@ export function authOptions(deps: AuthDeps) {
       // new one for the caller (revokeOtherSessions), which it sets as the cookie of the answer; otherwise the
       // caller would be left holding a cookie that no longer works after "success".
       before: createAuthMiddleware(async (ctx) => {
+        refuseBadLibraryInput(ctx.path, ctx.body, ctx.query);
         if (ctx.path === '/change-password' && ctx.body && typeof ctx.body === 'object') {
           return { context: { body: { ...ctx.body, revokeOtherSessions: true } } };
         }
@@ -181,10 +183,15 @@ export function authOptions(deps: AuthDeps) {
         // inviter's daily limit; a `resend` is made exactly that (hooks.before), so no invitation mail is uncounted.
         cancelPendingInvitationsOnReInvite: true,
         organizationHooks: {
-          // Verified inviters only, INVITATIONS_PER_DAY per inviter (invitation-rules.ts).
-          beforeCreateInvitation: async ({ inviter }) => {
+          // Verified inviters only, INVITATIONS_PER_DAY per inviter; roles exactly as the plugin's checks read them
+          // (invitation-rules.ts).
+          beforeCreateInvitation: async ({ inviter, invitation }) => {
+            assertWellFormedRole(invitation.role);
             await assertMayInvite(database.db, deps.clock, inviter);
           },
+          beforeUpdateMemberRole: async ({ newRole }) => assertWellFormedRole(newRole),
+          beforeAddMember: async ({ member }) => assertWellFormedRole(member.role),
+          beforeAcceptInvitation: async ({ invitation }) => assertWellFormedRole(invitation.role),
         },
         // A fixed subject: the organization's and the inviter's names are user text, quoted in the body only.
         sendInvitationEmail: async (data) => {

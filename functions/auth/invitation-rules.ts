@@ -43,3 +43,25 @@ export async function assertMayInvite(db: Db, clock: Clock, inviter: { id: strin
     { 'Retry-After': String(retryAfterSec) },
   );
 }
+
+/** The organization roles: the plugin's defaults (no custom roles are configured). */
+const ORGANIZATION_ROLES = new Set(['owner', 'admin', 'member']);
+
+/**
+ * A role as the organization plugin stores it: one role name, or several joined by commas, and nothing else. The
+ * plugin checks "only an owner may make an owner" on the role split by commas WITHOUT trimming, but validates roles
+ * and reads the caller's role WITH trimming, so an admin inviting "admin, owner" (or ["admin", " owner"]) passed
+ * the first check and made a member every later check took for an owner: one who could invite a real owner, who
+ * removed the original one (found by a review). A role that is not exactly well formed is refused (400
+ * INVALID_ROLE) wherever one is written or taken: an invitation, a role change, adding a member, and accepting an
+ * invitation stored before this rule.
+ */
+export function assertWellFormedRole(role: unknown): void {
+  const names = typeof role === 'string' ? role.split(',') : [];
+  if (names.length === 0 || names.some((name) => !ORGANIZATION_ROLES.has(name)) || new Set(names).size !== names.length) {
+    throw new APIError('BAD_REQUEST', {
+      code: 'INVALID_ROLE',
+      message: 'role must be owner, admin or member (several as one comma-separated list without spaces, each once)',
+    });
+  }
+}

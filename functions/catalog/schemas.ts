@@ -168,11 +168,15 @@ export const createUploadBody = z
     kind: z.enum(['image', 'video']),
     contentType: z.string().min(3).max(100).openapi({ example: 'video/mp4' }),
     filename: z.string().trim().min(1).max(200).openapi({ example: 'demo.mp4' }),
-    sizeBytes: z.int().min(1).openapi({
-      description:
-        'Exact size of the file in bytes (1 up to the kind\'s limit: image 10 MiB, video 500 MiB). Signed into the upload: with S3 as its Content-Length, so the PUT must send exactly this many bytes; with local storage as the most it accepts',
-      example: 1048576,
-    }),
+    sizeBytes: z
+      .int()
+      .min(1)
+      .optional()
+      .openapi({
+        description:
+          'Exact size of the file in bytes (1 up to the kind\'s limit: image 10 MiB, video 500 MiB). Recommended: signed into the upload, with S3 as its Content-Length (the PUT must send exactly this many bytes), with local storage as the most it accepts. Without it, local storage accepts up to the kind\'s limit and S3 up to its own 5 GB per PUT',
+        example: 1048576,
+      }),
   })
   .openapi('CreateUpload');
 
@@ -183,7 +187,7 @@ export const uploadSchema = z
     expiresAt: z.string(),
     method: z.literal('PUT'),
     headers: z.record(z.string(), z.string()).openapi({ description: 'Headers the PUT must carry' }),
-    maxBytes: z.int().openapi({ description: 'The declared sizeBytes: the upload may not be larger' }),
+    maxBytes: z.int().openapi({ description: "The declared sizeBytes, else the kind's limit: the upload may not be larger (without a declared size, S3 does not enforce it)" }),
   })
   .openapi('Upload');
 

@@ -5,8 +5,11 @@ import { slugify } from './tags.ts';
 /**
  * Presigned uploads of agent media. The allowed types are what the front end can show inline (no SVG: it can
  * carry script), each kind with its size limit. The object key is generated here (agent, kind, random id,
- * cleaned file name, extension from the content type), never taken from the client as a path. The caller declares
- * the file's size (`sizeBytes`, required, within the kind's limit), and the URL is signed for that size.
+ * cleaned file name, extension from the content type), never taken from the client as a path. The caller may
+ * declare the file's size (`sizeBytes`, within the kind's limit), and the URL is then signed for that size: with S3
+ * as the Content-Length the PUT must send, locally as the most the upload accepts. contract.md's body has no size,
+ * so it is optional: without it local storage accepts up to the kind's limit, and S3 only its own 5 GB per PUT
+ * (a presigned PUT cannot carry a size range), which is why the admin page always sends it.
  */
 
 export const UPLOAD_RULES = {
@@ -27,7 +30,7 @@ const invalid = (path: string, message: string, extra: Record<string, unknown> =
 
 export async function createUpload(
   storage: ObjectStorage | undefined,
-  input: { agentId: string; kind: 'image' | 'video'; contentType: string; filename: string; sizeBytes: number },
+  input: { agentId: string; kind: 'image' | 'video'; contentType: string; filename: string; sizeBytes?: number | undefined },
   now: Date,
 ) {
   if (!storage) {
@@ -41,23 +44,25 @@ export async function createUpload(
       allowed: Object.keys(rules.types),
     });
   }
-  // The size is required and signed into the upload URL, so no upload can be larger than the kind allows
-  // (an S3 presigned PUT without a signed Content-Length accepts objects of any size, up to 5 GB).
-  if (!Number.isInteger(input.sizeBytes) || input.sizeBytes < 1 || input.sizeBytes > rules.maxBytes) {
+  // A declared size is signed into the upload URL, so that upload cannot be larger (an S3 presigned PUT without a
+  // signed Content-Length accepts objects of any size, up to 5 GB).
+  const { sizeBytes } = input;
+  if (sizeBytes !== undefined && (!Number.isInteger(sizeBytes) || sizeBytes < 1 || sizeBytes > rules.maxBytes)) {
     throw invalid('sizeBytes', `sizeBytes must be from 1 to ${rules.maxBytes} bytes for a ${input.kind}`, { maxBytes: rules.maxBytes });
   }
   const stem = input.filename.replace(/\.[^.]*$/, '');
   const name = slugify(stem).slice(0, 80).replace(/-+$/, '') || input.kind;
   const key = `agents/${input.agentId}/${input.kind}/${crypto.randomUUID()}-${name}.${ext}`;
   const expiresAt = new Date(now.getTime() + UPLOAD_URL_TTL_MS);
-  const signed = await storage.presignUpload({ key, contentType, sizeBytes: input.sizeBytes, now, expiresAt });
+  const maxBytes = sizeBytes ?? rules.maxBytes;
+  const signed = await storage.presignUpload({ key, contentType, sizeBytes, maxBytes, now, expiresAt });
   return {
     uploadUrl: signed.uploadUrl,
     publicUrl: signed.publicUrl,
     expiresAt: expiresAt.toISOString(),
     method: 'PUT' as const,
     headers: signed.headers,
-    maxBytes: input.sizeBytes,
+    maxBytes,
   };
 }
 

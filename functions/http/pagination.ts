@@ -14,12 +14,13 @@ export const MAX_LIMIT = 100;
 
 /** `limit`: a positive integer; above 100 it is clamped (not refused). `cursor`: opaque string. */
 export const pageQuerySchema = z.object({
+  // An empty cursor is the first page: it is what the last page of an empty list hands back, and a client passing
+  // back whatever it got must not be refused for it.
   cursor: z
     .string()
-    .min(1)
     .max(512)
     .optional()
-    .openapi({ param: { name: 'cursor', in: 'query' }, description: 'Opaque cursor from the previous page' }),
+    .openapi({ param: { name: 'cursor', in: 'query' }, description: 'Opaque cursor from the previous page (empty: the first page)' }),
   limit: z
     .string()
     .regex(/^[0-9]+$/, 'limit must be a positive integer')

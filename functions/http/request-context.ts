@@ -4,8 +4,9 @@ import type { AppDeps, AppEnv } from '../platform/app-types.ts';
 import { setResponseHeader } from './response-headers.ts';
 
 /**
- * First middleware of the app: gives the request its id (the client's when it is a sane token, else a new
- * UUID), puts the dependencies on the context, and after the response is made sets `X-Request-Id` on it and
+ * First middleware of the app: gives the request its id (the client's, echoed as contract.md says, when it is
+ * printable ASCII of at most 256 characters: trace ids such as `Root=1-...;Parent=...` or base64 are; control
+ * characters, other text and longer values get a new UUID instead, so a log line stays one bounded line), puts the dependencies on the context, and after the response is made sets `X-Request-Id` on it and
  * writes the one log line of the request. Runs for every response, including 404, 413, 500 and /api/auth.
  *
  * The log line never holds a secret from the URL (contract.md, Trust boundaries): password-reset links carry
@@ -14,7 +15,7 @@ import { setResponseHeader } from './response-headers.ts';
  * segment that is not part of that pattern replaced by the parameter's name unless it is an id (a UUID), and only
  * the names of the query parameters (`query`), never their values. See `loggedUrl`.
  */
-const clientRequestId = /^[\w.:-]{1,128}$/;
+const clientRequestId = /^[\x21-\x7e](?:[\x20-\x7e]{0,254}[\x21-\x7e])?$/;
 
 export function requestContext(deps: AppDeps): MiddlewareHandler<AppEnv> {
   return async (c, next) => {

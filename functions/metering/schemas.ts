@@ -80,7 +80,7 @@ export const usageRecordSchema = z
     used: z.int(),
     reserved: z.int().openapi({ description: 'Units held by live reservations (held, not yet expired); they count against the quota' }),
     limit: z.int().nullable().openapi({ description: 'Effective quota (tier quota + active addons); null = unlimited' }),
-    remaining: z.int().nullable().openapi({ description: 'max(limit - used - reserved, 0); null = unlimited' }),
+    remaining: z.int().nullable().openapi({ description: 'limit - used - reserved (below 0 when the quota was lowered under the usage); null = unlimited' }),
     periodStart: z.string().openapi({
       description: 'rolling: start of the current billing period; fixed: start of the subscription (fixed metrics never reset)',
     }),

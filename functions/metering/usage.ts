@@ -166,7 +166,8 @@ export function usageRecord(row: Omit<UsageColumns, 'requested' | 'original'> & 
     used,
     reserved,
     limit,
-    remaining: limit === null ? null : Math.max(limit - used - reserved, 0),
+    // contract.md's formula as it stands: below 0 when a quota was lowered under what is already used or held
+    remaining: limit === null ? null : limit - used - reserved,
     periodStart: new Date(row.period_start!).toISOString(),
     periodEnd: row.kind === 'rolling' && row.period_end ? new Date(row.period_end).toISOString() : null,
   };

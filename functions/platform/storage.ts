@@ -19,8 +19,10 @@ import type { Config } from './config.ts';
 export interface UploadRequest {
   key: string;
   contentType: string;
-  /** The file's declared size (required): S3 signs it as Content-Length; local storage accepts no more. */
-  sizeBytes: number;
+  /** The file's declared size, if the caller gave one: S3 signs it as Content-Length (the PUT must send exactly it). */
+  sizeBytes?: number | undefined;
+  /** The most bytes the upload may hold: the declared size, else the kind's limit. Local storage accepts no more. */
+  maxBytes: number;
   now: Date;
   expiresAt: Date;
 }
@@ -83,7 +85,11 @@ export function s3Storage(s3: S3Config): ObjectStorage {
       const url = new URL(`${s3.endpoint}/${encodeURIComponent(s3.bucket)}/${encodeKey(request.key)}`);
       const seconds = Math.max(1, Math.round((request.expiresAt.getTime() - request.now.getTime()) / 1000));
       url.searchParams.set('X-Amz-Expires', String(seconds));
-      const headers: Record<string, string> = { 'content-type': request.contentType, 'content-length': String(request.sizeBytes) };
+      // Without a declared size S3 bounds a presigned PUT only by its own 5 GB (a PUT cannot carry a size range).
+      const headers: Record<string, string> = {
+        'content-type': request.contentType,
+        ...(request.sizeBytes === undefined ? {} : { 'content-length': String(request.sizeBytes) }),
+      };
       const signed = await new AwsV4Signer({
         method: 'PUT',
         url: url.toString(),
@@ -128,7 +134,7 @@ export class LocalStorage implements ObjectStorage {
 
   async presignUpload(request: UploadRequest): Promise<PresignedUpload> {
     const expires = Math.floor(request.expiresAt.getTime() / 1000);
-    const maxBytes = request.sizeBytes;
+    const maxBytes = request.maxBytes;
     const sig = toHex(await crypto.subtle.sign('HMAC', await this.#key, this.#payload(request.key, request.contentType, maxBytes, expires)));
     const url = new URL(`${this.publicBaseUrl}/files/${encodeKey(request.key)}`);
     url.searchParams.set('expires', String(expires));

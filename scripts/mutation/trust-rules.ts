@@ -511,6 +511,22 @@ export const mutations: Mutation[] = [
     replace: "           where id = ${sub.id} and status <> 'canceled'",
     tests: ['tests/billing/cancel-beside-conversion.pg-only.test.ts'],
   },
+  {
+    rule: 19,
+    name: 'an organization role with a space in it is taken',
+    file: 'functions/auth/invitation-rules.ts',
+    find: "  const names = typeof role === 'string' ? role.split(',') : [];",
+    replace: "  const names = typeof role === 'string' ? role.split(',').map((name) => name.trim()).filter(Boolean) : [];",
+    tests: ['tests/identity/organizations.test.ts'],
+  },
+  {
+    rule: 20,
+    name: "a server's end-session request ends the session its hint names",
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: '    if (session) return library(c, forwarded);',
+    replace: '    if (session || hint) return library(c, forwarded);',
+    tests: ['tests/oauth/code-flow.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

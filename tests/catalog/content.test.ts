@@ -225,8 +225,8 @@ describe('uploads (local storage, the default without S3)', () => {
     expectError(await ask({ kind: 'video', contentType: 'image/png', filename: 'x.png', sizeBytes: 100 }), 400, 'VALIDATION_ERROR');
     expectError(await ask({ kind: 'video', contentType: 'application/vnd.apple.mpegurl', filename: 'x.m3u8', sizeBytes: 100 }), 400, 'VALIDATION_ERROR');
     expectError(await ask({ kind: 'audio', contentType: 'audio/mpeg', filename: 'x.mp3', sizeBytes: 100 }), 400, 'VALIDATION_ERROR');
-    // The size is required, at least 1 byte and at most the kind's limit.
-    for (const sizeBytes of [undefined, 0, -1, 1.5, '100', 10 * 1024 * 1024 + 1]) {
+    // A declared size is at least 1 byte and at most the kind's limit.
+    for (const sizeBytes of [0, -1, 1.5, '100', 10 * 1024 * 1024 + 1]) {
       const res = await ask({ kind: 'image', contentType: 'image/png', filename: 'x.png', sizeBytes });
       expectError(res, 400, 'VALIDATION_ERROR');
       expect(issuePath(res).join(' ')).toContain('sizeBytes');
@@ -234,6 +234,21 @@ describe('uploads (local storage, the default without S3)', () => {
     expectError(await ask({ kind: 'video', contentType: 'video/mp4', filename: 'x.mp4', sizeBytes: 500 * 1024 * 1024 + 1 }), 400, 'VALIDATION_ERROR');
     expect((await ask({ kind: 'image', contentType: 'image/png', filename: 'x.png', sizeBytes: 10 * 1024 * 1024 })).status).toBe(201);
     expect((await ask({ kind: 'video', contentType: 'video/mp4', filename: 'x.mp4', sizeBytes: 500 * 1024 * 1024 })).status).toBe(201);
+  });
+
+  it("contract.md's body without sizeBytes works: the upload holds up to the kind's limit", async () => {
+    const agent = await createAgent(t, admin);
+    const res = await t.http.post(`/agents/${agent.id}/uploads`, {
+      cookie: admin.cookie,
+      json: { kind: 'image', contentType: 'image/png', filename: 'logo.png' },
+    });
+    expect(res.status, res.text).toBe(201);
+    expect(res.body.data).toMatchObject({ uploadUrl: expect.any(String), publicUrl: expect.any(String), expiresAt: expect.any(String), maxBytes: 10 * 1024 * 1024 });
+    const put = (size: number) =>
+      fetch(res.body.data.uploadUrl, { method: 'PUT', headers: { 'content-type': 'image/png' }, body: new Uint8Array(size) });
+    expect((await put(10 * 1024 * 1024 + 1)).status).toBe(413);
+    expect((await put(5000)).status).toBe(200);
+    expect((await fetch(res.body.data.publicUrl)).headers.get('content-length')).toBe('5000');
   });
 
   it('attack: an upload URL holds no more than the declared size (local storage refuses a larger body with 413)', async () => {
@@ -312,12 +327,14 @@ describe('uploads (S3-compatible storage)', () => {
     expect(res.text).not.toContain('wJalrXUtnFEMI');
   });
 
-  it('attack: no presigned URL without a declared size (an unsigned Content-Length would let the PUT store any size)', async () => {
+  it('attack: a declared size is a signed header (S3 refuses a PUT of another size); without one, no Content-Length is signed', async () => {
     const agent = await createAgent(s3, s3Admin);
     const ask = (json: Record<string, unknown>) => s3.http.post(`/agents/${agent.id}/uploads`, { cookie: s3Admin.cookie, json });
-    const unbounded = await ask({ kind: 'video', contentType: 'video/mp4', filename: 'huge.mp4' });
-    expectError(unbounded, 400, 'VALIDATION_ERROR');
-    expect(unbounded.text).not.toContain('X-Amz-Signature');
+    // contract.md's body, with no size: accepted, and nothing claims a bound S3 would not hold to
+    const undeclared = await ask({ kind: 'video', contentType: 'video/mp4', filename: 'huge.mp4' });
+    expect(undeclared.status, undeclared.text).toBe(201);
+    expect(new URL(undeclared.body.data.uploadUrl).searchParams.get('X-Amz-SignedHeaders')!.split(';')).not.toContain('content-length');
+    expect(undeclared.body.data.headers).toEqual({ 'content-type': 'video/mp4' });
     expectError(await ask({ kind: 'video', contentType: 'video/mp4', filename: 'huge.mp4', sizeBytes: 500 * 1024 * 1024 + 1 }), 400, 'VALIDATION_ERROR');
 
     // Whatever the size, it is a signed header: S3 refuses a PUT whose Content-Length differs from it.

@@ -314,11 +314,18 @@ describe('X-Request-Id', () => {
     expect(res.headers.get('x-request-id')).toBe('auth-req-1');
   });
 
-  it('echoes a well-formed client id and replaces one that is not', async () => {
-    expect((await t.http.get('/health', { headers: { 'x-request-id': 'client:abc-1.2_3' } })).headers.get('x-request-id')).toBe(
+  it("echoes the client's id (contract.md) when it is printable ASCII of at most 256 characters, and replaces any other", async () => {
+    const echoed = [
       'client:abc-1.2_3',
-    );
-    for (const bad of ['has space', 'x'.repeat(129), 'semi;colon', '<script>']) {
+      'Root=1-67891233-abcdef012345678912345678;Parent=53995c3f42cd8ad8',
+      'YWJj+ZGVm/Zw==',
+      'has space',
+      'x'.repeat(256),
+    ];
+    for (const id of echoed) {
+      expect((await t.http.get('/health', { headers: { 'x-request-id': id } })).headers.get('x-request-id')).toBe(id);
+    }
+    for (const bad of ['x'.repeat(257), 'caf\u00e9', 'tab\there']) {
       const res = await t.http.get('/health', { headers: { 'x-request-id': bad } });
       expect(res.headers.get('x-request-id')).toMatch(uuid);
     }

@@ -102,6 +102,14 @@ describe('keyset walk', () => {
     expect(after.body.pagination.hasMore).toBe(false);
   });
 
+  it('an empty list hands back an empty cursor, and that cursor passed back is a page too (not a 400)', async () => {
+    const empty = await t.http.get('/__test/items?shelf=none');
+    expect(empty.body).toMatchObject({ data: [], pagination: { cursor: '', hasMore: false } });
+    const again = await t.http.get(`/__test/items?shelf=none&cursor=${encodeURIComponent(empty.body.pagination.cursor)}`);
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ data: [], pagination: { hasMore: false } });
+  });
+
   it('a row added before the cursor position after the cursor was issued does not shift the next page (a seek, not an offset)', async () => {
     // What page N costs on the real lists is measured in keyset-plans.test.ts (EXPLAIN ANALYZE of the app's SQL).
     const first = await t.http.get('/__test/items?limit=10');

@@ -204,6 +204,42 @@ describe('invitations', () => {
     expect(mailed).toHaveLength(INVITATIONS_PER_DAY);
   });
 
+  it('attack: an admin cannot make an owner by spelling the role with a space, nor use such a role stored before the rule', async () => {
+    // The plugin's owner check split "admin, owner" without trimming (no "owner": allowed), its later checks trimmed
+    // (an owner), so an admin's accomplice could invite a real owner, who removed the original one.
+    const owner = await verifiedUser();
+    const org = await createOrg(owner, 'Victim Co');
+    const admin = await verifiedUser('Admin');
+    const asAdmin = await invite(owner, org.id, admin.email, { role: 'admin' });
+    expect(asAdmin.status, asAdmin.text).toBe(200);
+    expect((await t.http.post('/api/auth/organization/accept-invitation', { ...withOrigin(admin.cookie), json: { invitationId: asAdmin.body.id } })).status).toBe(200);
+    for (const role of ['admin, owner', ['admin', ' owner'], 'owner ', 'member,member', '']) {
+      const target = address('accomplice');
+      const res = await invite(admin, org.id, target, { role });
+      expect([JSON.stringify(role), res.status]).toEqual([JSON.stringify(role), 400]);
+      expect(await mailsTo(t, target)).toEqual([]);
+    }
+    expect((await invite(admin, org.id, address('accomplice'), { role: 'owner' })).status).toBe(403); // the library's own rule
+    expect(await invitationRows(admin.userId)).toBe(0);
+    // a role change spelled so is refused too
+    const adminMember = (await first<{ id: string }>(t.db, sql`select id from member where "userId" = ${admin.userId}`))!;
+    const change = await t.http.post('/api/auth/organization/update-member-role', {
+      ...withOrigin(owner.cookie),
+      json: { memberId: adminMember.id, role: 'admin,admin', organizationId: org.id },
+    });
+    expect(change.status).toBe(400);
+
+    // An invitation such a role was stored with before the rule cannot be accepted.
+    const invitee = await verifiedUser('Accomplice');
+    const stored = randomUUID();
+    await sql`insert into invitation (id, "organizationId", email, role, status, "expiresAt", "createdAt", "inviterId")
+              values (${stored}, ${org.id}, ${invitee.email}, 'admin, owner', 'pending', now() + interval '2 days', now(), ${admin.userId})`.execute(t.db);
+    const accepted = await t.http.post('/api/auth/organization/accept-invitation', { ...withOrigin(invitee.cookie), json: { invitationId: stored } });
+    expect(accepted.status).toBe(400);
+    const roles = await first<{ roles: string[] }>(t.db, sql`select array_agg(role order by role) as roles from member where "organizationId" = ${org.id}`);
+    expect(roles!.roles).toEqual(['admin', 'owner']);
+  });
+
   it('a resend replaces the pending invitation with a new one (counted), and the old link dies', async () => {
     const owner = await verifiedUser();
     const org = await createOrg(owner, 'Resend Co');

@@ -73,6 +73,8 @@ describe('addons', () => {
     const denied = await inc('calls');
     expect(denied.status).toBe(429);
     expect(denied.body.error.details).toMatchObject({ used: 5, limit: 2 });
+    // contract.md: remaining = limit - used - reserved, so 3 over the lowered limit reads -3
+    expect(denied.headers.get('x-quota-remaining')).toBe('-3');
     const list = await t.http.get(addonsPath(sub.id), { cookie: admin.cookie });
     expect(list.status).toBe(200);
     expect(list.body.data).toEqual([revoked.body.data]);

@@ -402,6 +402,30 @@ describe('RP-initiated logout', () => {
     expect((await t.http.get('/me', { bearer: refreshed.body.access_token })).status).toBe(200);
   });
 
+  test("attack: an agent's backend cannot end the user's session from a server, nor with it another agent's tokens", async () => {
+    // The library ended the session an id_token_hint names for a request with no session at all: one GET from a
+    // hostile agent's server signed the user out and ended every access token issued under that session.
+    const user = await signUp(t);
+    const hostile = await createOAuthClient(t, { name: 'Hostile agent' });
+    const other = await createOAuthClient(t, { name: 'Other agent' });
+    const hostileTokens = await accessTokenFor(t, user, { client: hostile });
+    const otherTokens = await accessTokenFor(t, user, { client: other });
+    const query = new URLSearchParams({ id_token_hint: hostileTokens.idToken, post_logout_redirect_uri: hostile.postLogoutRedirectUri });
+    const fromServer = await t.http.get(`/api/auth/oauth2/end-session?${query}`);
+    expect([fromServer.status, fromServer.body?.error]).toEqual([400, 'invalid_request']);
+    const asForm = await t.http.post('/api/auth/oauth2/end-session', {
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: query.toString(),
+    });
+    expect(asForm.status).toBe(400);
+    expect((await t.http.get('/me', { bearer: otherTokens.accessToken })).status).toBe(200);
+    expect((await t.http.get('/api/auth/get-session', { cookie: user.cookie })).body?.user?.id).toBe(user.userId);
+    // the user's own browser still signs out with it
+    const fromBrowser = await t.http.get(`/api/auth/oauth2/end-session?${query}`, { cookie: user.cookie });
+    expect(fromBrowser.status === 302 ? fromBrowser.headers.get('location') : fromBrowser.body?.url).toBe(hostile.postLogoutRedirectUri);
+    expect((await t.http.get('/api/auth/get-session', { cookie: user.cookie })).body).toBeNull();
+  });
+
   test('an unregistered post-logout URI is not redirected to', async () => {
     const { tokens, user } = await runFlow();
     const query = new URLSearchParams({ id_token_hint: tokens.id_token!, post_logout_redirect_uri: 'https://evil.example/' });

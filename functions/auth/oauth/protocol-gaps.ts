@@ -42,6 +42,7 @@ import {
  * | GET /.well-known/oauth-authorization-server/api/auth | RFC 8414 path-suffixed metadata location, outside /api/auth |
  * | the three metadata documents | advertise the client authentication our clients can use (secret basic/post) |
  * | token, introspect, revoke | client_secret_post accepted as well as client_secret_basic (the library binds a client to one method) |
+ * | GET/POST oauth2/end-session | the hinted session is ended only from a browser holding a session (the library ended it for a bare server request) |
  */
 
 /** The Better Auth handler (the library itself), for a request we may have rewritten. */
@@ -88,6 +89,25 @@ export function oauthProtocolRoutes() {
     }
     const response = await library(c, forwarded);
     return withConsentCode(response, `${oauthPagesOrigin(config)}/consent`);
+  });
+
+  // RP-initiated logout ends the session an id_token_hint names only from the user's own browser, the one holding
+  // that session's cookie. The library also ended it for a request with no session at all, so an agent's backend
+  // could sign the user out with one server-side GET and, with the session, end the access tokens other agents got
+  // under it (found by a review; contract.md: a token acts only within its agent). Without a session of its own
+  // the request goes on as one without a hint: a browser is asked to confirm, anything else gets invalid_request.
+  router.on(['GET', 'POST'], '/api/auth/oauth2/end-session', async (c) => {
+    const request = c.req.raw;
+    const { params, forwarded } = await readParams(request);
+    const hint = params.get('id_token_hint');
+    if (!hint) return library(c, forwarded);
+    const session = await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null);
+    if (session) return library(c, forwarded);
+    const aud = (unverifiedClaims(hint) as { aud?: unknown } | undefined)?.aud;
+    params.delete('id_token_hint');
+    // the client the hint was for still names where a confirmed logout returns to (checked by the library)
+    if (!params.has('client_id') && typeof aud === 'string') params.set('client_id', aud);
+    return library(c, withParams(forwarded, params));
   });
 
   router.post('/api/auth/oauth2/consent', async (c) => {
@@ -347,6 +367,16 @@ async function readParams(request: Request): Promise<{ params: URLSearchParams; 
     return { params: form, forwarded: new Request(request.url, { method: 'POST', headers, body: form.toString() }) };
   }
   return { params: new URL(request.url).searchParams, forwarded: request };
+}
+
+/** The request as readParams forwarded it, with other parameters (in the query of a GET, the form of a POST). */
+function withParams(request: Request, params: URLSearchParams): Request {
+  if (request.method === 'POST' && isForm(request)) {
+    return new Request(request.url, { method: 'POST', headers: forwardHeaders(request.headers), body: params.toString() });
+  }
+  const url = new URL(request.url);
+  url.search = params.toString();
+  return new Request(url, { method: request.method, headers: request.headers });
 }
 
 async function readFields(request: Request): Promise<Record<string, unknown> | undefined> {

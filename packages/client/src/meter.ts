@@ -15,7 +15,7 @@ export type Reservation = components['schemas']['Reservation'];
 export interface Quota {
   /** X-Quota-Limit: the effective quota, null when unlimited. */
   limit: number | null;
-  /** X-Quota-Remaining: units left (limit - used - reserved), null when unlimited. */
+  /** X-Quota-Remaining: units left (limit - used - reserved; below 0 after a quota was cut under the usage), null when unlimited. */
   remaining: number | null;
 }
 

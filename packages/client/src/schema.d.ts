@@ -3177,10 +3177,10 @@ export interface components {
             /** @enum {string} */
             kind: "image" | "video";
             /**
-             * @description Exact size of the file in bytes (1 up to the kind's limit: image 10 MiB, video 500 MiB). Signed into the upload: with S3 as its Content-Length, so the PUT must send exactly this many bytes; with local storage as the most it accepts
+             * @description Exact size of the file in bytes (1 up to the kind's limit: image 10 MiB, video 500 MiB). Recommended: signed into the upload, with S3 as its Content-Length (the PUT must send exactly this many bytes), with local storage as the most it accepts. Without it, local storage accepts up to the kind's limit and S3 up to its own 5 GB per PUT
              * @example 1048576
              */
-            sizeBytes: number;
+            sizeBytes?: number;
         };
         DecrementUsage: {
             /** @description Units to remove, default 1; the counter floors at 0 */
@@ -3623,7 +3623,7 @@ export interface components {
             headers: {
                 [key: string]: string;
             };
-            /** @description The declared sizeBytes: the upload may not be larger */
+            /** @description The declared sizeBytes, else the kind's limit: the upload may not be larger (without a declared size, S3 does not enforce it) */
             maxBytes: number;
             /** @enum {string} */
             method: "PUT";
@@ -3651,7 +3651,7 @@ export interface components {
             periodEnd: string | null;
             /** @description rolling: start of the current billing period; fixed: start of the subscription (fixed metrics never reset) */
             periodStart: string;
-            /** @description max(limit - used - reserved, 0); null = unlimited */
+            /** @description limit - used - reserved (below 0 when the quota was lowered under the usage); null = unlimited */
             remaining: number | null;
             /** @description Units held by live reservations (held, not yet expired); they count against the quota */
             reserved: number;
@@ -4286,7 +4286,7 @@ export interface operations {
     listWebhookDeliveries: {
         parameters: {
             query?: {
-                /** @description Opaque cursor from the previous page */
+                /** @description Opaque cursor from the previous page (empty: the first page) */
                 cursor?: string;
                 /** @description Page size, default 20, max 100 (clamped) */
                 limit?: number;
@@ -4577,7 +4577,7 @@ export interface operations {
     listInteractions: {
         parameters: {
             query?: {
-                /** @description Opaque cursor from the previous page */
+                /** @description Opaque cursor from the previous page (empty: the first page) */
                 cursor?: string;
                 /** @description Page size, default 20, max 100 (clamped) */
                 limit?: number;
@@ -4906,7 +4906,7 @@ export interface operations {
             query?: {
                 /** @description Only subscriptions to this agent */
                 agentId?: string;
-                /** @description Opaque cursor from the previous page */
+                /** @description Opaque cursor from the previous page (empty: the first page) */
                 cursor?: string;
                 /** @description Page size, default 20, max 100 (clamped) */
                 limit?: number;
@@ -5355,7 +5355,7 @@ export interface operations {
     listQuotaLedger: {
         parameters: {
             query?: {
-                /** @description Opaque cursor from the previous page */
+                /** @description Opaque cursor from the previous page (empty: the first page) */
                 cursor?: string;
                 /** @description Page size, default 20, max 100 (clamped) */
                 limit?: number;
@@ -5568,7 +5568,7 @@ export interface operations {
     listUsers: {
         parameters: {
             query?: {
-                /** @description Opaque cursor from the previous page */
+                /** @description Opaque cursor from the previous page (empty: the first page) */
                 cursor?: string;
                 /** @description Page size, default 20, max 100 (clamped) */
                 limit?: number;
@@ -5957,7 +5957,7 @@ export interface operations {
     listAgents: {
         parameters: {
             query?: {
-                /** @description Opaque cursor from the previous page */
+                /** @description Opaque cursor from the previous page (empty: the first page) */
                 cursor?: string;
                 /** @description Page size, default 20, max 100 (clamped) */
                 limit?: number;
@@ -8031,7 +8031,7 @@ export interface operations {
     listReviews: {
         parameters: {
             query?: {
-                /** @description Opaque cursor from the previous page */
+                /** @description Opaque cursor from the previous page (empty: the first page) */
                 cursor?: string;
                 /** @description Page size, default 20, max 100 (clamped) */
                 limit?: number;
@@ -17859,7 +17859,7 @@ export interface operations {
     listTags: {
         parameters: {
             query?: {
-                /** @description Opaque cursor from the previous page */
+                /** @description Opaque cursor from the previous page (empty: the first page) */
                 cursor?: string;
                 /** @description Page size, default 20, max 100 (clamped) */
                 limit?: number;
