@@ -19,14 +19,15 @@ export const MAX_WINDOW_DAYS = 5 * 366;
 const DAY_MS = 86_400_000;
 
 const DATE = /^(\d{4})-(\d{2})-(\d{2})$/;
-const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|[+-]\d{2}:\d{2})$/;
+// A date-time without a zone is UTC, as a date is (contract.md: "ISO dates or date-times").
+const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|[+-]\d{2}:\d{2})?$/;
 
 const instant = (name: 'from' | 'to') =>
   z
     .string()
     .max(40)
     .refine((v) => parseInstant(v, name) !== undefined, {
-      message: `${name} must be an ISO date (2026-11-01) or date-time with a zone (2026-11-01T12:00:00Z)`,
+      message: `${name} must be an ISO date (2026-11-01) or date-time (2026-11-01T12:00:00Z; without a zone, UTC)`,
     })
     .optional()
     .openapi({
@@ -91,9 +92,9 @@ export function parseInstant(text: string, name: 'from' | 'to'): Date | undefine
   if (date) return name === 'to' ? new Date(day.getTime() + DAY_MS - 1) : day;
   const [h, mi, s] = [Number(m[4]), Number(m[5]), Number(m[6] ?? 0)];
   if (h > 23 || mi > 59 || s > 59) return undefined;
-  const zone = m[8]!;
+  const zone = m[8] ?? 'Z';
   if (zone !== 'Z' && (Number(zone.slice(1, 3)) > 23 || Number(zone.slice(4, 6)) > 59)) return undefined;
-  const parsed = new Date(text);
+  const parsed = new Date(m[8] ? text : `${text}Z`);
   // An offset can carry 9999-12-31 into year 10000, which JavaScript writes as +010000 and PostgreSQL refuses.
   if (Number.isNaN(parsed.getTime()) || parsed.getUTCFullYear() > 9999) return undefined;
   // timestamptz(3): keep whole milliseconds so a bound compares exactly like the stored timestamps.

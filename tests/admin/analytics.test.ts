@@ -76,10 +76,13 @@ describe('GET /admin/analytics', () => {
     expect(res.body.data.funnel).toEqual({ purchased: 4, activated: 4, used: 2 });
   });
 
-  it('accepts date-times with an offset', async () => {
+  it('accepts date-times with an offset, and without a zone as UTC', async () => {
     const res = await analytics(`from=${encodeURIComponent('2026-09-07T02:00:00+02:00')}&to=${encodeURIComponent('2026-11-01T13:00:00+01:00')}`);
     expect(res.status).toBe(200);
     expect(res.body.data).toMatchObject({ from: FROM, to: TO, funnel: { purchased: 6, activated: 5, used: 2 } });
+    const utc = await analytics('from=2026-09-07T00:00:00&to=2026-11-01T12:00:00.000');
+    expect(utc.status, utc.text).toBe(200);
+    expect(utc.body.data).toMatchObject({ from: FROM, to: TO, funnel: { purchased: 6, activated: 5, used: 2 } });
   });
 
   it('defaults to the 90 days up to now (the injected clock)', async () => {
@@ -109,7 +112,8 @@ describe('GET /admin/analytics', () => {
       'from=yesterday',
       'to=2026-02-30',
       'from=2026-11-01T25:00:00Z',
-      'from=2026-11-01T10:00:00',
+      'from=2026-11-01T10',
+      'from=2026-11-01T24:00:00',
       'from=2020-01-01&to=2026-01-02',
       'agentId=not-a-uuid',
       'from=',
