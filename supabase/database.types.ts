@@ -1576,6 +1576,7 @@ export type Database = {
           "agent_id": string;
           "cancel_at_period_end": boolean;
           "canceled_at": string | null;
+          "continued_from": string | null;
           "created_at": string;
           "current_period_end": string;
           "current_period_start": string;
@@ -1599,6 +1600,7 @@ export type Database = {
           "agent_id": string;
           "cancel_at_period_end"?: boolean;
           "canceled_at"?: string | null;
+          "continued_from"?: string | null;
           "created_at"?: string;
           "current_period_end": string;
           "current_period_start": string;
@@ -1620,6 +1622,7 @@ export type Database = {
           "agent_id"?: string;
           "cancel_at_period_end"?: boolean;
           "canceled_at"?: string | null;
+          "continued_from"?: string | null;
           "created_at"?: string;
           "current_period_end"?: string;
           "current_period_start"?: string;
@@ -1650,6 +1653,13 @@ export type Database = {
             columns: ["agent_id"];
             isOneToOne: false;
             referencedRelation: "catalog_agents";
+            referencedColumns: ["id"];
+          },
+          {
+            foreignKeyName: "subscriptions_continued_from_fkey";
+            columns: ["continued_from"];
+            isOneToOne: false;
+            referencedRelation: "subscriptions";
             referencedColumns: ["id"];
           },
           {
@@ -2715,6 +2725,37 @@ export type Database = {
           "reserved": number;
           "used": number;
         }[];
+      };
+      "metering_continued_entry": {
+        Args: {
+          "p_client_req_id": string;
+          "p_continued_from": string;
+          "p_metric_id": string;
+        };
+        Returns: {
+          "actor_user_id": string | null;
+          "addon_id": string | null;
+          "amount": number | null;
+          "client_req_id": string | null;
+          "created_at": string;
+          "delta": number;
+          "details": NonNullable<Json>;
+          "event": string;
+          "id": string;
+          "metric_id": string;
+          "period_end": string | null;
+          "period_start": string | null;
+          "quota_limit": number | null;
+          "reserved": number | null;
+          "subscription_id": string;
+          "used": number | null;
+        }[];
+        SetofOptions: {
+          from: "*";
+          to: "quota_ledger";
+          isOneToOne: false;
+          isSetofReturn: true;
+        };
       };
       "metering_counter_for_update": {
         Args: {

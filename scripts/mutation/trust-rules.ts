@@ -354,7 +354,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'a new subscription starts with fresh counters whatever the user used before',
-    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
     find: '    where c.subscription_id = v_prev.id and c.used > 0',
     replace: '    where false',
     tests: ['tests/metering/usage-continues.test.ts'],
@@ -370,7 +370,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'live holds stay on the canceled subscription',
-    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
     find: '    update public.usage_reservations r set subscription_id = new.id',
     replace: '    update public.usage_reservations r set subscription_id = r.subscription_id',
     tests: ['tests/metering/usage-continues.test.ts'],
@@ -378,7 +378,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'threshold notices are not carried',
-    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
     find: '  where n.subscription_id = v_prev.id',
     replace: '  where false',
     tests: ['tests/metering/usage-continues.test.ts'],
@@ -402,7 +402,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'a restart carries the old counters without taking them from calls in flight',
-    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
     find: '  where k.key is not null',
     replace: '  where false',
     tests: ['tests/metering/restart-races.pg-only.test.ts'],
@@ -418,7 +418,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'a subscription that grants no access continues the earlier one',
-    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
     find: '  if not new.granted_access or (tg_op = \'UPDATE\' and old.granted_access) then',
     replace: '  if tg_op = \'UPDATE\' and old.granted_access then',
     tests: ['tests/billing/pending-payment.test.ts'],
@@ -434,7 +434,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: "a restart leaves the old subscription's next rolling period open",
-    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
     find: '                                         else array[v_prev_key, v_next_key] end) as key',
     replace: '                                         else array[v_prev_key] end) as key',
     tests: ['tests/metering/usage-continues.test.ts'],
@@ -526,6 +526,30 @@ export const mutations: Mutation[] = [
     find: '    if (session) return library(c, forwarded);',
     replace: '    if (session || hint) return library(c, forwarded);',
     tests: ['tests/oauth/code-flow.test.ts'],
+  },
+  {
+    rule: 14,
+    name: 'a retry after a restart is looked up on the new subscription only (counted twice)',
+    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
+    find: '  if not found and v_continued_from is not null then',
+    replace: '  if false then',
+    tests: ['tests/metering/usage-continues.test.ts'],
+  },
+  {
+    rule: 17,
+    name: 'a batch keeps the arrival order of commits on one metric (periods locked in any order)',
+    file: 'supabase/migrations/20261126001100_batch_order_follows_periods.sql',
+    find: '              coalesce(held.counter_key, p_nows[i]),',
+    replace: '              0,',
+    tests: ['tests/metering/batch-period-order.pg-only.test.ts'],
+  },
+  {
+    rule: 21,
+    name: "a late write moves its counter's time back",
+    file: 'supabase/migrations/20261126000900_counter_time_never_goes_back.sql',
+    find: '  for each row when (new.updated_at < old.updated_at)',
+    replace: '  for each row when (false)',
+    tests: ['tests/metering/hold-expiry-order.test.ts'],
   },
 ];
 

@@ -47,6 +47,37 @@ describe('a hold committed after a later write left it out', () => {
     expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 10, sum: 10 }]);
   });
 
+  it('attack: a denied increment that arrived before the expiry, run between the two, does not move the counter\'s time back', async () => {
+    // Every writer set updated_at to its own time, so this increment set it back to before the expiry and the late
+    // commit found the hold live: 20 used on a quota of 10 (migration 20261126000900).
+    const userId = await insertUser(t.db);
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+    const sub = await subscribe(t, userId, a.tierId);
+    const hold = await first<{ outcome: string; reservation_id: string }>(
+      t.db,
+      sql`select * from public.metering_reserve(${userId}, ${a.agentId}, 'calls', 'hold-1', 10, 60, '2026-02-01T00:00:00Z')`,
+    );
+    const increment = await first<{ outcome: string; used: number }>(
+      t.db,
+      sql`select outcome, used::int as used from public.metering_increment(${userId}, ${a.agentId}, 'calls', 'inc-a', 10,
+                                                                           '2026-02-01T00:01:00.001Z')`,
+    );
+    expect(increment).toEqual({ outcome: 'ok', used: 10 });
+    const denied = await first<{ outcome: string }>(
+      t.db,
+      sql`select outcome from public.metering_increment(${userId}, ${a.agentId}, 'calls', 'inc-b', 1, '2026-02-01T00:00:59.998Z')`,
+    );
+    expect(denied).toEqual({ outcome: 'quota_exceeded' });
+    const commit = await first<{ outcome: string; status: string; used: number }>(
+      t.db,
+      sql`select outcome, status, used::int as used
+            from public.metering_settle_reservation(${userId}, ${a.agentId}, ${hold!.reservation_id}::uuid, 'commit', 10,
+                                                    '2026-02-01T00:00:59.999Z')`,
+    );
+    expect(commit).toEqual({ outcome: 'expired', status: 'expired', used: 10 });
+    expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 10, sum: 10 }]);
+  });
+
   it('a commit before any later write still counts, up to the expiry', async () => {
     const userId = await insertUser(t.db);
     const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);

@@ -136,6 +136,41 @@ describe('a free subscription started again', () => {
     expect(counters).toEqual([{ metric_id: a.metrics.sites, period_start: '-infinity', used: 2 }]);
   });
 
+  it('attack on the user: a retry after the restart of a call counted before it is a replay, not a second count', async () => {
+    // The idempotency records (ledger rows) stayed with the old subscription, so the agent's retry of an increment
+    // whose answer it lost was counted again on the new one (migration 20261126001000).
+    const user = await signUp(t);
+    const a = await meteredAgent(t.db, [
+      { slug: 'calls', kind: 'rolling', quota: 10 },
+      { slug: 'sites', kind: 'fixed', quota: 10 },
+    ]);
+    expect((await checkout(user, a.tierId)).status).toBe(201);
+    const counted = await meter(t, user, a.agentId, 'sites', 'increment', { clientReqId: 'job-1', amount: 3 });
+    expect(counted.body.data).toMatchObject({ used: 3, replayed: false });
+    const freed = await meter(t, user, a.agentId, 'sites', 'decrement', { clientReqId: 'undo-1', amount: 1 });
+    expect(freed.body.data).toMatchObject({ used: 2, replayed: false });
+    const denied = await meter(t, user, a.agentId, 'calls', 'increment', { clientReqId: 'big-1', amount: 11 });
+    expect(denied.status).toBe(429);
+    for (let restart = 0; restart < 2; restart++) {
+      expect((await cancel(user, a.agentId)).status).toBe(200);
+      expect((await checkout(user, a.tierId)).status).toBe(201);
+    }
+
+    // the same requests again, after two restarts: each answers its first result and changes nothing
+    const again = await meter(t, user, a.agentId, 'sites', 'increment', { clientReqId: 'job-1', amount: 3 });
+    expect([again.status, again.body.data]).toEqual([200, expect.objectContaining({ used: 3, replayed: true })]);
+    const undoAgain = await meter(t, user, a.agentId, 'sites', 'decrement', { clientReqId: 'undo-1', amount: 1 });
+    expect(undoAgain.body.data).toMatchObject({ used: 2, replayed: true });
+    const deniedAgain = await meter(t, user, a.agentId, 'calls', 'increment', { clientReqId: 'big-1', amount: 11 });
+    expect([deniedAgain.status, deniedAgain.body.error.details.replayed]).toEqual([429, true]);
+    // another request under a key used before the restart is a conflict, as on one subscription
+    const conflict = await meter(t, user, a.agentId, 'sites', 'increment', { clientReqId: 'job-1', amount: 4 });
+    expect([conflict.status, conflict.body.error.code]).toEqual([409, 'IDEMPOTENCY_CONFLICT']);
+    expect(await usage(user, a)).toEqual({ calls: 0, sites: 2 });
+    // and a new key counts as usual
+    expect((await meter(t, user, a.agentId, 'sites', 'increment', { clientReqId: 'job-2', amount: 1 })).body.data).toMatchObject({ used: 3 });
+  });
+
   it('a first subscription starts with nothing carried', async () => {
     const user = await signUp(t);
     const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 3 }]);
