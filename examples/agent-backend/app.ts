@@ -48,12 +48,18 @@ export function agentBackend(options: AgentBackendOptions) {
     return sessions.get(id)!;
   };
 
-  /** The user's access token, refreshed (and the rotated refresh token kept) when it is about to expire. */
-  const accessToken = async (s: Session): Promise<string> => {
-    if (s.tokens!.expiresAt.getTime() - Date.now() < 60_000 && s.tokens!.refreshToken) s.tokens = await signIn.refresh(s.tokens!.refreshToken);
+  /**
+   * The user's access token, refreshed (and the rotated refresh token kept) when it is about to expire or the
+   * marketplace refused it (`rejected`: the user signed out there, or it was revoked). Two requests of one user
+   * refreshing at once share one refresh (createOAuth), so neither presents a rotated refresh token.
+   */
+  const accessToken = async (s: Session, rejected?: string): Promise<string> => {
+    const stale = rejected === s.tokens!.accessToken || s.tokens!.expiresAt.getTime() - Date.now() < 60_000;
+    if (stale && s.tokens!.refreshToken) s.tokens = await signIn.refresh(s.tokens!.refreshToken);
     return s.tokens!.accessToken;
   };
-  const meterFor = (s: Session) => createMeter({ baseUrl: options.marketplaceUrl, agentId: options.agentId, accessToken: () => accessToken(s) });
+  const meterFor = (s: Session) =>
+    createMeter({ baseUrl: options.marketplaceUrl, agentId: options.agentId, accessToken: ({ rejected }) => accessToken(s, rejected) });
 
   const page = (body: ReturnType<typeof html>) =>
     html`<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Summarizer (example agent)</title></head><body>${body}</body></html>`;

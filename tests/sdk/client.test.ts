@@ -5,6 +5,7 @@ import {
   createMeter,
   createOAuth,
   IdempotencyConflictError,
+  NetworkError,
   QuotaExceededError,
   SubscriptionRequiredError,
   verifyWebhook,
@@ -50,12 +51,12 @@ const signInFor = () =>
   });
 
 /** The user's browser between authorize and the callback: signed in, consents, lands with a code. */
-async function browser(url: string): Promise<URL> {
+async function browser(url: string, as: TestUser = user): Promise<URL> {
   const target = new URL(url);
-  let landing = await followAuthorize(t, `${target.pathname}${target.search}`, user.cookie);
+  let landing = await followAuthorize(t, `${target.pathname}${target.search}`, as.cookie);
   if (landing.pathname === '/consent') {
     const consent = await t.http.post('/api/auth/oauth2/consent', {
-      cookie: user.cookie,
+      cookie: as.cookie,
       headers: { origin: t.baseUrl },
       json: { accept: true, consent_code: landing.searchParams.get('consent_code') },
     });
@@ -64,12 +65,88 @@ async function browser(url: string): Promise<URL> {
   return landing;
 }
 
-async function signedIn(): Promise<TokenSet> {
-  const signIn = signInFor();
+async function signedIn(as: TestUser = user, signIn = signInFor()): Promise<TokenSet> {
   const { url, state, codeVerifier } = await signIn.authorizationUrl();
   expect(new URL(url).searchParams.get('code_challenge_method')).toBe('S256');
-  return signIn.exchangeCode(await browser(url), { state, codeVerifier });
+  return signIn.exchangeCode(await browser(url, as), { state, codeVerifier });
 }
+
+describe('token renewal and errors (found by a review of the SDK)', () => {
+  it('two refreshes of one refresh token at once share one request: both get the same tokens and the grant lives', async () => {
+    // Each refresh went to the token endpoint: the service took the second presentation for a stolen token and
+    // ended the grant, so two requests of one user refreshing together signed the user out of the agent.
+    const other = await signUp(t);
+    const signIn = signInFor();
+    const tokens = await signedIn(other, signIn);
+    const [a, b] = await Promise.all([signIn.refresh(tokens.refreshToken!), signIn.refresh(tokens.refreshToken!)]);
+    expect(a.refreshToken).toBe(b.refreshToken);
+    expect((await t.http.get('/me', { bearer: a.accessToken })).status).toBe(200);
+    // a late caller still holding the old refresh token gets the same tokens, not a reuse
+    expect((await signIn.refresh(tokens.refreshToken!)).accessToken).toBe(a.accessToken);
+    await expect(signIn.refresh(a.refreshToken!)).resolves.toMatchObject({ accessToken: expect.any(String) });
+  });
+
+  it("a token function's error (a refused refresh) is thrown as it is, not retried as a network error", async () => {
+    const other = await signUp(t);
+    await subscribe(t, other.userId, agent.tierId);
+    const signIn = signInFor();
+    const tokens = await signedIn(other, signIn);
+    await signIn.revoke(tokens.refreshToken!);
+    let asked = 0;
+    const accessToken = async () => {
+      asked += 1;
+      return (await signIn.refresh(tokens.refreshToken!)).accessToken;
+    };
+    const meter = createMeter({ baseUrl: t.baseUrl, agentId: agent.agentId, accessToken, maxDelayMs: 20 });
+    await expect(meter.increment('calls')).rejects.toMatchObject({ error: 'invalid_grant' });
+    expect(asked).toBe(1); // it was sent 1 + retries times
+  });
+
+  it('a 401 asks the token function once more (rejected: the refused token) and sends the same call again: counted once', async () => {
+    const other = await signUp(t);
+    const sub = await subscribe(t, other.userId, agent.tierId);
+    const signIn = signInFor();
+    let tokens = await signedIn(other, signIn);
+    // the user signs out of the marketplace: access tokens issued under that session stop working
+    expect((await t.http.post('/api/auth/sign-out', { cookie: other.cookie, headers: { origin: t.baseUrl } })).status).toBe(200);
+    const asks: Array<string | undefined> = [];
+    const accessToken = async ({ rejected }: { rejected?: string }) => {
+      asks.push(rejected);
+      if (rejected === tokens.accessToken) tokens = await signIn.refresh(tokens.refreshToken!);
+      return tokens.accessToken;
+    };
+    const meter = createMeter({ baseUrl: t.baseUrl, agentId: agent.agentId, accessToken, maxDelayMs: 20 });
+    const result = await meter.increment('calls');
+    expect(result.data).toMatchObject({ used: 1 });
+    expect(asks).toEqual([undefined, expect.any(String)]);
+    expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 1, sum: 1 }]);
+    // a token function that has nothing fresher gives the 401 back after one more ask
+    const stuck = createMeter({ baseUrl: t.baseUrl, agentId: agent.agentId, accessToken: () => 'not-a-token', maxDelayMs: 20 });
+    await expect(stuck.increment('calls')).rejects.toMatchObject({ status: 401, code: 'UNAUTHORIZED', clientReqId: expect.any(String) });
+  });
+
+  it('when every attempt loses its answer, the NetworkError carries the clientReqId the service may have counted', async () => {
+    const other = await signUp(t);
+    const sub = await subscribe(t, other.userId, agent.tierId);
+    const tokens = await signedIn(other);
+    const proxy = await LossyProxy.start(t.baseUrl);
+    try {
+      proxy.dropNext = 2;
+      const meter = createMeter({ baseUrl: proxy.url, agentId: agent.agentId, accessToken: tokens.accessToken, retries: 1, maxDelayMs: 20 });
+      const err = await meter.increment('calls').catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(NetworkError);
+      expect(err).toMatchObject({ code: 'NETWORK_ERROR', clientReqId: JSON.parse(proxy.bodies[0]!).clientReqId });
+      expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 1, sum: 1 }]); // it was counted
+      // sent again with that key, it is a replay
+      const again = await createMeter({ baseUrl: t.baseUrl, agentId: agent.agentId, accessToken: tokens.accessToken }).increment('calls', {
+        clientReqId: (err as NetworkError).clientReqId!,
+      });
+      expect([again.replayed, again.data.used]).toEqual([true, 1]);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
 
 describe('createOAuth', () => {
   it('runs the code flow with PKCE, refreshes with rotation, and revokes', async () => {

@@ -9,6 +9,11 @@ export class ApiError extends Error {
   readonly details: Record<string, unknown>;
   /** The service's X-Request-Id: quote it when reporting a problem. */
   readonly requestId: string | undefined;
+  /**
+   * The clientReqId of the metering call that failed (set by createMeter). After a NetworkError the service may have
+   * counted it: send the same call again with this clientReqId, never with a new one.
+   */
+  clientReqId: string | undefined;
   constructor(status: number, code: string, message: string, details: Record<string, unknown>, requestId: string | undefined) {
     super(message);
     this.name = new.target.name;
@@ -62,6 +67,17 @@ export class NotFoundError extends ApiError {}
 export class IdempotencyConflictError extends ApiError {
   get original(): Record<string, unknown> | undefined {
     return this.details.original as Record<string, unknown> | undefined;
+  }
+}
+
+/**
+ * No answer from the service after every retry (status 0, code NETWORK_ERROR): the call may or may not have been
+ * counted. Its `clientReqId` makes a later retry of the same call safe; `cause` is the last transport error.
+ */
+export class NetworkError extends ApiError {
+  constructor(cause: unknown) {
+    super(0, 'NETWORK_ERROR', `No answer from the marketplace: ${(cause as Error)?.message ?? String(cause)}`, {}, undefined);
+    this.cause = cause;
   }
 }
 

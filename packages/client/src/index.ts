@@ -33,11 +33,21 @@ export function createMarketplaceClient(options: ClientOptions) {
 export type MarketplaceClient = ReturnType<typeof createMarketplaceClient>;
 export type { components, operations, paths } from './schema.d.ts';
 export { createOAuth, type OAuth, type OAuthOptions, type TokenSet } from './oauth.ts';
-export { createMeter, type Meter, type MeterOptions, type MeterResult, type Quota, type Reservation, type UsageRecord } from './meter.ts';
+export {
+  createMeter,
+  type AccessTokenRequest,
+  type Meter,
+  type MeterOptions,
+  type MeterResult,
+  type Quota,
+  type Reservation,
+  type UsageRecord,
+} from './meter.ts';
 export { verifyWebhook, WebhookVerificationError, type WebhookEvent } from './webhooks.ts';
 export {
   ApiError,
   IdempotencyConflictError,
+  NetworkError,
   NotFoundError,
   QuotaExceededError,
   RateLimitedError,

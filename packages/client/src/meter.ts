@@ -1,12 +1,15 @@
 import createClient from 'openapi-fetch';
-import { apiErrorOf } from './errors.ts';
+import { apiErrorOf, NetworkError, type ApiError } from './errors.ts';
 import type { components, paths } from './schema.d.ts';
 
 /**
  * Metering for an agent backend: increment, decrement, reserve + commit / release, for one user's access token at
  * this agent. Each call gets a clientReqId (generated unless given) that is reused on every retry, so a retry never
  * counts twice. Retries: network errors and 503 (honouring Retry-After), a bounded number of times, with jitter.
- * Never retried: 429 QUOTA_EXCEEDED (a retry replays it), and any other 4xx. Errors are ApiError subclasses.
+ * Never retried: 429 QUOTA_EXCEEDED (a retry replays it), and any other 4xx. A 401 asks the accessToken function once
+ * for a fresh token (`{ rejected }`) and sends the same call again with it. Errors are ApiError subclasses (no answer
+ * at all: NetworkError), each carrying the call's clientReqId. An error of the accessToken function itself (a
+ * refused refresh) is thrown as it is, never retried: sending a refresh token again can end the user's grant.
  */
 
 export type UsageRecord = components['schemas']['UsageRecord'];
@@ -27,34 +30,48 @@ export interface MeterResult<T> {
   clientReqId: string | undefined;
 }
 
+export interface AccessTokenRequest {
+  /** The token the service just refused with 401 (absent on a first ask). */
+  rejected?: string;
+}
+
 export interface MeterOptions {
   /** The marketplace's base URL, e.g. https://api.marketplace.example */
   baseUrl: string;
   agentId: string;
-  /** The user's access token at this agent, or a function that returns a fresh one (after a refresh). */
-  accessToken: string | (() => string | Promise<string>);
+  /**
+   * The user's access token at this agent, or a function that returns a current one. After a 401 the function is
+   * asked once more with `rejected` set to the refused token: refresh and return the new one (or the same one to
+   * give up). Refresh one token at a time: createOAuth's refresh shares one request per refresh token.
+   */
+  accessToken: string | ((request: AccessTokenRequest) => string | Promise<string>);
   /** Retries after the first attempt, for network errors and 503 (default 3). */
   retries?: number;
-  /** Upper bound of one wait between attempts, in ms (default 5000). */
+  /** Upper bound of one wait between attempts before jitter (up to 50 % more), in ms (default 5000). */
   maxDelayMs?: number;
   fetch?: typeof fetch;
 }
 
 export function createMeter(options: MeterOptions) {
   const client = createClient<paths>({ baseUrl: options.baseUrl.replace(/\/+$/, ''), ...(options.fetch ? { fetch: options.fetch } : {}) });
-  const token = async () => (typeof options.accessToken === 'function' ? options.accessToken() : options.accessToken);
+  const token = async (request: AccessTokenRequest = {}) =>
+    typeof options.accessToken === 'function' ? options.accessToken(request) : options.accessToken;
   const agentId = options.agentId;
   const retries = options.retries ?? 3;
   const maxDelayMs = options.maxDelayMs ?? 5000;
 
   /** Runs one API call with retries; the call builds the same request (same clientReqId) every time. */
   async function withRetries<T>(send: (headers: Record<string, string>) => Promise<{ data?: unknown; error?: unknown; response: Response }>, clientReqId: string | undefined): Promise<MeterResult<T>> {
+    // outside the retries: a token function that fails (a refused refresh) is the caller's error as it is
+    let accessToken = await token();
+    let renewed = false;
     for (let attempt = 0; ; attempt++) {
       let result: { data?: unknown; error?: unknown; response: Response };
       try {
-        result = await send({ authorization: `Bearer ${await token()}` });
+        result = await send({ authorization: `Bearer ${accessToken}` });
       } catch (err) {
-        if (attempt >= retries) throw err; // network error: the request may or may not have arrived; the key makes a retry safe
+        // no answer: the request may or may not have arrived; the key makes a retry safe
+        if (attempt >= retries) throw keyed(new NetworkError(err), clientReqId);
         await sleep(backoff(attempt, undefined, maxDelayMs));
         continue;
       }
@@ -63,7 +80,18 @@ export function createMeter(options: MeterOptions) {
         await sleep(backoff(attempt, response.headers.get('retry-after'), maxDelayMs));
         continue;
       }
-      if (!response.ok) throw apiErrorOf(response, result.error);
+      // a 401 (the token expired early, or the user signed out of the marketplace): once, with a fresh token; the
+      // same clientReqId, so nothing counts twice (a renewal is not one of the retries)
+      if (response.status === 401 && !renewed && typeof options.accessToken === 'function') {
+        renewed = true;
+        const fresh = await token({ rejected: accessToken });
+        if (fresh !== accessToken) {
+          accessToken = fresh;
+          attempt -= 1;
+          continue;
+        }
+      }
+      if (!response.ok) throw keyed(apiErrorOf(response, result.error), clientReqId);
       return {
         data: (result.data as { data: T }).data,
         quota: quotaOf(response.headers),
@@ -154,6 +182,11 @@ export function createMeter(options: MeterOptions) {
 }
 
 export type Meter = ReturnType<typeof createMeter>;
+
+function keyed(err: ApiError, clientReqId: string | undefined): ApiError {
+  err.clientReqId = clientReqId;
+  return err;
+}
 
 function quotaOf(headers: Headers): Quota {
   const read = (name: string) => {

@@ -31,6 +31,9 @@ export interface TokenSet {
   expiresAt: Date;
 }
 
+/** How long a refresh's result is handed to late callers still holding the refresh token it used. */
+const REFRESH_KEPT_MS = 60_000;
+
 export function createOAuth(options: OAuthOptions) {
   const client: oauth.Client = { client_id: options.clientId };
   const clientAuth = oauth.ClientSecretBasic(options.clientSecret);
@@ -46,6 +49,8 @@ export function createOAuth(options: OAuthOptions) {
     });
     return discovered;
   };
+  /** Refreshes in flight or just done, by the refresh token they presented (see refresh). */
+  const refreshes = new Map<string, { result: Promise<TokenSet>; keepUntil: number }>();
   const tokenSet = (t: oauth.TokenEndpointResponse): TokenSet => ({
     accessToken: t.access_token,
     refreshToken: t.refresh_token,
@@ -81,11 +86,32 @@ export function createOAuth(options: OAuthOptions) {
       return tokenSet(await oauth.processAuthorizationCodeResponse(as, client, response));
     },
 
-    /** A new access token; the refresh token rotates (the old one is refused from now on). */
-    async refresh(refreshToken: string): Promise<TokenSet> {
-      const as = await server();
-      const response = await oauth.refreshTokenGrantRequest(as, client, clientAuth, refreshToken, http);
-      return tokenSet(await oauth.processRefreshTokenResponse(as, client, response));
+    /**
+     * A new access token; the refresh token rotates (the old one is refused from now on). Calls with the same refresh
+     * token share one request, and for a minute after it callers still holding that token get the same new tokens:
+     * the service takes a refresh token presented twice for a stolen one and ends the user's grant, so two requests
+     * of one user refreshing at the same moment would sign the user out. (Across processes, refresh one user at a time
+     * yourself: a lock in the store that holds the tokens.)
+     */
+    refresh(refreshToken: string): Promise<TokenSet> {
+      const now = Date.now();
+      for (const [token, known] of refreshes) if (known.keepUntil < now) refreshes.delete(token);
+      const known = refreshes.get(refreshToken);
+      if (known) return known.result;
+      const entry = {
+        keepUntil: Infinity,
+        result: (async () => {
+          const as = await server();
+          const response = await oauth.refreshTokenGrantRequest(as, client, clientAuth, refreshToken, http);
+          return tokenSet(await oauth.processRefreshTokenResponse(as, client, response));
+        })(),
+      };
+      refreshes.set(refreshToken, entry);
+      entry.result.then(
+        () => (entry.keepUntil = Date.now() + REFRESH_KEPT_MS),
+        () => refreshes.delete(refreshToken), // a failed refresh is not kept: the caller decides what comes next
+      );
+      return entry.result;
     },
 
     /** Revokes a refresh token (the user disconnected the agent) or an access token. */
