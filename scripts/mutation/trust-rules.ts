@@ -321,10 +321,18 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 11,
-    name: 'presigned uploads do not sign the size',
+    name: 'a local upload URL holds more than its limit',
     file: 'functions/platform/storage.ts',
-    find: "      const headers: Record<string, string> = { 'content-type': request.contentType, 'content-length': String(request.sizeBytes) };",
-    replace: "      const headers: Record<string, string> = { 'content-type': request.contentType };",
+    find: '    const maxBytes = request.maxBytes;',
+    replace: '    const maxBytes = request.maxBytes * 2;',
+    tests: ['tests/catalog/content.test.ts'],
+  },
+  {
+    rule: 11,
+    name: 'presigned uploads do not sign a declared size',
+    file: 'functions/platform/storage.ts',
+    find: "        ...(request.sizeBytes === undefined ? {} : { 'content-length': String(request.sizeBytes) }),",
+    replace: '',
     tests: ['tests/catalog/s3-signature.test.ts', 'tests/catalog/content.test.ts'],
   },
   {
