@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Hono, type Context } from 'hono';
 import { getCookie, setCookie } from 'hono/cookie';
 import { html } from 'hono/html';
-import { createMeter, createOAuth, QuotaExceededError, type TokenSet } from '@agent-marketplace/client';
+import { ApiError, createMeter, createOAuth, QuotaExceededError, type TokenSet } from '@agent-marketplace/client';
 
 /**
  * A small agent backend on the SDK: "Sign in with the marketplace" (OAuth 2.1, code + PKCE), then one metered call
@@ -106,6 +106,17 @@ export function agentBackend(options: AgentBackendOptions) {
       const when = err.periodEnd ? `It resets on ${err.periodEnd.toISOString().slice(0, 10)}.` : 'It does not reset by itself.';
       return c.html(page(html`<h1>Summarizer</h1><p id="result">Your plan's quota is used up (${err.used} of ${err.limit}). ${when}</p>`), 429);
     }
+  });
+
+  // The grant ended (the user withdrew consent or signed out everywhere, an admin banned them): a refresh is refused
+  // (invalid_grant) or the marketplace answers 401 after the meter's one renewal. The user signs in again.
+  app.onError((err, c) => {
+    if ((err as { error?: unknown }).error === 'invalid_grant' || (err instanceof ApiError && err.status === 401)) {
+      delete session(c).tokens;
+      return c.redirect('/login');
+    }
+    console.error(err);
+    return c.text('Internal Server Error', 500);
   });
 
   return app;

@@ -27,11 +27,19 @@ export { pagesOrigin };
 export const ROLES = ['user', 'platform_admin'] as const;
 export type Role = (typeof ROLES)[number];
 
-/** Access control of the admin plugin: `platform_admin` may use every admin endpoint, `user` none. */
+/**
+ * Access control of the admin plugin: `platform_admin` may use every admin endpoint but impersonation, `user` none.
+ * Impersonation is not the marketplace's (contract.md has no such operation): it made a session OF the user, hidden
+ * from their session list, that outlived the admin's demotion or ban and could consent to agents in the user's
+ * name (found by a review).
+ */
 const accessControl = createAccessControl(defaultStatements);
 const roles = {
   user: accessControl.newRole(userAc.statements),
-  platform_admin: accessControl.newRole(adminAc.statements),
+  platform_admin: accessControl.newRole({
+    ...adminAc.statements,
+    user: adminAc.statements.user.filter((action) => action !== 'impersonate'),
+  }),
 };
 
 export interface AuthDeps {

@@ -1,5 +1,6 @@
 import type { Context, Next } from 'hono';
 import type { AppEnv } from '../platform/app-types.ts';
+import { ApiError } from '../http/errors.ts';
 import { rateLimited, refundToken, takeToken } from '../http/rate-limit.ts';
 
 /**
@@ -14,12 +15,18 @@ import { rateLimited, refundToken, takeToken } from '../http/rate-limit.ts';
  *
  * The attempt takes its slot before the library checks the password, and gives it back when the answer was not
  * 401 INVALID_EMAIL_OR_PASSWORD: so concurrent guesses cannot overrun the limit while the first ones are checked.
+ *
+ * A sign-in is JSON only (415 otherwise): the library also reads form bodies, which this count did not, so guesses
+ * sent form-encoded from rotating addresses met no per-account limit at all (found by a review).
  */
 
 const WINDOW_MS = 15 * 60_000;
 
 export function limitFailedSignIns() {
   return async (c: Context<AppEnv>, next: Next) => {
+    if (!isJson(c.req.header('content-type'))) {
+      throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Send the sign-in as application/json: { email, password }');
+    }
     const deps = c.var.deps;
     const limit = deps.config.authFailedSigninsPerAccount;
     const email = limit > 0 ? await signInEmail(c.req.raw) : undefined;
@@ -34,6 +41,11 @@ export function limitFailedSignIns() {
     await next();
     if (!(await isFailedSignIn(c.res))) await refundToken(deps, key);
   };
+}
+
+/** `application/json`, with or without parameters. */
+function isJson(contentType: string | undefined): boolean {
+  return (contentType ?? '').split(';')[0]!.trim().toLowerCase() === 'application/json';
 }
 
 /** The email of a sign-in request, or undefined when the body has none (the library answers its own 400). */

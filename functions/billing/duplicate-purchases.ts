@@ -60,10 +60,29 @@ export async function undoDuplicatePurchase(
     return 'kept_is_gone';
   }
 
-  // Refunds first, then the cancel: a redelivery after a failure between them still finds the subscription live
-  // (`conflict` again) and finishes; once canceled, it would be written as an ended subscription and left alone.
+  const refunds = await refundAndCancel(deps, duplicate, { reason: 'duplicate', metadata: { duplicateOf: keptSubscriptionId } });
+  deps.logger.warn('duplicate paid subscription canceled and refunded', {
+    stripeSubscriptionId: duplicate.id,
+    keptSubscriptionId,
+    refunds,
+  });
+  return 'refunded';
+}
+
+/**
+ * A purchase the marketplace will not serve, undone at Stripe: every payment of the subscription's paid invoices
+ * refunded in full, then the subscription canceled at once. Refunds first: a redelivery after a failure between the
+ * two still finds the subscription live and finishes. Each step can run again (a refunded payment is skipped, by its
+ * idempotency key and by Stripe's `charge_already_refunded`; a canceled subscription stays canceled).
+ */
+export async function refundAndCancel(
+  deps: BillingDeps,
+  subscription: Stripe.Subscription,
+  why: { reason?: 'duplicate'; metadata: Record<string, string> },
+): Promise<Array<{ invoiceId: string; amount: number }>> {
+  const { stripe } = requirePayments(deps);
   const refunded: Array<{ invoiceId: string; amount: number }> = [];
-  const invoices = await callStripe(() => stripe.invoices.list({ subscription: duplicate.id, status: 'paid', limit: 100 }));
+  const invoices = await callStripe(() => stripe.invoices.list({ subscription: subscription.id, status: 'paid', limit: 100 }));
   for (const invoice of invoices.data) {
     const payments = await callStripe(() => stripe.invoicePayments.list({ invoice: invoice.id!, limit: 100 }));
     for (const payment of payments.data) {
@@ -73,7 +92,7 @@ export async function undoDuplicatePurchase(
       try {
         await callStripe(() =>
           stripe.refunds.create(
-            { payment_intent: intentId, reason: 'duplicate', metadata: { duplicateOf: keptSubscriptionId, stripeSubscriptionId: duplicate.id } },
+            { payment_intent: intentId, ...(why.reason ? { reason: why.reason } : {}), metadata: { ...why.metadata, stripeSubscriptionId: subscription.id } },
             { idempotencyKey: `refund-duplicate:${payment.id}` },
           ),
         );
@@ -83,18 +102,13 @@ export async function undoDuplicatePurchase(
       }
     }
   }
-  if (duplicate.status !== 'canceled' && duplicate.status !== 'incomplete_expired') {
+  if (subscription.status !== 'canceled' && subscription.status !== 'incomplete_expired') {
     try {
-      await callStripe(() => stripe.subscriptions.cancel(duplicate.id));
+      await callStripe(() => stripe.subscriptions.cancel(subscription.id));
     } catch (err) {
       // canceled meanwhile (the customer, the Dashboard): what this step wants
       if (!isStripeMissing(err)) throw err;
     }
   }
-  deps.logger.warn('duplicate paid subscription canceled and refunded', {
-    stripeSubscriptionId: duplicate.id,
-    keptSubscriptionId,
-    refunds: refunded,
-  });
-  return 'refunded';
+  return refunded;
 }

@@ -2,7 +2,7 @@ import type Stripe from 'stripe';
 import type { BillingDeps } from './billing-deps.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
-import { undoDuplicatePurchase } from './duplicate-purchases.ts';
+import { refundAndCancel, undoDuplicatePurchase } from './duplicate-purchases.ts';
 import { grantsAccess } from './subscriptions.ts';
 import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
 
@@ -216,6 +216,15 @@ export async function syncStripeSubscription(
 ): Promise<ApplyResult> {
   const { subscription, read } = await readToApply(deps, stripeSubscriptionId);
   const userId = await subscriberOf(deps, subscription);
+  if (userId && (await newPurchaseOfBannedUser(deps, userId, subscription))) {
+    // A checkout the user opened before their ban, paid after it (Stripe keeps the page payable for a day): the
+    // marketplace will not serve a banned user, so the purchase is undone before it is written (found by a review).
+    // A failure leaves the event unrecorded (nothing was applied), so Stripe's redelivery runs this again.
+    const refunds = await refundAndCancel(deps, subscription, { metadata: { bannedUserId: userId } });
+    deps.logger.warn('paid subscription of a banned user canceled and refunded', { stripeSubscriptionId, userId, refunds });
+    const again = await readToApply(deps, stripeSubscriptionId);
+    return applyStripeState(deps, { event, state: stateOf(again.subscription), read: again.read, userId });
+  }
   const state = stateOf(subscription);
   const result = await applyStripeState(deps, { event, state, read, userId });
   if (result.outcome !== 'conflict' || !result.subscriptionId) return result;
@@ -237,6 +246,22 @@ export async function syncStripeSubscription(
     if (isStripeMissing(err)) throw new Error('undoing a duplicate purchase failed: Stripe could not find an object', { cause: err });
     throw err;
   }
+}
+
+/**
+ * A Stripe subscription the marketplace has not written yet, still live at Stripe, of a user who is banned now. A
+ * subscription already written stays as the ban left it (banned with cancelSubscriptions: canceled at period end;
+ * without: the admin chose to let it run).
+ */
+async function newPurchaseOfBannedUser(deps: BillingDeps, userId: string, subscription: Stripe.Subscription): Promise<boolean> {
+  if (subscription.status === 'canceled' || subscription.status === 'incomplete_expired') return false;
+  const row = await first<{ banned: boolean; known: boolean }>(
+    deps.database.db,
+    sql`select coalesce(u.banned, false) as banned,
+               exists (select 1 from public.subscriptions s where s.stripe_subscription_id = ${subscription.id}) as known
+          from "user" u where u.id = ${userId}`,
+  );
+  return !!row?.banned && !row.known;
 }
 
 /** Whether an event id was already processed (a cheap pre-check; the SQL function is the real guard). */

@@ -559,6 +559,38 @@ export const mutations: Mutation[] = [
     replace: '  for each row when (false)',
     tests: ['tests/metering/hold-expiry-order.test.ts'],
   },
+  {
+    rule: 7,
+    name: 'a sign-in sent as a form escapes the per-account count',
+    file: 'functions/auth/failed-sign-ins.ts',
+    find: "    if (!isJson(c.req.header('content-type'))) {",
+    replace: '    if (false) {',
+    tests: ['tests/identity/rate-limit.test.ts'],
+  },
+  {
+    rule: 9,
+    name: "a password change leaves the user's pending reset links alive",
+    file: 'supabase/migrations/20261126001300_reset_links_end_with_the_password.sql',
+    find: "  delete from \"verification\" where identifier like 'reset-password:%' and value = p_user_id;",
+    replace: '',
+    tests: ['tests/identity/password-reset.test.ts'],
+  },
+  {
+    rule: 18,
+    name: 'a checkout paid after the buyer was banned is served and charged',
+    file: 'functions/billing/subscription-state.ts',
+    find: '  if (userId && (await newPurchaseOfBannedUser(deps, userId, subscription))) {',
+    replace: '  if (false) {',
+    tests: ['tests/billing/tier-changes.test.ts'],
+  },
+  {
+    rule: 22,
+    name: 'platform admins may impersonate users',
+    file: 'functions/auth/better-auth.ts',
+    find: "    user: adminAc.statements.user.filter((action) => action !== 'impersonate'),",
+    replace: '    user: [...adminAc.statements.user],',
+    tests: ['tests/identity/admin-users.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

@@ -244,4 +244,23 @@ describe('ban with cancelSubscriptions', () => {
     );
     expect(row).toEqual({ status: 'active', cancel: true });
   });
+
+  it('attack on the banned user: a checkout opened before the ban and paid after it is refunded and canceled, never served', async () => {
+    // Stripe keeps a Checkout page payable for a day: the purchase was written active and charged the banned user
+    // every period for an agent they could not use (found by a review).
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
+    const user = await signUp(w.t);
+    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+    expect(checkout.status).toBe(200);
+    const ban = await w.t.http.post(`/admin/users/${user.userId}/ban`, { cookie: w.admin.cookie, json: { cancelSubscriptions: true } });
+    expect(ban.status).toBe(200);
+    const paid = w.fake.completeCheckout(checkout.body.data.sessionId);
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(paid.id)!.status).toBe('canceled');
+    const refunds = [...w.fake.refunds.values()].filter((r) => r.metadata.stripeSubscriptionId === paid.id);
+    expect(refunds.map((r) => [r.amount, r.metadata.bannedUserId])).toEqual([[4900, user.userId]]);
+    const row = await first<{ status: string }>(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${paid.id}`);
+    expect(row?.status ?? 'not written').not.toMatch(/active|past_due/);
+  });
 });

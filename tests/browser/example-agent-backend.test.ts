@@ -20,6 +20,7 @@ let browser: BrowserContext;
 let closeBrowser: (() => Promise<void>) | undefined;
 let user: TestUser;
 let agentId: string;
+let clientId: string;
 
 beforeAll(async () => {
   t = await startTestApp();
@@ -47,10 +48,11 @@ beforeAll(async () => {
   user = await signUp(t);
   expect((await t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.body.data.id } })).status).toBe(201);
 
+  clientId = agent.body.data.oauthClient.clientId;
   app = agentBackend({
     marketplaceUrl: t.baseUrl,
     agentId,
-    clientId: agent.body.data.oauthClient.clientId,
+    clientId,
     clientSecret: agent.body.data.oauthClient.clientSecret,
     publicUrl: backendUrl,
     metric: 'summaries',
@@ -91,5 +93,15 @@ test('a user signs in to the example agent through the marketplace, and each cal
   // the marketplace counted exactly what the agent showed
   const usage = await t.http.get(`/me/usage/${agentId}/summaries`, { cookie: user.cookie });
   expect(usage.body.data).toMatchObject({ used: 2, limit: 2, remaining: 0 });
+
+  // The user withdraws consent at the marketplace: the agent's next page sends them through sign-in again (here the
+  // consent page, still signed in at the marketplace), not to a 500 (found by a newcomer's walkthrough).
+  const consents = await t.http.get('/api/auth/oauth2/get-consents', { cookie: user.cookie });
+  expect(consents.status, consents.text).toBe(200);
+  const consent = (consents.body as Array<{ id: string; clientId: string }>).find((c) => c.clientId === clientId)!;
+  const withdrawn = await t.http.post('/api/auth/oauth2/delete-consent', { cookie: user.cookie, headers: { origin: t.baseUrl }, json: { id: consent.id } });
+  expect(withdrawn.status, withdrawn.text).toBe(200);
+  await page.goto(backendUrl);
+  await page.waitForURL((url) => url.pathname === '/consent');
   await page.close();
 }, 120_000);

@@ -169,6 +169,15 @@ describe('the library’s /api/auth/admin/* endpoints', () => {
     expect(ok.body.users.some((u: { id: string }) => u.id === user.userId)).toBe(true);
   });
 
+  it('attack: an admin cannot impersonate a user (a session of the user that outlived the admin\'s demotion or ban)', async () => {
+    const victim = await signUp(t);
+    const sessionsBefore = await first<{ n: number }>(t.db, sql`select count(*)::int as n from session where "userId" = ${victim.userId}`);
+    const res = await t.http.post('/api/auth/admin/impersonate-user', { cookie: admin.cookie, headers: origin(), json: { userId: victim.userId } });
+    expect(res.status).toBe(403);
+    expect(res.headers.getSetCookie().some((c) => c.includes('session_token=') && !c.includes('Max-Age=0'))).toBe(false);
+    expect(await first<{ n: number }>(t.db, sql`select count(*)::int as n from session where "userId" = ${victim.userId}`)).toEqual(sessionsBefore);
+  });
+
   it('set-role: a non-admin cannot promote themselves; an admin cannot demote themselves', async () => {
     const user = await signUp(t);
     const selfPromote = await t.http.post('/api/auth/admin/set-role', {

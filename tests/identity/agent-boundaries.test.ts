@@ -265,6 +265,7 @@ describe("an agent's token is never an admin credential (finding 2)", () => {
     expect(`${denied.origin}${denied.pathname}`).toBe(client.redirectUri);
     expect(denied.searchParams.get('error')).toBe('access_denied');
     expect(denied.searchParams.get('state')).toBe('s1');
+    expect(denied.searchParams.get('iss')).toBe(`${t.baseUrl}/api/auth`); // RFC 9207, as discovery announces
     expect(denied.searchParams.get('code')).toBeNull();
   });
 

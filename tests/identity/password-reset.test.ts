@@ -226,3 +226,46 @@ describe('a password reset or change ends every credential the user had', () => 
     expect((await t.http.get('/me', { cookie: admin.cookie })).status).toBe(200);
   });
 });
+
+/** The reset tokens mailed to `email`, oldest first. */
+async function resetTokens(email: string): Promise<string[]> {
+  const mails = (await mailsTo(t, email)).filter((m) => /reset/i.test(m.subject));
+  return mails.map((m) => linkIn(m).pathname.split('/').pop()!);
+}
+
+async function requestReset(email: string) {
+  const res = await t.http.post('/api/auth/request-password-reset', { json: { email, redirectTo: `${t.baseUrl}/reset` } });
+  expect(res.status).toBe(200);
+}
+
+describe('a reset link ends with the password (migration 20261126001300)', () => {
+  it('attack: a reset link mailed before the owner changed the password no longer resets it', async () => {
+    const user = await signUp(t);
+    await requestReset(user.email); // e.g. the attacker, reading the mailbox for a while
+    const [stolen] = await resetTokens(user.email);
+    expect(stolen).toBeTruthy();
+    // The owner notices and changes the password while signed in.
+    const changed = await t.http.post('/api/auth/change-password', {
+      cookie: user.cookie,
+      headers: { origin: t.baseUrl },
+      json: { currentPassword: user.password, newPassword: 'owner new password 1' },
+    });
+    expect(changed.status).toBe(200);
+    const takeover = await t.http.post('/api/auth/reset-password', { json: { newPassword: 'attacker password 1', token: stolen } });
+    expect(takeover.status).toBe(400);
+    const attacker = await t.http.post('/api/auth/sign-in/email', { json: { email: user.email, password: 'attacker password 1' } });
+    expect(attacker.status).toBe(401);
+  });
+
+  it('attack: after one reset link was used, an earlier link of the same account no longer resets the password', async () => {
+    const user = await signUp(t);
+    await requestReset(user.email);
+    await requestReset(user.email);
+    const [older, newer] = await resetTokens(user.email);
+    expect(older && newer && older !== newer).toBeTruthy();
+    const ownerReset = await t.http.post('/api/auth/reset-password', { json: { newPassword: 'owner reset pw 1', token: newer } });
+    expect(ownerReset.status).toBe(200);
+    const second = await t.http.post('/api/auth/reset-password', { json: { newPassword: 'attacker password 2', token: older } });
+    expect(second.status).toBe(400);
+  });
+});

@@ -229,6 +229,21 @@ describe('failed sign-ins per account (AUTH_FAILED_SIGNINS_PER_ACCOUNT=3)', () =
     expect(statuses.filter((s) => s === 429)).toHaveLength(9);
   });
 
+  it('attack: a sign-in sent as a form (which the library also reads) is refused with 415, so no guess escapes the count', async () => {
+    // The count read JSON bodies only: form-encoded guesses from rotating addresses met no per-account limit.
+    const victim = await signUp(t);
+    for (const type of ['application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'text/plain', '']) {
+      const res = await t.http.post('/api/auth/sign-in/email', {
+        headers: { 'content-type': type, 'x-forwarded-for': '203.0.113.200' },
+        body: new URLSearchParams({ email: victim.email, password: 'a wrong guess' }).toString(),
+      });
+      expect([type, res.status]).toEqual([type, 415]);
+    }
+    // nothing was spent: three JSON guesses still get to the password check, the fourth is refused
+    for (let i = 0; i < 3; i++) expect((await signInFrom(t, victim, `203.0.113.${150 + i}`)).status).toBe(401);
+    expect((await signInFrom(t, victim, '203.0.113.160', victim.password)).status).toBe(429);
+  });
+
   it('unknown accounts are limited the same way (nothing tells them apart)', async () => {
     const ghost = { email: `nobody-${Date.now()}@example.test` };
     for (let i = 0; i < 3; i++) expect((await signInFrom(t, ghost, undefined)).status).toBe(401);

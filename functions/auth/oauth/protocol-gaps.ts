@@ -83,6 +83,8 @@ export function oauthProtocolRoutes() {
           denied.searchParams.set('error_description', 'The admin scope can only be granted by a platform admin');
           const state = params.get('state');
           if (state) denied.searchParams.set('state', state);
+          // RFC 9207, as the library's own error redirects (discovery says authorization responses carry it)
+          denied.searchParams.set('iss', `${config.publicBaseUrl}/api/auth`);
           return redirectOrJson(request, denied.toString());
         }
       }
