@@ -547,8 +547,8 @@ export const mutations: Mutation[] = [
     rule: 17,
     name: 'a batch keeps the arrival order of commits on one metric (periods locked in any order)',
     file: 'supabase/migrations/20261126001100_batch_order_follows_periods.sql',
-    find: '              coalesce(held.counter_key, p_nows[i]),',
-    replace: '              0,',
+    find: '              case when p_reservation_ids[i] is null then p_nows[i]',
+    replace: '              case when true then null',
     tests: ['tests/metering/batch-period-order.pg-only.test.ts'],
   },
   {

@@ -36,14 +36,16 @@ begin
   -- the order of the counters the calls lock: agent, user, metric, then the counter's period, as a time inside it:
   -- a hold's own counter key for a commit, release or read, the call's time for the others (their counter is the
   -- period holding that time); a call on an earlier period's counter always sorts first (changed in 20261126001100)
+  -- (scalar subqueries, each run only for a call that names a reservation: a join here was planned as a scan of
+  -- every reservation per batch, which grew with the table)
   for v_i in
     select i from generate_subscripts(p_operations, 1) as i
-      left join lateral (select m.slug, r.counter_key from public.usage_reservations r
-                           join public.metric_definitions m on m.id = r.metric_id
-                          where r.id = p_reservation_ids[i]) held on p_reservation_ids[i] is not null
      order by p_agent_ids[i], p_user_ids[i],
-              coalesce(p_metric_slugs[i], held.slug) nulls last,
-              coalesce(held.counter_key, p_nows[i]),
+              coalesce(p_metric_slugs[i],
+                       (select m.slug from public.usage_reservations r join public.metric_definitions m on m.id = r.metric_id
+                         where r.id = p_reservation_ids[i])) nulls last,
+              case when p_reservation_ids[i] is null then p_nows[i]
+                   else (select r.counter_key from public.usage_reservations r where r.id = p_reservation_ids[i]) end,
               p_client_req_ids[i] nulls last, i
   loop
     if p_operations[v_i] in ('increment', 'decrement') then
