@@ -531,8 +531,8 @@ export const mutations: Mutation[] = [
     rule: 20,
     name: "a server's end-session request ends the session its hint names",
     file: 'functions/auth/oauth/protocol-gaps.ts',
-    find: '    if (session) return library(c, forwarded);',
-    replace: '    if (session || hint) return library(c, forwarded);',
+    find: '    if (session) return library(c, forward());',
+    replace: '    if (session || hint) return library(c, forward());',
     tests: ['tests/oauth/code-flow.test.ts'],
   },
   {

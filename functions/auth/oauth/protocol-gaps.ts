@@ -98,18 +98,30 @@ export function oauthProtocolRoutes() {
   // could sign the user out with one server-side GET and, with the session, end the access tokens other agents got
   // under it (found by a review; contract.md: a token acts only within its agent). Without a session of its own
   // the request goes on as one without a hint: a browser is asked to confirm, anything else gets invalid_request.
+  // The library reads the query and the body together (JSON too), so the hint is looked for in both, and a POST is
+  // a form, as OpenID Connect RP-Initiated Logout defines it (a JSON body carried the hint past this check).
   router.on(['GET', 'POST'], '/api/auth/oauth2/end-session', async (c) => {
     const request = c.req.raw;
-    const { params, forwarded } = await readParams(request);
-    const hint = params.get('id_token_hint');
-    if (!hint) return library(c, forwarded);
+    const post = request.method === 'POST';
+    if (post && !isForm(request)) {
+      return oauthError(400, 'invalid_request', 'Send the logout request as a GET or as a form (application/x-www-form-urlencoded)');
+    }
+    const url = new URL(request.url);
+    const form = new URLSearchParams(post ? await request.text() : '');
+    const forward = () =>
+      post
+        ? new Request(url, { method: 'POST', headers: forwardHeaders(request.headers), body: form.toString() })
+        : new Request(url, { method: request.method, headers: request.headers });
+    const hint = url.searchParams.get('id_token_hint') ?? form.get('id_token_hint');
+    if (!hint) return library(c, forward());
     const session = await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null);
-    if (session) return library(c, forwarded);
+    if (session) return library(c, forward());
     const aud = (unverifiedClaims(hint) as { aud?: unknown } | undefined)?.aud;
-    params.delete('id_token_hint');
+    url.searchParams.delete('id_token_hint');
+    form.delete('id_token_hint');
     // the client the hint was for still names where a confirmed logout returns to (checked by the library)
-    if (!params.has('client_id') && typeof aud === 'string') params.set('client_id', aud);
-    return library(c, withParams(forwarded, params));
+    if (!url.searchParams.has('client_id') && !form.has('client_id') && typeof aud === 'string') url.searchParams.set('client_id', aud);
+    return library(c, forward());
   });
 
   router.post('/api/auth/oauth2/consent', async (c) => {
@@ -369,16 +381,6 @@ async function readParams(request: Request): Promise<{ params: URLSearchParams; 
     return { params: form, forwarded: new Request(request.url, { method: 'POST', headers, body: form.toString() }) };
   }
   return { params: new URL(request.url).searchParams, forwarded: request };
-}
-
-/** The request as readParams forwarded it, with other parameters (in the query of a GET, the form of a POST). */
-function withParams(request: Request, params: URLSearchParams): Request {
-  if (request.method === 'POST' && isForm(request)) {
-    return new Request(request.url, { method: 'POST', headers: forwardHeaders(request.headers), body: params.toString() });
-  }
-  const url = new URL(request.url);
-  url.search = params.toString();
-  return new Request(url, { method: request.method, headers: request.headers });
 }
 
 async function readFields(request: Request): Promise<Record<string, unknown> | undefined> {
