@@ -16,34 +16,39 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
+type Who = { userId: string; agentId: string };
+const reserveAt = (who: Who, key: string, amount: number, now: string) =>
+  first<{ outcome: string; reservation_id: string; expires_at: Date }>(
+    t.db,
+    sql`select * from public.metering_reserve(${who.userId}, ${who.agentId}, 'calls', ${key}, ${amount}, 60, ${now}::timestamptz)`,
+  );
+const incrementAt = (who: Who, key: string, amount: number, now: string) =>
+  first<{ outcome: string; used: number }>(
+    t.db,
+    sql`select outcome, used::int as used from public.metering_increment(${who.userId}, ${who.agentId}, 'calls', ${key}, ${amount}, ${now}::timestamptz)`,
+  );
+const commitAt = (who: Who, reservationId: string, amount: number, now: string) =>
+  first<{ outcome: string; status: string; used: number }>(
+    t.db,
+    sql`select outcome, status, used::int as used
+          from public.metering_settle_reservation(${who.userId}, ${who.agentId}, ${reservationId}::uuid, 'commit', ${amount}, ${now}::timestamptz)`,
+  );
+
 describe('a hold committed after a later write left it out', () => {
   it('attack: a commit that arrived just before the expiry, run after an increment just after it, adds nothing', async () => {
     const userId = await insertUser(t.db);
     const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
     const sub = await subscribe(t, userId, a.tierId);
-    const hold = await first<{ outcome: string; reservation_id: string; expires_at: Date }>(
-      t.db,
-      sql`select * from public.metering_reserve(${userId}, ${a.agentId}, 'calls', 'hold-1', 10, 60, '2026-02-01T00:00:00Z')`,
-    );
+    const who = { userId, agentId: a.agentId };
+    const hold = await reserveAt(who, 'hold-1', 10, '2026-02-01T00:00:00Z');
     expect(hold).toMatchObject({ outcome: 'ok' });
     expect(hold!.expires_at.toISOString()).toBe('2026-02-01T00:01:00.000Z');
 
     // 1 ms after the expiry: the hold no longer counts, so the increment takes the 10 units
-    const increment = await first<{ outcome: string; used: number }>(
-      t.db,
-      sql`select outcome, used::int as used from public.metering_increment(${userId}, ${a.agentId}, 'calls', 'inc-1', 10,
-                                                                           '2026-02-01T00:01:00.001Z')`,
-    );
-    expect(increment).toEqual({ outcome: 'ok', used: 10 });
+    expect(await incrementAt(who, 'inc-1', 10, '2026-02-01T00:01:00.001Z')).toEqual({ outcome: 'ok', used: 10 });
 
     // the commit arrived 1 ms before the expiry, and runs now
-    const commit = await first<{ outcome: string; status: string; used: number }>(
-      t.db,
-      sql`select outcome, status, used::int as used
-            from public.metering_settle_reservation(${userId}, ${a.agentId}, ${hold!.reservation_id}::uuid, 'commit', 10,
-                                                    '2026-02-01T00:00:59.999Z')`,
-    );
-    expect(commit).toEqual({ outcome: 'expired', status: 'expired', used: 10 });
+    expect(await commitAt(who, hold!.reservation_id, 10, '2026-02-01T00:00:59.999Z')).toEqual({ outcome: 'expired', status: 'expired', used: 10 });
     expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 10, sum: 10 }]);
   });
 
@@ -53,28 +58,11 @@ describe('a hold committed after a later write left it out', () => {
     const userId = await insertUser(t.db);
     const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
     const sub = await subscribe(t, userId, a.tierId);
-    const hold = await first<{ outcome: string; reservation_id: string }>(
-      t.db,
-      sql`select * from public.metering_reserve(${userId}, ${a.agentId}, 'calls', 'hold-1', 10, 60, '2026-02-01T00:00:00Z')`,
-    );
-    const increment = await first<{ outcome: string; used: number }>(
-      t.db,
-      sql`select outcome, used::int as used from public.metering_increment(${userId}, ${a.agentId}, 'calls', 'inc-a', 10,
-                                                                           '2026-02-01T00:01:00.001Z')`,
-    );
-    expect(increment).toEqual({ outcome: 'ok', used: 10 });
-    const denied = await first<{ outcome: string }>(
-      t.db,
-      sql`select outcome from public.metering_increment(${userId}, ${a.agentId}, 'calls', 'inc-b', 1, '2026-02-01T00:00:59.998Z')`,
-    );
-    expect(denied).toEqual({ outcome: 'quota_exceeded' });
-    const commit = await first<{ outcome: string; status: string; used: number }>(
-      t.db,
-      sql`select outcome, status, used::int as used
-            from public.metering_settle_reservation(${userId}, ${a.agentId}, ${hold!.reservation_id}::uuid, 'commit', 10,
-                                                    '2026-02-01T00:00:59.999Z')`,
-    );
-    expect(commit).toEqual({ outcome: 'expired', status: 'expired', used: 10 });
+    const who = { userId, agentId: a.agentId };
+    const hold = await reserveAt(who, 'hold-1', 10, '2026-02-01T00:00:00Z');
+    expect(await incrementAt(who, 'inc-a', 10, '2026-02-01T00:01:00.001Z')).toEqual({ outcome: 'ok', used: 10 });
+    expect(await incrementAt(who, 'inc-b', 1, '2026-02-01T00:00:59.998Z')).toMatchObject({ outcome: 'quota_exceeded' });
+    expect(await commitAt(who, hold!.reservation_id, 10, '2026-02-01T00:00:59.999Z')).toEqual({ outcome: 'expired', status: 'expired', used: 10 });
     expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 10, sum: 10 }]);
   });
 
