@@ -86,6 +86,30 @@ describe('token renewal and errors (found by a review of the SDK)', () => {
     await expect(signIn.refresh(a.refreshToken!)).resolves.toMatchObject({ accessToken: expect.any(String) });
   });
 
+  it('a marketplace that never answers fails a refresh after timeoutMs, and the failed refresh is not kept for later callers', async () => {
+    const connections: Array<import('node:net').Socket> = [];
+    const silent = createServer(() => {}); // accepts, reads, never answers
+    silent.on('connection', (socket) => connections.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const signIn = createOAuth({
+        issuer: `http://127.0.0.1:${(silent.address() as AddressInfo).port}/api/auth`,
+        clientId: 'c',
+        clientSecret: 's',
+        redirectUri: 'http://127.0.0.1:9/cb',
+        allowInsecureHttp: true,
+        timeoutMs: 200,
+      });
+      // without the bound this waits for good (the test's own timeout ends it)
+      await expect(signIn.refresh('a-refresh-token')).rejects.toThrow();
+      await expect(signIn.refresh('a-refresh-token')).rejects.toThrow(); // asked again, not the first failure kept
+      expect(connections.length).toBeGreaterThanOrEqual(2);
+    } finally {
+      silent.closeAllConnections();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
+  });
+
   it("a token function's error (a refused refresh) is thrown as it is, not retried as a network error", async () => {
     const other = await signUp(t);
     await subscribe(t, other.userId, agent.tierId);

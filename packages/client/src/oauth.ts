@@ -20,6 +20,11 @@ export interface OAuthOptions {
   scope?: string;
   /** Allow an http:// issuer (local development only). */
   allowInsecureHttp?: boolean;
+  /**
+   * Longest wait for any answer of the marketplace (discovery, tokens, revocation), in ms (default 30 000). Without a
+   * bound a refresh that never got its answer would hold every caller sharing it for good.
+   */
+  timeoutMs?: number;
 }
 
 export interface TokenSet {
@@ -37,7 +42,11 @@ const REFRESH_KEPT_MS = 60_000;
 export function createOAuth(options: OAuthOptions) {
   const client: oauth.Client = { client_id: options.clientId };
   const clientAuth = oauth.ClientSecretBasic(options.clientSecret);
-  const http = options.allowInsecureHttp ? { [oauth.allowInsecureRequests]: true } : {};
+  const timeoutMs = options.timeoutMs ?? 30_000;
+  const http = {
+    ...(options.allowInsecureHttp ? { [oauth.allowInsecureRequests]: true } : {}),
+    signal: () => AbortSignal.timeout(timeoutMs),
+  };
   let discovered: Promise<oauth.AuthorizationServer> | undefined;
   const server = () => {
     discovered ??= (async () => {
