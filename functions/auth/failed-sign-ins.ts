@@ -2,6 +2,7 @@ import type { Context, Next } from 'hono';
 import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from '../http/errors.ts';
 import { rateLimited, refundToken, takeToken } from '../http/rate-limit.ts';
+import { isJsonMediaType } from '../http/text-guard.ts';
 
 /**
  * Failed sign-ins per account (contract.md, Trust boundaries): at most AUTH_FAILED_SIGNINS_PER_ACCOUNT (default 10;
@@ -24,7 +25,7 @@ const WINDOW_MS = 15 * 60_000;
 
 export function limitFailedSignIns() {
   return async (c: Context<AppEnv>, next: Next) => {
-    if (!isJson(c.req.header('content-type'))) {
+    if (!isJsonMediaType(c.req.header('content-type'))) {
       throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Send the sign-in as application/json: { email, password }');
     }
     const deps = c.var.deps;
@@ -41,11 +42,6 @@ export function limitFailedSignIns() {
     await next();
     if (!(await isFailedSignIn(c.res))) await refundToken(deps, key);
   };
-}
-
-/** `application/json`, with or without parameters. */
-function isJson(contentType: string | undefined): boolean {
-  return (contentType ?? '').split(';')[0]!.trim().toLowerCase() === 'application/json';
 }
 
 /** The email of a sign-in request, or undefined when the body has none (the library answers its own 400). */

@@ -257,7 +257,7 @@ async function newPurchaseOfBannedUser(deps: BillingDeps, userId: string, subscr
   if (subscription.status === 'canceled' || subscription.status === 'incomplete_expired') return false;
   const row = await first<{ banned: boolean; known: boolean }>(
     deps.database.db,
-    sql`select coalesce(u.banned, false) as banned,
+    sql`select public.banned_at(u.banned, u."banExpires", ${deps.clock.now()}) as banned,
                exists (select 1 from public.subscriptions s where s.stripe_subscription_id = ${subscription.id}) as known
           from "user" u where u.id = ${userId}`,
   );

@@ -23,6 +23,11 @@ const jsonSurrogateEscape = /(^|[^\\])(\\\\)*\\u[dD][89a-fA-F]/;
 const encodedNul = /%00/;
 const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json$/i;
 
+/** A Content-Type of JSON (`application/json` or `application/<x>+json`, any parameters). */
+export function isJsonMediaType(contentType: string | undefined): boolean {
+  return JSON_TYPE.test((contentType ?? '').split(';')[0]!.trim());
+}
+
 export function rejectUnstorableText(): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     if (encodedNul.test(c.req.url)) throw nulError('url');
@@ -33,7 +38,7 @@ export function rejectUnstorableText(): MiddlewareHandler<AppEnv> {
     const isJson = /json/i.test(type);
     const isForm = /x-www-form-urlencoded/i.test(type);
     if ((isJson || isForm) && hasBody(c)) {
-      if (isJson && !JSON_TYPE.test(type.split(';')[0]!.trim())) {
+      if (isJson && !isJsonMediaType(type)) {
         throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Send the body as application/json');
       }
       // Read through Hono's body cache, so the validator's c.req.json() parses this same text and the body is read

@@ -563,7 +563,7 @@ export const mutations: Mutation[] = [
     rule: 7,
     name: 'a sign-in sent as a form escapes the per-account count',
     file: 'functions/auth/failed-sign-ins.ts',
-    find: "    if (!isJson(c.req.header('content-type'))) {",
+    find: "    if (!isJsonMediaType(c.req.header('content-type'))) {",
     replace: '    if (false) {',
     tests: ['tests/identity/rate-limit.test.ts'],
   },

@@ -10,7 +10,8 @@
 -- increment or decrement looks its clientReqId up on its subscription and then along that chain
 -- (public.metering_continued_entry): a call already recorded on a subscription this one continued answers its stored
 -- result, replayed. The common case costs nothing more: the chain is walked only when the key is not on the
--- subscription itself and the subscription continued another. A reserve keeps
+-- subscription itself and the subscription continued another. (After losing a race for the key on its own
+-- subscription, a call reads only that subscription again: the winner wrote there.) A reserve keeps
 -- its own subscription's lookup: its live holds move with their ledger rows, and a reserve retried after a restart
 -- makes a new hold, which counts nothing until the agent commits it by its id.
 -- metering_increment, metering_decrement and subscription_continue_usage are restated whole from 20261125000100 and
@@ -132,11 +133,6 @@ begin
     select l.event, l.used, l.reserved, l.quota_limit, l.period_start, l.period_end, l.amount, l.details into v_prev
     from public.quota_ledger l
     where l.metric_id = v_metric_id and l.subscription_id = v_sub_id and l.client_req_id = p_client_req_id;
-    -- and on the subscriptions this one continued: a retry after a restart is a replay -- (changed in 20261126001000)
-    if not found and v_continued_from is not null then
-      select l.event, l.used, l.reserved, l.quota_limit, l.period_start, l.period_end, l.amount, l.details into v_prev
-      from public.metering_continued_entry(v_metric_id, v_continued_from, p_client_req_id) l;
-    end if;
   end if;
 
   -- the stored result of this clientReqId: a replay of the same request, or another request under the same key
@@ -236,11 +232,6 @@ begin
     select l.event, l.used, l.reserved, l.quota_limit, l.period_start, l.period_end, l.amount, l.details into v_prev
     from public.quota_ledger l
     where l.metric_id = v_metric_id and l.subscription_id = v_sub_id and l.client_req_id = p_client_req_id;
-    -- and on the subscriptions this one continued: a retry after a restart is a replay -- (changed in 20261126001000)
-    if not found and v_continued_from is not null then
-      select l.event, l.used, l.reserved, l.quota_limit, l.period_start, l.period_end, l.amount, l.details into v_prev
-      from public.metering_continued_entry(v_metric_id, v_continued_from, p_client_req_id) l;
-    end if;
   end if;
 
   if v_prev.event = 'decrement' and v_prev.amount = p_amount then
