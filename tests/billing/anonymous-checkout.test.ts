@@ -154,6 +154,27 @@ describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => 
   });
 });
 
+  it("attack on a ban: an anonymous purchase with a banned account's verified address is refunded and canceled, never served", async () => {
+    // The anonymous checkout knows no user until Stripe's page has the email; the purchase then attaches to the
+    // verified owner of that address, and the banned-buyer rule (subscription-state.ts) undoes it there.
+    const banned = await signUp(w.t, { verified: true });
+    expect((await w.t.http.post(`/admin/users/${banned.userId}/ban`, { cookie: w.admin.cookie, json: {} })).status).toBe(200);
+    const { agent, sessionId, stripeSub, events } = await paidAnonymously(banned.email);
+    const res = await complete(sessionId);
+    expect(res.status).toBe(200);
+    expect(res.body.data.subscription).toMatchObject({ userId: banned.userId, status: 'canceled' });
+    await deliver(w, events);
+    expect(w.fake.subscriptions.get(stripeSub.id)!.status).toBe('canceled');
+    const refunds = [...w.fake.refunds.values()].filter((r) => r.metadata.stripeSubscriptionId === stripeSub.id);
+    expect(refunds.map((r) => r.metadata.bannedUserId)).toEqual([banned.userId]);
+    expect((await localSubscription(stripeSub.id))).toMatchObject({ userId: banned.userId });
+    const access = await first<{ n: number }>(
+      w.t.db,
+      sql`select count(*)::int as n from subscriptions where user_id = ${banned.userId} and agent_id = ${agent.id} and status in ('active', 'past_due')`,
+    );
+    expect(access!.n).toBe(0);
+  });
+
 describe('anonymous purchases and unverified accounts (account pre-hijacking, issue 10 finding 4)', () => {
   /** The attacker signs up with the victim's address (never verified: the verification mail goes to the victim). */
   async function attackerHolding(email: string) {
