@@ -2169,6 +2169,7 @@ export type Database = {
           "last_error": string | null;
           "last_status_code": number | null;
           "next_attempt_at": string;
+          "redelivered_at": string | null;
           "status": string;
         };
         ComputedFields: never;
@@ -2186,6 +2187,7 @@ export type Database = {
           "last_error"?: string | null;
           "last_status_code"?: number | null;
           "next_attempt_at"?: string;
+          "redelivered_at"?: string | null;
           "status"?: string;
         };
         Update: {
@@ -2202,6 +2204,7 @@ export type Database = {
           "last_error"?: string | null;
           "last_status_code"?: number | null;
           "next_attempt_at"?: string;
+          "redelivered_at"?: string | null;
           "status"?: string;
         };
         Relationships: [
@@ -2263,6 +2266,7 @@ export type Database = {
           "created_at": string;
           "enabled": boolean;
           "events": (string)[];
+          "failing_since": string | null;
           "id": string;
           "previous_secret_encrypted": string | null;
           "previous_secret_expires_at": string | null;
@@ -2276,6 +2280,7 @@ export type Database = {
           "created_at": string;
           "enabled"?: boolean;
           "events": (string)[];
+          "failing_since"?: string | null;
           "id"?: string;
           "previous_secret_encrypted"?: string | null;
           "previous_secret_expires_at"?: string | null;
@@ -2288,6 +2293,7 @@ export type Database = {
           "created_at"?: string;
           "enabled"?: boolean;
           "events"?: (string)[];
+          "failing_since"?: string | null;
           "id"?: string;
           "previous_secret_encrypted"?: string | null;
           "previous_secret_expires_at"?: string | null;
@@ -3101,6 +3107,14 @@ export type Database = {
         }[];
       };
       "webhook_iso": { Args: { "p_at": string }; Returns: string };
+      "webhook_retries_over": {
+        Args: {
+          "p_cutoff": string;
+          "p_failing_since": string;
+          "p_queued": string;
+        };
+        Returns: boolean;
+      };
       "webhook_subscription_data": {
         Args: {
           "s": Omit<

@@ -105,11 +105,12 @@ export async function getDelivery(deps: Pick<AppDeps, 'database'>, deliveryId: s
  * (its attempt log stays). It goes out on the next drain, after any earlier pending delivery to the same endpoint.
  * A pending delivery is already on its way: 422 INVALID_STATE.
  */
-export async function redeliver(deps: Pick<AppDeps, 'database'>, deliveryId: string): Promise<Delivery> {
+export async function redeliver(deps: Pick<AppDeps, 'database' | 'clock'>, deliveryId: string): Promise<Delivery> {
   const row = await first<{ id: string }>(
     deps.database.db,
     sql`update public.webhook_deliveries
-           set status = 'pending', attempts = 0, next_attempt_at = '-infinity', first_attempt_at = null, claim_id = null
+           set status = 'pending', attempts = 0, next_attempt_at = '-infinity', first_attempt_at = null, claim_id = null,
+               redelivered_at = ${deps.clock.now()}
          where id = ${deliveryId} and status <> 'pending'
          returning id`,
   );

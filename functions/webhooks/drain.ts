@@ -1,7 +1,7 @@
 import { Webhook } from 'standardwebhooks';
 import type { Clock } from '../platform/clock.ts';
 import type { Config } from '../platform/config.ts';
-import { rows, sql, type Database } from '../platform/db.ts';
+import { first, rows, sql, type Database } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import { eventPayload } from './deliveries.ts';
 import { secretBox } from './endpoints.ts';
@@ -22,7 +22,8 @@ import { SecretUnreadable } from './secrets.ts';
  *     `webhook-signature` = `v1,<base64 HMAC-SHA256>` (plus a second one with the previous secret for 24 h after a
  *     rotation). Body: `{ type, timestamp, data }`.
  *   - A 2xx answered within 10 s counts. Anything else (another status, a redirect, a timeout, no connection) is
- *     retried with exponential backoff and jitter; an attempt that fails 24 h or more after the first attempt ends
+ *     retried with exponential backoff and jitter; an attempt that fails 24 h or more after the later of the
+ *     delivery's queueing and its endpoint's first failure of the current run (public.webhook_retries_over) ends
  *     the delivery as `failed` (an admin can redeliver it). Every attempt is logged with its status code, duration
  *     and error.
  * Nothing here runs inside a request: a slow or dead receiver slows only the drain.
@@ -48,12 +49,12 @@ export interface DrainResult {
   delivered: number;
   /** failed attempts that will be retried */
   retrying: number;
-  /** deliveries given up on by this call (status `failed`) */
+  /** deliveries given up on by this call (status `failed`): attempted, or waiting behind one and as long overdue */
   failed: number;
 }
 
 export const DELIVERY_TIMEOUT_MS = 10_000;
-/** Failures keep being retried until an attempt fails at least this long after the first one. */
+/** A failure is retried until its endpoint has been failing this long since the delivery was queued (public.webhook_retries_over). */
 export const RETRY_WINDOW_MS = 24 * 60 * 60 * 1000;
 /** A claimed delivery is left alone by other drains this long (longer than an attempt can take). */
 const LEASE_MS = 60_000;
@@ -78,7 +79,6 @@ interface Claimed {
   endpointId: string;
   eventId: string;
   attempts: number;
-  firstAttemptAt: Date | string;
   type: WebhookEventType;
   occurredAt: Date | string;
   data: Record<string, unknown>;
@@ -111,7 +111,9 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
   const slot = async (first: { claimId: string; delivery: Claimed }) => {
     for (let next: typeof first | undefined = first; next; next = await claimOne()) {
       try {
-        result[await attempt(deps, next.claimId, next.delivery, timeoutMs)] += 1;
+        const { outcome, failedBehind } = await attempt(deps, next.claimId, next.delivery, timeoutMs);
+        result[outcome] += 1;
+        result.failed += failedBehind;
       } catch (err) {
         // One delivery whose attempt could not be recorded (the database refused the write) does not fail the
         // drain's other slots: it keeps its claim and is tried again when the lease ends.
@@ -163,13 +165,18 @@ async function claim(deps: WebhookDrainDeps, claimId: string, n: number): Promis
           from due, public.webhook_events ev, public.webhook_endpoints e
          where d.id = due.id and ev.id = d.event_id and e.id = d.endpoint_id
         returning d.id, d.endpoint_id as "endpointId", d.event_id as "eventId", d.attempts,
-                  d.first_attempt_at as "firstAttemptAt", ev.type, ev.occurred_at as "occurredAt", ev.data, e.url,
+                  ev.type, ev.occurred_at as "occurredAt", ev.data, e.url,
                   e.secret_encrypted as secret, e.previous_secret_encrypted as "previousSecret",
                   e.previous_secret_expires_at as "previousSecretExpiresAt"`,
   );
 }
 
-async function attempt(deps: WebhookDrainDeps, claimId: string, d: Claimed, timeoutMs: number): Promise<Outcome> {
+async function attempt(
+  deps: WebhookDrainDeps,
+  claimId: string,
+  d: Claimed,
+  timeoutMs: number,
+): Promise<{ outcome: Outcome; failedBehind: number }> {
   const { clock, logger } = deps;
   const sentAt = clock.now();
   const started = performance.now();
@@ -203,42 +210,67 @@ async function attempt(deps: WebhookDrainDeps, claimId: string, d: Claimed, time
   }
   const durationMs = Math.max(0, Math.round(performance.now() - started));
   const now = clock.now();
+  const retryAt = new Date(now.getTime() + retryDelayMs(d.attempts));
 
-  let outcome: Outcome;
-  let nextAttemptAt: Date;
-  if (error === null) {
-    outcome = 'delivered';
-    nextAttemptAt = now;
-  } else if (now.getTime() - new Date(d.firstAttemptAt).getTime() >= RETRY_WINDOW_MS) {
-    outcome = 'failed';
-    nextAttemptAt = now;
-  } else {
-    outcome = 'retrying';
-    nextAttemptAt = new Date(now.getTime() + retryDelayMs(d.attempts));
-  }
-
-  // The attempt is logged whatever happens; the delivery changes only if this drain still holds its claim (an
-  // endpoint deleted meanwhile took its deliveries with it; a redelivery or an expired lease handed it on).
-  await sql`with logged as (
-              insert into public.webhook_delivery_attempts (delivery_id, attempted_at, duration_ms, status_code, error)
-              select ${d.id}, ${sentAt}, ${durationMs}, ${statusCode}, ${error}
-              where exists (select 1 from public.webhook_deliveries where id = ${d.id})
-            )
-            update public.webhook_deliveries
-               set status = ${outcome === 'retrying' ? 'pending' : outcome},
-                   next_attempt_at = ${nextAttemptAt},
-                   delivered_at = ${outcome === 'delivered' ? now : null},
-                   last_status_code = ${statusCode},
-                   last_error = ${error},
-                   claim_id = null
-             where id = ${d.id} and claim_id = ${claimId}`.execute(deps.database.db);
+  // One statement: the attempt is logged whatever happens; the delivery, and its endpoint's run of failures (ended by
+  // a delivered attempt, begun by the first failed one), change only if this drain still holds its claim (an endpoint
+  // deleted meanwhile took its deliveries with it; a redelivery or an expired lease handed it on). Whether a failure
+  // ends the delivery is public.webhook_retries_over's rule (migration 20261126001400): 24 hours of its endpoint
+  // failing since it was queued. Deliveries waiting behind one that fails for good whose 24 hours are over too fail
+  // with it, unsent: the endpoint failed all through them, and sending each for one more try would keep an endpoint
+  // that accepts connections and never answers at one delivery per 10 s, slower than a busy agent's events arrive.
+  const cutoff = new Date(now.getTime() - RETRY_WINDOW_MS);
+  const row = await first<{ status: 'delivered' | 'failed' | 'pending' | null; behind: number }>(
+    deps.database.db,
+    sql`with logged as (
+          insert into public.webhook_delivery_attempts (delivery_id, attempted_at, duration_ms, status_code, error)
+          select ${d.id}, ${sentAt}, ${durationMs}, ${statusCode}, ${error}
+          where exists (select 1 from public.webhook_deliveries where id = ${d.id})
+        ), endpoint as (
+          update public.webhook_endpoints e
+             set failing_since = case when ${error === null} then null else coalesce(e.failing_since, ${sentAt}::timestamptz) end
+           where e.id = ${d.endpointId}
+             and exists (select 1 from public.webhook_deliveries where id = ${d.id} and claim_id = ${claimId})
+          returning e.id, e.failing_since
+        ), recorded as (
+          update public.webhook_deliveries d
+             set status = o.status,
+                 next_attempt_at = case when o.status = 'pending' then ${retryAt}::timestamptz else ${now}::timestamptz end,
+                 delivered_at = case when o.status = 'delivered' then ${now}::timestamptz end,
+                 last_status_code = ${statusCode},
+                 last_error = ${error},
+                 claim_id = null
+            from endpoint,
+                 (select case when ${error === null} then 'delivered'
+                              when public.webhook_retries_over(coalesce(x.redelivered_at, x.created_at), e.failing_since, ${cutoff}) then 'failed'
+                              else 'pending' end as status
+                    from public.webhook_deliveries x, endpoint e
+                   where x.id = ${d.id}) o
+           where d.id = ${d.id} and d.claim_id = ${claimId} and endpoint.id = d.endpoint_id
+          returning d.status
+        ), behind as (
+          update public.webhook_deliveries w
+             set status = 'failed', next_attempt_at = ${now}, claim_id = null,
+                 last_error = 'not sent: its endpoint had been failing for 24 hours since it was queued, behind an earlier delivery'
+            from endpoint, recorded
+           where recorded.status = 'failed' and w.endpoint_id = endpoint.id and w.status = 'pending' and w.claim_id is null
+             and public.webhook_retries_over(coalesce(w.redelivered_at, w.created_at), endpoint.failing_since, ${cutoff})
+          returning 1
+        )
+        select (select status from recorded) as status, (select count(*) from behind)::int as behind`,
+  );
+  // A delivery this drain no longer holds is someone else's to record: counted here as what its attempt was.
+  const status = row?.status ?? (error === null ? 'delivered' : 'pending');
+  const outcome: Outcome = status === 'pending' ? 'retrying' : status;
+  const behind = row?.behind ?? 0;
 
   if (outcome !== 'delivered') {
     const fields = { deliveryId: d.id, webhookId: d.endpointId, eventId: d.eventId, attempts: d.attempts, statusCode, error };
-    if (outcome === 'failed') logger.warn('webhook delivery failed for good after its retry window; an admin can redeliver it', fields);
-    else logger.warn('webhook delivery attempt failed; retrying', { ...fields, nextAttemptAt: nextAttemptAt.toISOString() });
+    if (outcome === 'failed') {
+      logger.warn('webhook delivery failed for good after its retry window; an admin can redeliver it', { ...fields, failedBehindIt: behind });
+    } else logger.warn('webhook delivery attempt failed; retrying', { ...fields, nextAttemptAt: retryAt.toISOString() });
   }
-  return outcome;
+  return { outcome, failedBehind: behind };
 }
 
 /** The current secret, and the previous one while its grace period after a rotation lasts. */

@@ -21,14 +21,20 @@ interface Row {
   url: string;
   events: WebhookEventType[];
   enabled: boolean;
+  failingSince: Date | string | null;
   createdAt: Date | string;
   updatedAt: Date | string;
 }
 
 const columns = sql`e.id, e.agent_id as "agentId", e.url, to_jsonb(e.events) as events, e.enabled,
-  e.created_at as "createdAt", e.updated_at as "updatedAt"`;
+  e.failing_since as "failingSince", e.created_at as "createdAt", e.updated_at as "updatedAt"`;
 
-const toWebhook = (r: Row): Webhook => ({ ...r, createdAt: iso(r.createdAt), updatedAt: iso(r.updatedAt) });
+const toWebhook = (r: Row): Webhook => ({
+  ...r,
+  failingSince: r.failingSince === null ? null : iso(r.failingSince),
+  createdAt: iso(r.createdAt),
+  updatedAt: iso(r.updatedAt),
+});
 
 /** A text[] parameter that binds the same way on both drivers. */
 const textArray = (values: readonly string[]) => sql`array(select jsonb_array_elements_text(${JSON.stringify(values)}::text::jsonb))`;
@@ -101,6 +107,9 @@ export async function updateWebhook(
           url = coalesce(${patch.url ?? null}, e.url),
           events = case when ${patch.events !== undefined} then ${textArray(patch.events ?? [])} else e.events end,
           enabled = coalesce(${patch.enabled ?? null}::boolean, e.enabled),
+          -- A new url is a new receiver, and an endpoint enabled again is one the admin says is back: each starts a
+          -- fresh run, so its pending deliveries get their 24 hours again (public.webhook_retries_over).
+          failing_since = case when ${patch.url !== undefined || patch.enabled === true} then null else e.failing_since end,
           updated_at = ${deps.clock.now()}
         where e.id = ${webhookId} and e.agent_id = ${agentId}
         returning ${columns}`,

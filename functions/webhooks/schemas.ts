@@ -67,6 +67,11 @@ export const webhookSchema = z
     url: z.string(),
     events: z.array(z.enum(WEBHOOK_EVENT_TYPES)),
     enabled: z.boolean(),
+    failingSince: z.string().nullable().openapi({
+      description:
+        "When the endpoint's current run of failed attempts began; null once an attempt is delivered, and after its url is changed or it is enabled again. A delivery fails for good when an attempt fails 24 hours after the later of this and when the delivery was queued.",
+      example: null,
+    }),
     createdAt: z.string(),
     updatedAt: z.string(),
   })

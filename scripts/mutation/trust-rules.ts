@@ -591,6 +591,22 @@ export const mutations: Mutation[] = [
     replace: '    user: [...adminAc.statements.user],',
     tests: ['tests/identity/admin-users.test.ts'],
   },
+  {
+    rule: 23,
+    name: "a delivery's 24 hours begin at its own first attempt (a dead endpoint's backlog grows for ever)",
+    file: 'functions/webhooks/drain.ts',
+    find: "                              when public.webhook_retries_over(coalesce(x.redelivered_at, x.created_at), e.failing_since, ${cutoff}) then 'failed'",
+    replace: "                              when coalesce(x.first_attempt_at, ${now}::timestamptz) <= ${cutoff} then 'failed'",
+    tests: ['tests/webhooks/delivery.test.ts'],
+  },
+  {
+    rule: 23,
+    name: 'deliveries waiting behind one that fails for good wait for their own attempts',
+    file: 'functions/webhooks/drain.ts',
+    find: "           where recorded.status = 'failed' and w.endpoint_id = endpoint.id and w.status = 'pending' and w.claim_id is null",
+    replace: "           where false and w.endpoint_id = endpoint.id and w.status = 'pending' and w.claim_id is null",
+    tests: ['tests/webhooks/delivery.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

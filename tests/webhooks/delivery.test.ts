@@ -376,6 +376,138 @@ describe('delivery', () => {
     expect(hook.received.at(-1)!.headers['webhook-id']).toBe(failed!.eventId);
   });
 
+  describe('an endpoint that stays down', () => {
+    const HOUR = 60 * 60 * 1000;
+    const byStatus = async (endpointId: string) => {
+      const { rows } = await sql<{ status: string; n: number }>`select status, count(*)::int as n from public.webhook_deliveries
+                                                                 where endpoint_id = ${endpointId} group by status`.execute(t.db);
+      return Object.fromEntries(rows.map((r) => [r.status, r.n])) as Record<string, number>;
+    };
+    const endpointView = async (agentId: string, endpointId: string) =>
+      ((await t.http.get(`/admin/agents/${agentId}/webhooks`, { cookie: admin.cookie })).body.data as Array<Record<string, any>>).find(
+        (e) => e.id === endpointId,
+      )!;
+    /** A free subscription started and canceled: two events (subscription.created, subscription.canceled). */
+    const twoEvents = async (user: TestUser, agent: MeteredAgent) => {
+      await startFree(user, agent.tierId);
+      const res = await t.http.post(`/me/subscriptions/${agent.agentId}/cancel`, { cookie: user.cookie });
+      expect(res.status, res.text).toBe(200);
+    };
+
+    it('attack on the outbox: each delivery fails about 24 h after it was queued, so what waits is a day of events, not one failure a day for ever', async () => {
+      // Deliveries go out in order, so one waiting behind a failing one makes no attempt. Its 24 hours used to begin
+      // at its own first attempt, that is when the one before it failed for good: a dead endpoint failed one
+      // delivery a day while its agent's events kept coming, and its backlog (never pruned while pending) grew for ever.
+      const agent = await agentWithTiers();
+      const hook = await receiver();
+      const endpoint = await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created', 'subscription.canceled']);
+      hook.mode = { status: 503 };
+      const user = await signUp(t);
+      // Three days that end now: receivers check webhook-timestamp against the real clock when the receiver is back.
+      const start = Date.now() - 76 * HOUR;
+      // One attempt per drain: a receiver that takes its 10 s to fail gets no more than that, and the events come
+      // faster than it fails them one by one (the ones waiting behind a failed one that are as overdue go with it).
+      for (let hours = 0; hours <= 72; hours += 2) {
+        t.clock.set(new Date(start + hours * HOUR));
+        await twoEvents(user, agent);
+        await drain(t, { limit: 1 });
+      }
+      const counts = await byStatus(endpoint.id);
+      expect((counts.failed ?? 0) + (counts.pending ?? 0)).toBe(74);
+      // Two events every 2 hours: what is younger than about 24 hours still waits (26 and the head in its last hour).
+      expect(counts.pending).toBeLessThanOrEqual(28);
+      expect(counts.failed).toBeGreaterThanOrEqual(46);
+      // Each failed 24 to 26 hours after it was queued (drains every 2 hours): the one at the head after its attempt,
+      // the ones waiting behind it as long overdue with it, unsent and saying so.
+      const { rows: failed } = await sql<{ attempts: number; error: string; queued: Date; ended: Date }>`
+        select attempts, last_error as error, created_at as queued, next_attempt_at as ended from public.webhook_deliveries
+         where endpoint_id = ${endpoint.id} and status = 'failed'`.execute(t.db);
+      for (const d of failed) {
+        expect(new Date(d.ended).getTime() - new Date(d.queued).getTime()).toBeGreaterThanOrEqual(24 * HOUR);
+        expect(new Date(d.ended).getTime() - new Date(d.queued).getTime()).toBeLessThanOrEqual(26 * HOUR);
+        if (d.attempts === 0) expect(d.error).toMatch(/^not sent: its endpoint had been failing for 24 hours/);
+        else expect(d.error).toMatch(/^answered HTTP/);
+      }
+      expect(failed.filter((d) => d.attempts > 0).length).toBeGreaterThan(10);
+      expect((await endpointView(agent.agentId, endpoint.id)).failingSince).toBe(new Date(start).toISOString());
+
+      // The receiver comes back: what still waits goes out in order, and the endpoint is no longer failing.
+      t.clock.set(new Date(start + 76 * HOUR));
+      hook.mode = { status: 204 };
+      hook.received.length = 0;
+      await drain(t);
+      expect(await byStatus(endpoint.id)).toMatchObject({ delivered: counts.pending, failed: counts.failed });
+      expect((await endpointView(agent.agentId, endpoint.id)).failingSince).toBeNull();
+      const sent = hook.accepted();
+      expect(sent).toHaveLength(counts.pending!);
+      const times = sent.map((p) => p.timestamp);
+      expect(times).toEqual([...times].sort());
+    });
+
+    it('a delivery queued before its endpoint began failing still gets 24 hours (the drain was down, not the receiver)', async () => {
+      const agent = await agentWithTiers();
+      const hook = await receiver();
+      const endpoint = await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created']);
+      await startFree(await signUp(t), agent.tierId);
+      t.clock.advance(30 * HOUR); // nothing drained for 30 hours
+      hook.mode = { status: 503 };
+      expect(await drain(t)).toMatchObject({ attempted: 1, retrying: 1, failed: 0 });
+      t.clock.advance(23 * HOUR);
+      expect(await drain(t)).toMatchObject({ retrying: 1, failed: 0 });
+      t.clock.advance(HOUR);
+      expect(await drain(t)).toMatchObject({ failed: 1 });
+      expect(await byStatus(endpoint.id)).toEqual({ failed: 1 });
+    });
+
+    it('a redelivery, a new url and enabling again each start a fresh 24 hours', async () => {
+      const agent = await agentWithTiers();
+      const hook = await receiver();
+      const endpoint = await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created']);
+      const path = `/admin/agents/${agent.agentId}/webhooks/${endpoint.id}`;
+      hook.mode = { status: 503 };
+      await startFree(await signUp(t), agent.tierId);
+      expect(await drain(t)).toMatchObject({ retrying: 1 });
+      t.clock.advance(25 * HOUR);
+      expect(await drain(t)).toMatchObject({ failed: 1 });
+      const [failed] = await deliveries(t, admin, agent.agentId, endpoint.id, '?status=failed');
+
+      // Redelivered while the endpoint has been failing for 25 hours: retried, not failed at its first attempt.
+      expect((await t.http.post(`/admin/webhook-deliveries/${failed!.id}/redeliver`, { cookie: admin.cookie })).status).toBe(200);
+      expect(await drain(t)).toMatchObject({ retrying: 1, failed: 0 });
+      t.clock.advance(25 * HOUR);
+      expect(await drain(t)).toMatchObject({ failed: 1 });
+
+      // A delivery queued 25 hours ago behind nothing, to an endpoint failing for 50 hours: one attempt, then failed.
+      await startFree(await signUp(t), agent.tierId);
+      t.clock.advance(25 * HOUR);
+      expect(await drain(t)).toMatchObject({ attempted: 1, failed: 1 });
+      expect((await endpointView(agent.agentId, endpoint.id)).failingSince).not.toBeNull();
+
+      // The admin points it at a new url: its run of failures is over, so a delivery queued 25 hours ago gets 24
+      // hours from its next failure.
+      await startFree(await signUp(t), agent.tierId);
+      t.clock.advance(25 * HOUR);
+      const moved = await t.http.patch(path, { cookie: admin.cookie, json: { url: `${hook.url}?moved=1` } });
+      expect(moved.status, moved.text).toBe(200);
+      expect(moved.body.data.failingSince).toBeNull();
+      expect(await drain(t)).toMatchObject({ attempted: 1, retrying: 1, failed: 0 });
+      t.clock.advance(25 * HOUR);
+      expect(await drain(t)).toMatchObject({ failed: 1 });
+
+      // Disabled, it keeps its run; enabled again, the run is over, as with a new url.
+      await startFree(await signUp(t), agent.tierId);
+      const disabled = await t.http.patch(path, { cookie: admin.cookie, json: { enabled: false } });
+      expect(disabled.body.data.failingSince).not.toBeNull();
+      t.clock.advance(25 * HOUR);
+      const enabled = await t.http.patch(path, { cookie: admin.cookie, json: { enabled: true } });
+      expect(enabled.body.data.failingSince).toBeNull();
+      expect(await drain(t)).toMatchObject({ attempted: 1, retrying: 1, failed: 0 });
+      t.clock.advance(25 * HOUR);
+      expect(await drain(t)).toMatchObject({ failed: 1 });
+      expect(await byStatus(endpoint.id)).toEqual({ failed: 4 });
+    });
+  });
+
   it('signs with both secrets for a day after a rotation, then with the new one only', async () => {
     const agent = await agentWithTiers();
     const hook = await receiver();

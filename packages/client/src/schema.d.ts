@@ -2736,6 +2736,11 @@ export interface components {
             createdAt: string;
             enabled: boolean;
             events: ("subscription.created" | "subscription.updated" | "subscription.canceled" | "usage.threshold_reached" | "reservation.expired")[];
+            /**
+             * @description When the endpoint's current run of failed attempts began; null once an attempt is delivered, and after its url is changed or it is enabled again. A delivery fails for good when an attempt fails 24 hours after the later of this and when the delivery was queued.
+             * @example null
+             */
+            failingSince: string | null;
             /** Format: uuid */
             id: string;
             updatedAt: string;
