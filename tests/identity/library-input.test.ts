@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { signUp, type TestUser } from '../support/users.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 
 /**
  * Input the auth library passed on unchecked answered 500 (a NOT NULL violation, the adapter's "Field bogus not found
@@ -11,8 +12,12 @@ import { signUp, type TestUser } from '../support/users.ts';
 let t: TestApp;
 let owner: TestUser;
 let organizationId: string;
+let admin: TestUser;
+let victim: TestUser;
 beforeAll(async () => {
   t = await startTestApp();
+  admin = await createAdmin(t);
+  victim = await signUp(t);
   owner = await signUp(t, { verified: true, name: 'Owner' });
   const org = await t.http.post('/api/auth/organization/create', {
     cookie: owner.cookie,
@@ -56,5 +61,66 @@ describe('organization/list-members', () => {
     const since = await list(`filterField=createdAt&filterOperator=gt&filterValue=${encodeURIComponent('2000-01-01T00:00:00Z')}`);
     expect(since.status, since.text).toBe(200);
     expect(since.body.members).toHaveLength(1);
+  });
+});
+
+const asAdmin = (path: string, json: unknown) => t.http.post(path, { cookie: admin.cookie, headers: { origin: t.baseUrl }, json });
+
+async function victimRow() {
+  return (await sql<{ role: string | null; banned: boolean | null; createdAt: Date; id: string }>`
+    select id, role, banned, "createdAt" from "user" where id = ${victim.userId}`.execute(t.db)).rows[0];
+}
+
+describe('the admin endpoints (a platform admin\'s input)', () => {
+  it('set-role with a list of roles (or a comma-joined string) is refused with a 4xx, not a 500', async () => {
+    const before = await victimRow();
+    for (const role of [['user', 'platform_admin'], 'user,platform_admin']) {
+      const res = await asAdmin('/api/auth/admin/set-role', { userId: victim.userId, role });
+      expect({ role, status: res.status }).toEqual({ role, status: 400 });
+    }
+    expect(await victimRow()).toEqual(before);
+  });
+
+  it('update-user with a createdAt that is not a date is a 4xx, not a 500', async () => {
+    const before = await victimRow();
+    const res = await asAdmin('/api/auth/admin/update-user', { userId: victim.userId, data: { createdAt: 'garbage' } });
+    expect(res.status).toBe(400);
+    expect(await victimRow()).toEqual(before);
+  });
+
+  it('update-user with a banExpires that is not a date is a 4xx, not a 500', async () => {
+    const before = await victimRow();
+    const res = await asAdmin('/api/auth/admin/update-user', { userId: victim.userId, data: { banExpires: 'garbage' } });
+    expect(res.status).toBe(400);
+    expect(await victimRow()).toEqual(before);
+  });
+
+  it('create-user with a createdAt that is not a date is a 4xx, not a 500 (and creates nobody)', async () => {
+    const email = 'created-by-admin@example.test';
+    const res = await asAdmin('/api/auth/admin/create-user', { email, password: 'pw-1234567890', name: 'n', data: { createdAt: 'garbage' } });
+    expect(res.status).toBe(400);
+    expect((await sql`select 1 from "user" where email = ${email}`.execute(t.db)).rows).toHaveLength(0);
+  });
+
+  it('update-user naming a new id for the user is a 4xx, not a 500', async () => {
+    const before = await victimRow();
+    const res = await asAdmin('/api/auth/admin/update-user', { userId: victim.userId, data: { id: 'another-id' } });
+    expect(res.status).toBe(400);
+    expect(await victimRow()).toEqual(before);
+  });
+
+  it('ban-user with an out-of-range banExpiresIn is a 4xx, not a 500', async () => {
+    const res = await asAdmin('/api/auth/admin/ban-user', { userId: victim.userId, banExpiresIn: 1e20 });
+    expect(res.status).toBe(400);
+    expect((await victimRow())!.banned).not.toBe(true);
+  });
+
+  it('still work with good input', async () => {
+    expect((await asAdmin('/api/auth/admin/set-role', { userId: victim.userId, role: 'user' })).status).toBe(200);
+    const updated = await asAdmin('/api/auth/admin/update-user', { userId: victim.userId, data: { name: 'Renamed', banExpires: null } });
+    expect(updated.status, updated.text).toBe(200);
+    const ban = await asAdmin('/api/auth/admin/ban-user', { userId: victim.userId, banExpiresIn: 3600 });
+    expect(ban.status, ban.text).toBe(200);
+    expect((await asAdmin('/api/auth/admin/unban-user', { userId: victim.userId })).status).toBe(200);
   });
 });

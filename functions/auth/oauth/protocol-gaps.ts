@@ -1,9 +1,10 @@
+import { parseAccessTokenAuthorization } from '@better-auth/core/oauth2';
 import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../../platform/app-types.ts';
 import { first, sql, type Db } from '../../platform/db.ts';
 import type { Config } from '../../platform/config.ts';
 import { basicCredentials } from '../../http/basic-credentials.ts';
-import { pgCode } from '../../http/errors.ts';
+import { ApiError, pgCode } from '../../http/errors.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience, oauthPagesOrigin } from './provider-options.ts';
 import {
@@ -36,9 +37,10 @@ import {
  * |---|---|
  * | GET/POST oauth2/authorize | redirect_uri matched exactly (the library lets loopback ports vary); the consent redirect carries `consent_code` instead of the library's loose signed query |
  * | POST oauth2/consent | body `{ accept, consent_code }` (JSON or form); 302 for a browser form post, 200 `{ redirect, url }` for fetch |
- * | POST oauth2/token | `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; a reused code or refresh token also revokes the live access tokens of its grant / family |
+ * | POST oauth2/token | `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; a reused code or refresh token also revokes the live access tokens of its grant / family; a code or refresh whose scopes the user's consent no longer covers ends its grant |
  * | POST oauth2/revoke | JWT access tokens revoked through the revocation list (the library refuses); revoking a refresh token also revokes its family's access tokens; unknown tokens -> 200 |
- * | POST oauth2/introspect, GET/POST oauth2/userinfo | a revoked token, revoked grant or banned user is inactive / 401, as on every other route |
+ * | POST oauth2/introspect, GET/POST oauth2/userinfo | a revoked token, revoked grant or banned user is inactive / 401, as on every other route (userinfo: our authenticator's check, signature first) |
+ * | every form and query we read | each parameter at most once (`resource` may repeat): we read the first of a repeated field, the library the last |
  * | GET /.well-known/oauth-authorization-server/api/auth | RFC 8414 path-suffixed metadata location, outside /api/auth |
  * | the three metadata documents | advertise the client authentication our clients can use (secret basic/post) |
  * | token, introspect, revoke | client_secret_post accepted as well as client_secret_basic (the library binds a client to one method) |
@@ -56,7 +58,14 @@ export function oauthProtocolRoutes() {
   router.on(['GET', 'POST'], '/api/auth/oauth2/authorize', async (c) => {
     const { config, database } = c.var.deps;
     const request = c.req.raw;
-    const { params, forwarded } = await readParams(request);
+    const read = await readParams(request);
+    if ('refused' in read) {
+      const error = new URL(`${config.publicBaseUrl}/api/auth/error`);
+      error.searchParams.set('error', 'invalid_request');
+      error.searchParams.set('error_description', read.refused);
+      return redirectOrJson(request, error.toString());
+    }
+    const { params, forwarded } = read;
     const clientId = params.get('client_id');
     const redirectUri = params.get('redirect_uri');
     if (clientId && redirectUri !== null && !params.has('request_uri')) {
@@ -108,15 +117,20 @@ export function oauthProtocolRoutes() {
     }
     const url = new URL(request.url);
     const form = new URLSearchParams(post ? await request.text() : '');
+    const repeated = repeatedParameter([...url.searchParams.keys(), ...form.keys()]);
+    if (repeated) return oauthError(400, 'invalid_request', `${repeated} is sent more than once`);
     const forward = () =>
       post
         ? new Request(url, { method: 'POST', headers: forwardHeaders(request.headers), body: form.toString() })
         : new Request(url, { method: request.method, headers: request.headers });
     const hint = url.searchParams.get('id_token_hint') ?? form.get('id_token_hint');
     if (!hint) return library(c, forward());
+    const claims = unverifiedClaims(hint);
+    // A hint whose claims hold a NUL is no token we issued; the library would look its client up with it (a 500).
+    if (claims && JSON.stringify(claims).includes('\\u0000')) return oauthError(400, 'invalid_request', 'id_token_hint is not a valid token');
     const session = await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null);
     if (session) return library(c, forward());
-    const aud = (unverifiedClaims(hint) as { aud?: unknown } | undefined)?.aud;
+    const aud = (claims as { aud?: unknown } | undefined)?.aud;
     url.searchParams.delete('id_token_hint');
     form.delete('id_token_hint');
     // the client the hint was for still names where a confirmed logout returns to (checked by the library)
@@ -150,6 +164,9 @@ export function oauthProtocolRoutes() {
     const request = c.req.raw;
     if (!isForm(request)) return library(c, request);
     const form = new URLSearchParams(await request.text());
+    // RFC 8707 lets resource repeat; nothing else may (repeatedParameter says why).
+    const repeated = repeatedParameter(form.keys(), ['resource']);
+    if (repeated) return oauthError(400, 'invalid_request', `${repeated} is sent more than once`);
     const grantType = form.get('grant_type');
     if (grantType === 'authorization_code' || grantType === 'refresh_token') {
       // A token acts only within the agent that owns its client (contract.md, Trust boundaries): its audience is
@@ -183,11 +200,11 @@ export function oauthProtocolRoutes() {
           await recordIssuedAccessToken(trx, issued, codeId ?? before?.authorizationCodeId ?? null, clock.now());
           // The grant ended while its tokens were being made (a password change, ban or consent withdrawal or, for a
           // code, the end of its session): the new refresh token was born revoked or was deleted (migration
-          // 20261125001000). Or the agent was deactivated meanwhile, or a code was exchanged after the user withdrew
-          // the consent it was issued under.
+          // 20261125001000). Or the agent was deactivated meanwhile, or the user withdrew or narrowed the consent the
+          // code was issued or the refresh token's grant was made under.
           const fresh = newRefreshToken ? await findRefreshToken(trx, newRefreshToken) : undefined;
           const refreshLive = !newRefreshToken || fresh?.revoked === false;
-          if (refreshLive && (await grantStands(trx, issued, codeId !== null))) return false;
+          if (refreshLive && (await grantStands(trx, issued))) return false;
           await revokeAccessToken(trx, issued.jti, issued.expiresAt);
           if (fresh) await revokeIssuedRefreshToken(trx, fresh.id);
           return true;
@@ -223,6 +240,8 @@ export function oauthProtocolRoutes() {
     const request = c.req.raw;
     if (!isForm(request)) return library(c, request);
     const form = new URLSearchParams(await request.text());
+    const repeated = repeatedParameter(form.keys());
+    if (repeated) return oauthError(400, 'invalid_request', `${repeated} is sent more than once`);
     const token = form.get('token') ?? '';
     const hint = form.get('token_type_hint');
     if (looksLikeJwt(token) && hint !== 'refresh_token') {
@@ -274,7 +293,13 @@ export function oauthProtocolRoutes() {
   router.post('/api/auth/oauth2/introspect', async (c) => {
     const { database, clock } = c.var.deps;
     const request = c.req.raw;
-    const forwarded = isForm(request) ? formRequest(request, new URLSearchParams(await request.text())) : request;
+    let forwarded = request;
+    if (isForm(request)) {
+      const form = new URLSearchParams(await request.text());
+      const repeated = repeatedParameter(form.keys());
+      if (repeated) return oauthError(400, 'invalid_request', `${repeated} is sent more than once`);
+      forwarded = formRequest(request, form);
+    }
     const response = await library(c, forwarded);
     if (response.status !== 200) return response;
     const body = (await response.clone().json().catch(() => undefined)) as Record<string, unknown> | undefined;
@@ -285,22 +310,33 @@ export function oauthProtocolRoutes() {
   });
 
   router.on(['GET', 'POST'], '/api/auth/oauth2/userinfo', async (c) => {
-    const { database, clock } = c.var.deps;
+    const { authenticator } = c.var.deps;
     const request = c.req.raw;
     let forwarded = request;
-    let token = /^Bearer\s+(\S+)\s*$/i.exec(request.headers.get('authorization') ?? '')?.[1];
+    // The token wherever the library finds it: its own parser takes any scheme, or none (a bare "Authorization: <jwt>"
+    // went past a Bearer-only reading of ours, and with it past the revocation check; found by a review).
+    let token = parseAccessTokenAuthorization(request.headers.get('authorization'))?.token;
     if (request.method === 'POST' && isForm(request)) {
       const form = new URLSearchParams(await request.text());
+      const repeated = repeatedParameter(form.keys());
+      if (repeated) return oauthError(400, 'invalid_request', `${repeated} is sent more than once`);
       token ??= form.get('access_token') ?? undefined;
       forwarded = formRequest(request, form, { clientAuthentication: false });
     }
-    const claims = token ? unverifiedClaims(token) : undefined;
-    // Unverified claims can only make us refuse, never accept: the library still verifies the token.
-    if (claims && (await isRevoked(database.db, claims, clock.now()))) {
-      return Response.json(
-        { error: 'invalid_token', error_description: 'The access token has been revoked' },
-        { status: 401, headers: { ...NO_STORE, 'www-authenticate': 'Bearer error="invalid_token", error_description="The access token has been revoked"' } },
-      );
+    if (token) {
+      // The check every API route makes of a bearer token (authenticator.ts): signed by a key we hold, not expired,
+      // not revoked, its user not banned, its client and agent live. It verifies the signature before it reads
+      // anything (a made-up token's claims, a NUL or an iat past any date, made a lookup by unverified claims fail
+      // with a 500; the library itself answers 500 for a key id it does not know).
+      try {
+        await authenticator.authenticate(new Request(request.url, { headers: { authorization: `Bearer ${token}` } }));
+      } catch (err) {
+        if (!(err instanceof ApiError) || err.status !== 401) throw err;
+        return Response.json(
+          { error: 'invalid_token', error_description: err.message },
+          { status: 401, headers: { ...NO_STORE, 'www-authenticate': `Bearer error="invalid_token"` } },
+        );
+      }
     }
     return library(c, forwarded);
   });
@@ -374,13 +410,39 @@ function formEncode(value: string): string {
   return encodeURIComponent(value).replace(/%20/g, '+');
 }
 
-async function readParams(request: Request): Promise<{ params: URLSearchParams; forwarded: Request }> {
-  if (request.method === 'POST' && isForm(request)) {
+/**
+ * The authorization request as the library reads it: the query of a GET, the body of a POST (its
+ * getAuthorizationRequestParameters), which must be a form, as OAuth defines it (a JSON body went to the library
+ * unread by the exact redirect_uri match). A refusal is its reason.
+ */
+async function readParams(request: Request): Promise<{ params: URLSearchParams; forwarded: Request } | { refused: string }> {
+  let read: { params: URLSearchParams; forwarded: Request };
+  if (request.method === 'POST') {
+    if (!isForm(request)) return { refused: 'Send the authorization request as a GET or as a form (application/x-www-form-urlencoded)' };
     const form = new URLSearchParams(await request.text());
     const headers = forwardHeaders(request.headers);
-    return { params: form, forwarded: new Request(request.url, { method: 'POST', headers, body: form.toString() }) };
+    read = { params: form, forwarded: new Request(request.url, { method: 'POST', headers, body: form.toString() }) };
+  } else {
+    read = { params: new URL(request.url).searchParams, forwarded: request };
   }
-  return { params: new URL(request.url).searchParams, forwarded: request };
+  const repeated = repeatedParameter(read.params.keys(), ['resource']);
+  return repeated ? { refused: `${repeated} is sent more than once` } : read;
+}
+
+/**
+ * The first parameter sent more than once, other than those allowed to repeat. RFC 6749 §3.1 and §3.2: request
+ * parameters must not be included more than once. Our wrappers read a form with URLSearchParams.get, the first value;
+ * the library's form parser keeps the last. A repeated field made them read two different requests: grant_type sent
+ * as refresh_token and again as authorization_code redeemed a held-back code past the consent check meant for codes,
+ * and a second redirect_uri on a posted authorization went past the exact match (found by a review).
+ */
+function repeatedParameter(names: Iterable<string>, repeatable: readonly string[] = []): string | undefined {
+  const seen = new Set<string>();
+  for (const name of names) {
+    if (seen.has(name) && !repeatable.includes(name)) return name;
+    seen.add(name);
+  }
+  return undefined;
 }
 
 async function readFields(request: Request): Promise<Record<string, unknown> | undefined> {

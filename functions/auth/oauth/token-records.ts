@@ -109,19 +109,21 @@ export async function revokeIssuedRefreshToken(db: Db, id: string): Promise<void
 
 /**
  * Whether the grant of a just-minted access token still stands: its client is not disabled (the agent was not
- * deactivated while the library was minting) and, for a code, the user's consent to the client still covers every
- * scope the token carries, or the client needs none (skipConsent, which none of our clients is registered with). The
- * library asks for consent when it issues a code, not when the code is exchanged, so a code redeemed after the user
- * withdrew consent, or after they consented again to fewer scopes, would otherwise still give what they took back.
+ * deactivated while the library was minting) and the user's consent to the client still covers every scope the token
+ * carries, or the client needs none (skipConsent, which none of our clients is registered with). The library asks for
+ * consent when it issues a code, not when the code is exchanged, and a refresh copies the refresh token's scopes
+ * without looking at the consent, so a code redeemed, or a refresh token presented, after the user withdrew consent
+ * or consented again to fewer scopes (update-consent, or a new authorization the library records in its place) would
+ * otherwise still give what they took back (the refresh case found by a review).
  * The client's row is read FOR SHARE: a deactivation (an UPDATE of that row, then a copy of the client's recorded
  * tokens to the revocation list) either commits before this read, or waits for this transaction and then revokes the
  * token it recorded.
  */
-export async function grantStands(db: Db, token: IssuedAccessToken, fromCode: boolean): Promise<boolean> {
+export async function grantStands(db: Db, token: IssuedAccessToken): Promise<boolean> {
   const row = await first<{ stands: boolean }>(
     db,
     sql`select not coalesce(c.disabled, false)
-               and (not ${fromCode}::boolean or coalesce(c."skipConsent", false)
+               and (coalesce(c."skipConsent", false)
                     or exists (select 1 from "oauthConsent" k
                                 where k."clientId" = c."clientId" and k."userId" = ${token.userId}
                                   -- the library's adapter stores the array as a JSON string inside the jsonb
