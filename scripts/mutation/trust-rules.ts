@@ -45,6 +45,14 @@ export const mutations: Mutation[] = [
     tests: [boundaries],
   },
   {
+    rule: 2,
+    name: 'a non-admin who reaches consent by signing in with the signed query is minted an admin-scope token',
+    file: 'functions/auth/oauth/token-records.ts',
+    find: '               and (not ${token.scopes.includes(ADMIN_SCOPE)}::boolean',
+    replace: '               and (true',
+    tests: [boundaries],
+  },
+  {
     rule: 3,
     name: 'a cookie session may write usage',
     file: 'functions/metering/routes/usage.ts',

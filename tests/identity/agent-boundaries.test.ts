@@ -1,6 +1,7 @@
 import { decodeJwt } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
+import { encodeConsentCode } from '../../functions/auth/oauth/consent-code.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import {
   accessTokenFor,
@@ -267,6 +268,32 @@ describe("an agent's token is never an admin credential (finding 2)", () => {
     expect(denied.searchParams.get('state')).toBe('s1');
     expect(denied.searchParams.get('iss')).toBe(`${t.baseUrl}/api/auth`); // RFC 9207, as discovery announces
     expect(denied.searchParams.get('code')).toBeNull();
+  });
+
+  it('attack: an ordinary user who signs in with the signed authorization query still gets no admin-scope token', async () => {
+    // The authorize wrapper refuses the admin scope to a signed-in non-admin, but a signed-out request goes on to
+    // sign-in, and a sign-in carrying the library's signed query continues to consent without passing the wrapper.
+    const client = await createFirstPartyClient(t);
+    const { verifier, challenge } = pkcePair();
+    const toSignIn = await followAuthorize(t, authorizeUrl(client, { challenge, scope: 'openid admin', state: 's2' }));
+    const signedIn = await t.http.post('/api/auth/sign-in/email', {
+      headers: { origin: t.baseUrl },
+      json: { email: user.email, password: user.password, oauth_query: toSignIn.search.slice(1) },
+    });
+    const toConsent = new URL(signedIn.body.url);
+    expect(toConsent.searchParams.get('scope')).toBe('openid admin');
+    const cookie = signedIn.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
+    const consent = await t.http.post('/api/auth/oauth2/consent', {
+      cookie,
+      headers: { origin: t.baseUrl },
+      json: { accept: true, consent_code: encodeConsentCode(toConsent.search.slice(1)) },
+    });
+    const code = new URL(consent.body.url).searchParams.get('code');
+    expect(code).toBeTruthy();
+    const exchanged = await postForm(t, '/api/auth/oauth2/token', client, {
+      grant_type: 'authorization_code', code: code!, redirect_uri: client.redirectUri, code_verifier: verifier,
+    });
+    expect({ status: exchanged.status, error: exchanged.body.error }).toEqual({ status: 400, error: 'invalid_grant' });
   });
 
   it('an admin token stops being one when its user is demoted', async () => {
