@@ -14,7 +14,7 @@ import { healthRoutes } from './health/index.ts';
 import { catalogRoutes, localFileRoutes } from './catalog/index.ts';
 import { meteringRoutes } from './metering/index.ts';
 import { authLibraryRoutes, identityRoutes, oauthRoutes, trustedOriginCors } from './auth/index.ts';
-import { billingRoutes, cancelSubscriptionsOnBan } from './billing/index.ts';
+import { billingRoutes, cancelSubscriptionsOnBan, cancelSubscriptionsOnUserRemoval } from './billing/index.ts';
 import { adminRoutes } from './admin/index.ts';
 import { webhookRoutes } from './webhooks/index.ts';
 import { internalRoutes } from './internal/index.ts';
@@ -69,7 +69,7 @@ export function createApp(deps: AppDeps) {
   app.route('/', internalRoutes());
   app.route('/', oauthRoutes(deps.config));
   // Last of the /api/auth routes: wrappers that must answer first (OAuth) are mounted above this line.
-  app.route('/', authLibraryRoutes());
+  app.route('/', authLibraryRoutes({ aroundUserRemoval: cancelSubscriptionsOnUserRemoval }));
 
   const documentConfig: Parameters<typeof app.getOpenAPI31Document>[0] = {
     openapi: '3.1.0',

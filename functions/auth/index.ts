@@ -3,7 +3,7 @@
  * rooms may call. Imports from another room go through that room's index.ts only; .dependency-cruiser.cjs holds the
  * rule and `npm test` checks it (tests/foundation/architecture.once.test.ts).
  */
-export { authLibraryRoutes } from './mount.ts';
+export { authLibraryRoutes, type AroundUserRemoval } from './mount.ts';
 export { trustedOriginCors } from './cors.ts';
 export { identityRoutes } from './routes.ts';
 export { oauthRoutes } from './oauth/routes.ts';

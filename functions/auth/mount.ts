@@ -1,5 +1,6 @@
 import { Hono, type Context, type Next } from 'hono';
-import type { AppEnv } from '../platform/app-types.ts';
+import type { AppDeps, AppEnv } from '../platform/app-types.ts';
+import { first, sql } from '../platform/db.ts';
 import { enforceRateLimit } from '../http/rate-limit.ts';
 import { limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
@@ -8,11 +9,12 @@ import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
  * /api/auth/*: the Better Auth handler, behind the rules the library does not have:
  * - rate limits per client IP on sign-in, sign-up, resending the verification mail and the two password-reset
  *   steps, and on failed sign-ins per account (429 RATE_LIMITED);
- * - no self-demotion through /admin/set-role or /admin/update-user (403 FORBIDDEN).
+ * - no self-demotion through /admin/set-role or /admin/update-user (403 FORBIDDEN);
+ * - the other domains' part of removing a user (/admin/remove-user), passed in by app.ts as `aroundUserRemoval`.
  * Everything else (its own 401/403 for admin endpoints, BANNED_USER, origin checks) is the library's, in its
  * own response shapes. Routes that must answer before the library (OAuth wrappers) are mounted before this.
  */
-export function authLibraryRoutes() {
+export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemoval }) {
   const router = new Hono<AppEnv>();
   const limited: Array<[string, string]> = [
     ['/api/auth/sign-in/email', 'sign-in'],
@@ -38,6 +40,17 @@ export function authLibraryRoutes() {
       changesRole: body?.data !== null && typeof body?.data === 'object' && 'role' in body.data,
     })),
   );
+  router.post('/api/auth/admin/remove-user', async (c, next) => {
+    const body = (await c.req.raw.clone().json().catch(() => null)) as { userId?: unknown } | null;
+    if (typeof body?.userId !== 'string') return next(); // the library answers its own 400
+    const userId = body.userId;
+    await options.aroundUserRemoval(c.var.deps, userId, async () => {
+      await next();
+      // Removed only when the library said so and the row is gone (a refused removal changes nothing elsewhere).
+      if (c.res.status !== 200) return false;
+      return !(await first(c.var.deps.database.db, sql`select 1 as present from "user" where id = ${userId}`));
+    });
+  });
   router.on(['GET', 'POST'], '/api/auth/*', async (c) =>
     explainMissingOrigin(await c.var.deps.auth.handler(await withEmptyJsonBody(withoutNonBrowserFetchMetadata(withoutEmptyCookie(c.req.raw))))),
   );
@@ -92,6 +105,13 @@ async function explainMissingOrigin(response: Response): Promise<Response> {
   headers.delete('content-length');
   return new Response(JSON.stringify({ ...body, message }), { status: 403, headers });
 }
+
+/**
+ * Another domain's part of removing a user: it may read what it needs before `remove` (the user's rows go with the
+ * user), then learns whether the library removed the user. Billing cancels the user's paid subscriptions
+ * (billing/user-removal.ts).
+ */
+export type AroundUserRemoval = (deps: AppDeps, userId: string, remove: () => Promise<boolean>) => Promise<void>;
 
 type RoleChange = (body: any) => { userId: unknown; role: unknown; changesRole: boolean };
 

@@ -3,8 +3,8 @@ import { ApiError, notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { createBuyerAccount, findUserByEmail, randomPassword } from './buyer-accounts.ts';
 import { claimOfToken, hashToken } from './purchase-claims.ts';
-import { applyStripeState, readToApply, stateOf } from './subscription-state.ts';
-import { findSubscriptionByStripeId } from './subscription-queries.ts';
+import { readToApply, writeStripeRead } from './subscription-state.ts';
+import { billingSubscription, findSubscriptionByStripeId } from './subscription-queries.ts';
 import type { SubscriptionDto } from './subscriptions.ts';
 import { invalidState } from './tiers.ts';
 
@@ -15,7 +15,9 @@ import { invalidState } from './tiers.ts';
  *      replaced and all its sessions and tokens ended (whoever set them never proved the address; the attacker of
  *      a pre-hijack loses the account here), and the Stripe customer linked: one SQL function,
  *      billing_claim_purchase;
- *   2. the subscription is written by the one writer (billing_apply_stripe_subscription), as the webhook would;
+ *   2. the subscription is written by the one writer as the webhook would (writeStripeRead), undoing at Stripe what
+ *      the marketplace will not serve: a purchase of a banned account, a second paid subscription to an agent the
+ *      account already pays for (refunded in full and canceled; the answer shows the subscription it keeps);
  *   3. the set-password step: a password-reset token of the library for that account, in the answer (it goes to
  *      whoever proved the mailbox, as a reset mail would) for POST /api/auth/reset-password.
  * Stripe is read first, so when it is unreachable the claim stays unused and the link can be followed again.
@@ -32,7 +34,7 @@ export async function claimPurchase(deps: BillingDeps, token: string): Promise<C
   if (!claim) throw notFound('Purchase claim');
   refuseUnusable(claim.claimedAt ? 'used' : claim.expiresAt <= deps.clock.now() ? 'expired' : 'ok');
 
-  const { subscription: sub, read } = await readToApply(deps, claim.stripeSubscriptionId);
+  const read = await readToApply(deps, claim.stripeSubscriptionId);
   let user = await findUserByEmail(deps, claim.email);
   if (!user) {
     // The account that held the address is gone: the purchase gets a new one, like any anonymous buyer's.
@@ -53,12 +55,18 @@ export async function claimPurchase(deps: BillingDeps, token: string): Promise<C
   if (outcome === 'no_account') throw invalidState('The account that holds this address changed; open the link again');
   refuseUnusable(outcome === 'claimed' ? 'ok' : (outcome as 'used' | 'expired'));
 
-  await applyStripeState(deps, { state: stateOf(sub), read, userId: user.id });
-  const subscription = await findSubscriptionByStripeId(deps, claim.stripeSubscriptionId);
+  // The same write, with the same undos, as the webhook's. Should Stripe fail during an undo, the claim is used but
+  // the purchase is not lost: the next event about it, or the buyer's return to the success page, runs it again.
+  const written = await writeStripeRead(deps, read, user.id);
+  // No row of its own: a duplicate (undone) or a first payment pending beside a free subscription (deferred). The
+  // account's subscription to the agent is what the answer shows.
+  const subscription =
+    (await findSubscriptionByStripeId(deps, claim.stripeSubscriptionId)) ??
+    (written.subscriptionId ? (await billingSubscription(deps, written.subscriptionId))?.dto : undefined);
   if (!subscription) {
-    // The account already has another paid subscription to this agent (the database keeps one live per agent).
+    // Stripe's price is no tier's (unknown_price): nothing could be written.
     throw new ApiError('INVALID_STATE', 'The purchase could not be added to this account; contact support', {
-      reason: 'conflict',
+      reason: written.outcome,
     });
   }
   return { subscription, user: { id: user.id, email: user.email }, passwordResetToken: await passwordResetToken(deps, user.id) };

@@ -1,6 +1,6 @@
 import type { BillingDeps } from './billing-deps.ts';
 import { first, sql } from '../platform/db.ts';
-import { callStripe, requirePayments } from './payments.ts';
+import { askStripe, requirePayments } from './payments.ts';
 
 /**
  * One Stripe customer per marketplace user, made on the first paid checkout and reused afterwards (so the
@@ -19,7 +19,8 @@ export async function ensureCustomer(deps: BillingDeps, user: { userId: string; 
   const existing = await customerIdOf(deps, user.userId);
   if (existing) return existing;
   const { stripe } = requirePayments(deps);
-  const customer = await callStripe(() =>
+  // Stripe refusing the customer (an address it will not take) is the buyer's 422 with its reason, not a 500.
+  const customer = await askStripe('the customer', () =>
     stripe.customers.create(
       { email: user.email, ...(user.name ? { name: user.name } : {}), metadata: { userId: user.userId } },
       { idempotencyKey: `marketplace-customer:${user.userId}` },

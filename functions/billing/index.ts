@@ -7,3 +7,4 @@ export { billingRoutes } from './routes.ts';
 export { cancelSubscriptionsOnBan } from './cancel-subscription.ts';
 export { findActiveSubscription, SUBSCRIPTION_STATUSES, subscriptionSchema, type SubscriptionDto } from './subscriptions.ts';
 export { listMarketplaceSubscriptions, subscriptionsWithAgentAndTier } from './subscription-lists.ts';
+export { cancelSubscriptionsOnUserRemoval } from './user-removal.ts';

@@ -124,22 +124,50 @@ export async function readStripeSubscription(deps: BillingDeps, stripeSubscripti
 }
 
 /**
- * The marketplace user a Stripe subscription belongs to: the user our checkout put in its metadata, else the
- * user the Stripe customer belongs to, else (anonymous checkout) whoever placeAnonymousPurchase gives it to: the
- * claimant of a used claim, a new account, or a verified one. Undefined for subscriptions the marketplace did
- * not start, and while a claim is pending (an unverified account holds the buyer's address): the subscription
- * then has no local row until the claim link is used.
+ * Who a Stripe subscription belongs to. `removed`: the marketplace user it names no longer exists (an admin removed
+ * them; the removal cancels their subscriptions, user-removal.ts), so nobody can be served by it.
  */
-export async function subscriberOf(deps: BillingDeps, sub: Stripe.Subscription): Promise<string | undefined> {
-  const metadataUser = sub.metadata?.userId;
-  if (metadataUser) return metadataUser;
+export interface Subscriber {
+  userId: string;
+  removed: boolean;
+}
+
+/**
+ * The marketplace user a Stripe subscription belongs to: the user our checkout put in its metadata, else the user
+ * its local row was written for, else the user the Stripe customer belongs to, else (anonymous checkout) whoever
+ * placeAnonymousPurchase gives it to: the claimant of a used claim, a new account, or a verified one. Undefined for
+ * subscriptions the marketplace did not start, and while a claim is pending (an unverified account holds the
+ * buyer's address): the subscription then has no local row until the claim link is used.
+ *
+ * A named user who no longer exists is `removed` when this deployment made the subscription's Stripe customer for
+ * them (the customer link outlives the user); writing a row for them failed on the foreign key, every event about the
+ * subscription answered 500 and Stripe went on charging (found by a review). A user this deployment never had (a
+ * subscription of another deployment on the same Stripe account) is nobody's: recorded, never touched. A removal
+ * landing between this read and the write fails the write on the foreign key (5xx, nothing recorded): Stripe's
+ * redelivery then finds the user removed.
+ */
+export async function subscriberOf(deps: BillingDeps, sub: Stripe.Subscription): Promise<Subscriber | undefined> {
   const customerId = idOf(sub.customer as string | { id: string })!;
-  const known = await first<{ userId: string }>(
+  const named = await first<{ userId: string; present: boolean; ours: boolean }>(
     deps.database.db,
-    sql`select user_id as "userId" from public.billing_customers where stripe_customer_id = ${customerId}`,
+    sql`with named as (
+          select coalesce(${sub.metadata?.userId || null}::text,
+                          (select s.user_id from public.subscriptions s where s.stripe_subscription_id = ${sub.id}),
+                          (select c.user_id from public.billing_customers c where c.stripe_customer_id = ${customerId})) as user_id
+        )
+        select n.user_id as "userId",
+               exists (select 1 from "user" u where u.id = n.user_id) as present,
+               exists (select 1 from public.billing_customers c where c.user_id = n.user_id and c.stripe_customer_id = ${customerId}) as ours
+          from named n where n.user_id is not null`,
   );
-  if (known) return known.userId;
+  if (named) {
+    if (named.present) return { userId: named.userId, removed: false };
+    return named.ours ? { userId: named.userId, removed: true } : undefined;
+  }
   if (sub.metadata?.anonymous !== 'true') return undefined;
+  // An anonymous purchase Stripe has ended and nobody holds is placed with nobody: no account is made and no claim
+  // link mailed for it (the cancellation of a removed user's purchase would otherwise make them a new account).
+  if (!isLive(sub)) return undefined;
   const { stripe } = requirePayments(deps);
   const customer = await callStripe(() => stripe.customers.retrieve(customerId));
   const email = 'deleted' in customer && customer.deleted ? undefined : (customer as Stripe.Customer).email;
@@ -157,8 +185,11 @@ export async function subscriberOf(deps: BillingDeps, sub: Stripe.Subscription):
     // A webhook never renews an expired claim link: only the buyer's own return to the success page does.
     { renewExpiredClaim: false },
   );
-  return placement.kind === 'attached' ? placement.buyer.userId : undefined;
+  return placement.kind === 'attached' ? { userId: placement.buyer.userId, removed: false } : undefined;
 }
+
+/** Stripe has not ended it: it can still charge. */
+const isLive = (sub: Stripe.Subscription) => localStatus(sub.status) !== 'canceled';
 
 export interface ApplyResult {
   outcome: ApplyOutcome;
@@ -214,8 +245,25 @@ export async function syncStripeSubscription(
   stripeSubscriptionId: string,
   event?: { id: string; type: string },
 ): Promise<ApplyResult> {
-  const { subscription, read } = await readToApply(deps, stripeSubscriptionId);
-  const userId = await subscriberOf(deps, subscription);
+  const read = await readToApply(deps, stripeSubscriptionId);
+  const subscriber = await subscriberOf(deps, read.subscription);
+  if (subscriber?.removed) return endPurchaseOfRemovedUser(deps, read.subscription, subscriber.userId, event);
+  return writeStripeRead(deps, read, subscriber?.userId, event);
+}
+
+/**
+ * Writes a read of a Stripe subscription for the user it belongs to, and undoes at Stripe what the marketplace will
+ * not serve: a purchase of a banned user, a second paid subscription to an agent the user pays for. Every writer
+ * comes here: syncStripeSubscription, and the claim of an anonymous purchase (claim-purchase.ts), which reads Stripe
+ * before it uses the claim. The claim wrote the row directly before and skipped both undos (found by a review).
+ */
+export async function writeStripeRead(
+  deps: BillingDeps,
+  { subscription, read }: StripeRead,
+  userId: string | undefined,
+  event?: { id: string; type: string },
+): Promise<ApplyResult> {
+  const stripeSubscriptionId = subscription.id;
   if (userId && (await newPurchaseOfBannedUser(deps, userId, subscription))) {
     // A checkout the user opened before their ban, paid after it (Stripe keeps the page payable for a day): the
     // marketplace will not serve a banned user, so the purchase is undone before it is written (found by a review).
@@ -249,19 +297,46 @@ export async function syncStripeSubscription(
 }
 
 /**
- * A Stripe subscription the marketplace has not written yet, still live at Stripe, of a user who is banned now. A
- * subscription already written stays as the ban left it (banned with cancelSubscriptions: canceled at period end;
- * without: the admin chose to let it run).
+ * A subscription still live at Stripe whose user was removed. Removing a user cancels their written subscriptions at
+ * once (user-removal.ts), so what is met here was never written for them (a checkout opened before the removal and
+ * paid after it) or its cancel at the removal failed (logged then): nothing of it can be served, and which of its
+ * payments were served before the removal is no longer known here, so it is refunded in full and canceled, erring
+ * toward the buyer. Nothing is written (the user is gone); the event is recorded. A failure leaves the event
+ * unrecorded, so Stripe's redelivery runs this again.
+ */
+async function endPurchaseOfRemovedUser(
+  deps: BillingDeps,
+  subscription: Stripe.Subscription,
+  removedUserId: string,
+  event: { id: string; type: string } | undefined,
+): Promise<ApplyResult> {
+  if (isLive(subscription)) {
+    const refunds = await refundAndCancel(deps, subscription, { metadata: { removedUserId } });
+    deps.logger.warn('paid subscription of a removed user canceled and refunded', {
+      stripeSubscriptionId: subscription.id,
+      userId: removedUserId,
+      refunds,
+    });
+  }
+  return applyStripeState(deps, { event });
+}
+
+/**
+ * A Stripe subscription the marketplace has not served yet, still live at Stripe, of a user who is banned now. Not
+ * served: no row, or a row that never granted access (written `incomplete` while its first payment was pending: paid
+ * after the ban it was written live; found by a review). A subscription that has served stays as the ban left it
+ * (banned with cancelSubscriptions: canceled at period end; without: the admin chose to let it run).
  */
 async function newPurchaseOfBannedUser(deps: BillingDeps, userId: string, subscription: Stripe.Subscription): Promise<boolean> {
-  if (subscription.status === 'canceled' || subscription.status === 'incomplete_expired') return false;
-  const row = await first<{ banned: boolean; known: boolean }>(
+  if (!isLive(subscription)) return false;
+  const row = await first<{ banned: boolean; served: boolean }>(
     deps.database.db,
     sql`select public.banned_at(u.banned, u."banExpires", ${deps.clock.now()}) as banned,
-               exists (select 1 from public.subscriptions s where s.stripe_subscription_id = ${subscription.id}) as known
+               exists (select 1 from public.subscriptions s
+                        where s.stripe_subscription_id = ${subscription.id} and s.granted_access) as served
           from "user" u where u.id = ${userId}`,
   );
-  return !!row?.banned && !row.known;
+  return !!row?.banned && !row.served;
 }
 
 /** Whether an event id was already processed (a cheap pre-check; the SQL function is the real guard). */

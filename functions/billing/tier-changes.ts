@@ -48,8 +48,18 @@ export async function changeSubscriptionTier(deps: BillingDeps, subscriptionId: 
         tierId,
       });
     }
-    // Free to free: nothing to bill, the tier changes now.
-    await first(deps.database.db, sql`update public.subscriptions set tier_id = ${target.id}, updated_at = ${deps.clock.now()} where id = ${sub.id}`);
+    // Free to free: nothing to bill, the tier changes now; only while the row is still free and live. A paid
+    // checkout's webhook converts the live free row in place, and a free tier written over the row it had just made
+    // paid left the user charged the paid price and metered on the free tier's quota (found by a review). The change
+    // is then judged again as what the row has become (a paid subscription does not move to a free tier: 422), as
+    // cancel() in cancel-subscription.ts does.
+    const changed = await first(
+      deps.database.db,
+      sql`update public.subscriptions set tier_id = ${target.id}, updated_at = ${deps.clock.now()}
+           where id = ${sub.id} and stripe_subscription_id is null and status not in ('canceled', 'incomplete')
+          returning id`,
+    );
+    if (!changed) return changeSubscriptionTier(deps, subscriptionId, tierId);
     return reread(deps, sub.id);
   }
   if (!isPaid(target)) {

@@ -1,8 +1,9 @@
+import type Stripe from 'stripe';
 import type { BillingDeps } from './billing-deps.ts';
 import { insertTier, type Tier, type TierBasics } from '../catalog/index.ts';
 import { ApiError, conflict, notFound, pgCode } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
-import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
+import { askStripe, callStripe, isStripeMissing, requirePayments } from './payments.ts';
 
 /**
  * Pricing tiers as Stripe sees them. A paid tier is a Stripe product with one recurring price; the ids live on
@@ -73,21 +74,32 @@ async function createStripePrice(
   const { stripe } = requirePayments(deps);
   const keyed = (what: string) => (tier.tierId ? { idempotencyKey: `marketplace-tier-${what}:${tier.tierId}` } : undefined);
   const metadata = { agentId: tier.agentId, ...(tier.tierId ? { tierId: tier.tierId } : {}) };
-  const product = await callStripe(() =>
+  // askStripe: Stripe refusing the tier (a currency it does not support, an amount out of its range) is the caller's
+  // 422 with Stripe's reason, on createTier and on the first checkout or tier change alike; through callStripe it
+  // reached the error handler as an unknown error, a 500 for bad input (found by a review).
+  const product = await askStripe("the tier's product", () =>
     stripe.products.create({ name: `${tier.agentName} · ${tier.name}`, metadata }, keyed('product')),
   );
-  const price = await callStripe(() =>
-    stripe.prices.create(
-      {
-        product: product.id,
-        unit_amount: tier.priceCents,
-        currency: tier.currency.toLowerCase(),
-        recurring: { interval: tier.interval },
-        metadata,
-      },
-      keyed('price'),
-    ),
-  );
+  let price: Stripe.Price;
+  try {
+    price = await askStripe("the tier's price", () =>
+      stripe.prices.create(
+        {
+          product: product.id,
+          unit_amount: tier.priceCents,
+          currency: tier.currency.toLowerCase(),
+          recurring: { interval: tier.interval },
+          metadata,
+        },
+        keyed('price'),
+      ),
+    );
+  } catch (err) {
+    // createTier writes no tier then, so its product would stay live at Stripe, for nothing. A first checkout's
+    // product is kept: its idempotency key gives the next attempt the same one.
+    if (!tier.tierId) await archiveStripePrice(deps, { stripeProductId: product.id, stripePriceId: null }).catch(() => undefined);
+    throw err;
+  }
   return { stripeProductId: product.id, stripePriceId: price.id };
 }
 

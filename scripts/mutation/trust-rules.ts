@@ -647,6 +647,47 @@ export const mutations: Mutation[] = [
     replace: "           where false and w.endpoint_id = endpoint.id and w.status = 'pending' and w.claim_id is null",
     tests: ['tests/webhooks/delivery.test.ts'],
   },
+  {
+    rule: 4,
+    name: "a claimed purchase is written without the webhook's undos (a duplicate or a banned account's purchase charges on)",
+    file: 'functions/billing/claim-purchase.ts',
+    find: '  const written = await writeStripeRead(deps, read, user.id);',
+    replace: '  const written = await applyStripeState(deps, { state: stateOf(read.subscription), read: read.read, userId: user.id });',
+    also: [{ find: "import { readToApply, writeStripeRead } from './subscription-state.ts';", replace: "import { applyStripeState, readToApply, stateOf } from './subscription-state.ts';" }],
+    tests: ['tests/billing/anonymous-checkout.test.ts'],
+  },
+  {
+    rule: 18,
+    name: 'a purchase written incomplete before the ban and paid after it is served and charged',
+    file: 'functions/billing/subscription-state.ts',
+    find: '                        where s.stripe_subscription_id = ${subscription.id} and s.granted_access) as served',
+    replace: '                        where s.stripe_subscription_id = ${subscription.id}) as served',
+    tests: ['tests/billing/tier-changes.test.ts'],
+  },
+  {
+    rule: 18,
+    name: "a removed user's paid subscriptions go on charging",
+    file: 'functions/billing/user-removal.ts',
+    find: '    if (chargeable.length > 0) await cancelSubscriptionsOfRemovedUser(deps, userId, chargeable);',
+    replace: '    void chargeable;',
+    tests: ['tests/billing/tier-changes.test.ts'],
+  },
+  {
+    rule: 18,
+    name: 'a live subscription of a removed user is written for them (500 on every event) and charges on',
+    file: 'functions/billing/subscription-state.ts',
+    find: '  if (subscriber?.removed) return endPurchaseOfRemovedUser(deps, read.subscription, subscriber.userId, event);',
+    replace: '',
+    tests: ['tests/billing/tier-changes.test.ts'],
+  },
+  {
+    rule: 18,
+    name: 'a free-to-free tier change writes a free tier over the row a paid checkout converted meanwhile',
+    file: 'functions/billing/tier-changes.ts',
+    find: "           where id = ${sub.id} and stripe_subscription_id is null and status not in ('canceled', 'incomplete')",
+    replace: '           where id = ${sub.id}',
+    tests: ['tests/billing/cancel-beside-conversion.pg-only.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

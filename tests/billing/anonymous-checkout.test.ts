@@ -3,7 +3,7 @@ import { first, rows, sql } from '../../functions/platform/db.ts';
 import { insertTier } from '../support/fixtures.ts';
 import { deliverMail, lastMailTo, linkIn, mailsTo } from '../support/mail.ts';
 import { signIn, signUp, type TestUser } from '../support/users.ts';
-import { activeAgent, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, buyPaidTier, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /** Anonymous checkout: Stripe collects the email; the success page and the webhook both may place it, once. */
 let w: BillingWorld;
@@ -12,9 +12,9 @@ beforeAll(async () => {
 });
 afterAll(() => w.close());
 
-async function paidAnonymously(email: string) {
-  const agent = await activeAgent(w);
-  const tier = await paidTier(w, agent.id);
+async function paidAnonymously(email: string, of?: { agent: { id: string }; tier: { id: string } }) {
+  const agent = of?.agent ?? (await activeAgent(w));
+  const tier = of?.tier ?? (await paidTier(w, agent.id));
   const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: tier.id } });
   expect(start.status).toBe(200);
   w.fake.takeEvents();
@@ -36,6 +36,8 @@ const localSubscription = (stripeSubscriptionId: string) =>
     w.t.db,
     sql`select id, user_id as "userId" from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`,
   );
+const refundsOf = (stripeSubscriptionId: string) =>
+  [...w.fake.refunds.values()].filter((r) => r.metadata.stripeSubscriptionId === stripeSubscriptionId);
 const customerLinksOf = (userId: string) =>
   rows<{ stripeCustomerId: string }>(
     w.t.db,
@@ -165,8 +167,7 @@ describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => 
     expect(res.body.data.subscription).toMatchObject({ userId: banned.userId, status: 'canceled' });
     await deliver(w, events);
     expect(w.fake.subscriptions.get(stripeSub.id)!.status).toBe('canceled');
-    const refunds = [...w.fake.refunds.values()].filter((r) => r.metadata.stripeSubscriptionId === stripeSub.id);
-    expect(refunds.map((r) => r.metadata.bannedUserId)).toEqual([banned.userId]);
+    expect(refundsOf(stripeSub.id).map((r) => r.metadata.bannedUserId)).toEqual([banned.userId]);
     expect((await localSubscription(stripeSub.id))).toMatchObject({ userId: banned.userId });
     const access = await first<{ n: number }>(
       w.t.db,
@@ -304,6 +305,60 @@ describe('anonymous purchases and unverified accounts (account pre-hijacking, is
     } finally {
       w.t.clock.set(start);
     }
+  });
+
+  it('attack: a claim that meets a paid subscription the account already has: the claimed one is refunded in full and canceled as a duplicate', async () => {
+    // The owner never followed the verification mail (a signed-in checkout does not need it) and pays for the agent;
+    // signed out, they buy it again anonymously with their own address, and get a claim link. The claim wrote the
+    // subscription without the duplicate's undo, met `conflict` and left the second one charging (found by a review).
+    const owner = await signUp(w.t);
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 3100 });
+    const kept = await buyPaidTier(w, owner, tier.id);
+    const { sessionId, stripeSub, events } = await paidAnonymously(owner.email, { agent, tier });
+    expect((await complete(sessionId)).status).toBe(202);
+    await deliver(w, events); // recorded, nothing written: the claim is pending
+
+    const res = await claim(claimTokenIn((await claimMailsTo(owner.email))[0]!));
+    expect(res.status, res.text).toBe(200);
+    // the answer shows the subscription the account keeps; the set-password step is there as for any claim
+    expect(res.body.data.subscription).toMatchObject({ id: kept.subscriptionId, userId: owner.userId, status: 'active' });
+    expect(typeof res.body.data.passwordResetToken).toBe('string');
+    expect(w.fake.subscriptions.get(stripeSub.id)!.status).toBe('canceled');
+    expect(refundsOf(stripeSub.id).map((r) => [r.amount, r.reason])).toEqual([[3100, 'duplicate']]);
+    expect(w.fake.subscriptions.get(kept.stripeSubscriptionId)!.status).toBe('active');
+    // Stripe's events about the cancel change nothing and refund nothing twice
+    await deliver(w, w.fake.takeEvents());
+    const live = await rows<{ id: string }>(
+      w.t.db,
+      sql`select stripe_subscription_id as id from subscriptions where user_id = ${owner.userId} and status <> 'canceled'`,
+    );
+    expect(live).toEqual([{ id: kept.stripeSubscriptionId }]);
+    expect(refundsOf(stripeSub.id)).toHaveLength(1);
+  });
+
+  it('attack on a ban: a claim for a banned unverified account is refunded and canceled, never served', async () => {
+    // An unverified account holding the address is banned (say, an attacker's pre-registration of it, banned for
+    // abuse); the mailbox's owner buys anonymously and follows the claim link. The claim skipped the banned-buyer rule
+    // and wrote a live subscription the banned account can never use, charged every period (found by a review).
+    const email = `victim-e-${Date.now()}@example.test`;
+    const held = await attackerHolding(email);
+    expect((await w.t.http.post(`/admin/users/${held.userId}/ban`, { cookie: w.admin.cookie, json: {} })).status).toBe(200);
+    const { agent, sessionId, stripeSub, events } = await paidAnonymously(email);
+    expect((await complete(sessionId)).status).toBe(202);
+    await deliver(w, events);
+
+    const res = await claim(claimTokenIn((await claimMailsTo(email))[0]!));
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data.subscription).toMatchObject({ userId: held.userId, agentId: agent.id, status: 'canceled' });
+    expect(w.fake.subscriptions.get(stripeSub.id)!.status).toBe('canceled');
+    expect(refundsOf(stripeSub.id).map((r) => r.metadata.bannedUserId)).toEqual([held.userId]);
+    await deliver(w, w.fake.takeEvents());
+    const access = await first<{ n: number }>(
+      w.t.db,
+      sql`select count(*)::int as n from subscriptions where user_id = ${held.userId} and status in ('active', 'past_due')`,
+    );
+    expect(access!.n).toBe(0);
   });
 
   it('stores only a hash of the claim token, in a table with row level security and no anonymous access', async () => {

@@ -148,6 +148,31 @@ describe('startCheckout (POST /me/checkout)', () => {
     expect(await first(w.t.db, sql`select 1 as x from subscriptions where user_id = ${user.userId}`)).toBeUndefined();
   });
 
+  it('attack: a tier made before Stripe was configured whose price Stripe refuses, or a customer Stripe refuses, answers 422, not 500, and writes nothing', async () => {
+    // ensureTierPrice (the first checkout of such a tier) and ensureCustomer called Stripe with callStripe: its
+    // refusal was a 500 for every buyer of the tier (found by a review).
+    const agent = await activeAgent(w);
+    const seeded = await insertTier(w.t.db, agent.id, { priceCents: 1000, currency: 'zzz' });
+    const user = await signUp(w.t);
+    const refused = async (request: string, code: string, tierId: string) => {
+      w.fake.outage(request, { status: 400, type: 'invalid_request_error', code });
+      try {
+        return await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId } });
+      } finally {
+        w.fake.recover();
+      }
+    };
+    const price = await refused('POST /v1/prices', 'parameter_invalid_string', seeded.id);
+    expect([price.status, price.body.error?.code, price.body.error?.details], price.text).toEqual([422, 'INVALID_STATE', { provider: 'stripe', code: 'parameter_invalid_string' }]);
+    expect(await first<{ price: string | null }>(w.t.db, sql`select stripe_price_id as price from tiers where id = ${seeded.id}`)).toEqual({ price: null });
+
+    const tier = await paidTier(w, agent.id);
+    const customer = await refused('POST /v1/customers', 'email_invalid', tier.id);
+    expect([customer.status, customer.body.error?.code, customer.body.error?.details], customer.text).toEqual([422, 'INVALID_STATE', { provider: 'stripe', code: 'email_invalid' }]);
+    expect(customer.body.error.message).toMatch(/^Stripe refused the customer: /);
+    expect(await first(w.t.db, sql`select 1 as x from billing_customers where user_id = ${user.userId}`)).toBeUndefined();
+  });
+
   it('answers 404 for unknown, hidden or archived tiers and tiers of inactive agents', async () => {
     const user = await signUp(w.t);
     const agent = await activeAgent(w);

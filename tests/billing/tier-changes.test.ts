@@ -1,10 +1,13 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { first, sql } from '../../functions/platform/db.ts';
+import { first, rows, sql } from '../../functions/platform/db.ts';
 import { insertTier } from '../support/fixtures.ts';
-import { signUp } from '../support/users.ts';
-import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { signUp, type TestUser } from '../support/users.ts';
+import { activeAgent, buyPaidTier, deliver, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
-/** Admin tier changes (upgrade, downgrade, cancel pending), cancellation (admin, user, ban) and access control. */
+/**
+ * Admin tier changes (upgrade, downgrade, cancel pending), cancellation (admin, user, ban, removal of the user) and
+ * access control.
+ */
 let w: BillingWorld;
 beforeAll(async () => {
   w = await startBillingWorld();
@@ -26,6 +29,22 @@ async function subscribedUser() {
 const changeTier = (subscriptionId: string, tierId: string, cookie = w.admin.cookie) =>
   w.t.http.post(`/admin/subscriptions/${subscriptionId}/change-tier`, { cookie, json: { tierId } });
 const mine = async (user: { cookie: string }, agentId: string) => (await w.t.http.get(`/me/subscriptions/${agentId}`, { cookie: user.cookie })).body.data;
+const refundsOf = (stripeSubscriptionId: string) =>
+  [...w.fake.refunds.values()].filter((r) => r.metadata.stripeSubscriptionId === stripeSubscriptionId);
+const rowOf = (stripeSubscriptionId: string) =>
+  first<{ status: string }>(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`);
+
+/** A signed-in user's paid checkout whose first payment is pending (3-D Secure unanswered): written `incomplete`. */
+async function pendingPurchase(user: TestUser, priceCents: number) {
+  const agent = await activeAgent(w);
+  const tier = await paidTier(w, agent.id, { priceCents });
+  const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+  expect(checkout.status).toBe(200);
+  const sub = w.fake.completeCheckout(checkout.body.data.sessionId, { payment: 'pending' });
+  await deliverPending(w);
+  expect(await rowOf(sub.id)).toEqual({ status: 'incomplete' });
+  return sub.id as string;
+}
 
 describe('upgrade', () => {
   it('invoices the proration now and flips the tier only once Stripe shows the new price (after payment)', async () => {
@@ -262,5 +281,118 @@ describe('ban with cancelSubscriptions', () => {
     expect(refunds.map((r) => [r.amount, r.metadata.bannedUserId])).toEqual([[4900, user.userId]]);
     const row = await first<{ status: string }>(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${paid.id}`);
     expect(row?.status ?? 'not written').not.toMatch(/active|past_due/);
+  });
+
+  it('attack on the banned user: a checkout written `incomplete` before the ban (payment pending) and paid after it is refunded and canceled, never served', async () => {
+    // The banned-buyer rule looked only at subscriptions with no row, and this one had a row (granting nothing), so
+    // it was written active once paid, charged every period (found by a review). A row that never granted access is
+    // a purchase not served yet.
+    const user = await signUp(w.t);
+    const pending = await pendingPurchase(user, 4900);
+    expect((await w.t.http.post(`/admin/users/${user.userId}/ban`, { cookie: w.admin.cookie, json: {} })).status).toBe(200);
+    w.fake.payInvoice(w.fake.subscriptions.get(pending)!.latest_invoice);
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(pending)!.status).toBe('canceled');
+    expect(refundsOf(pending).map((r) => [r.amount, r.metadata.bannedUserId])).toEqual([[4900, user.userId]]);
+    expect(await rowOf(pending)).toEqual({ status: 'canceled' });
+  });
+
+  it('a ban with cancelSubscriptions ends a checkout still waiting for its first payment at once: nothing is ever charged', async () => {
+    const user = await signUp(w.t);
+    const pending = await pendingPurchase(user, 4900);
+    const ban = await w.t.http.post(`/admin/users/${user.userId}/ban`, { cookie: w.admin.cookie, json: { cancelSubscriptions: true } });
+    expect(ban.status).toBe(200);
+    // not left to be paid and then served until the period ends, as a served subscription is
+    expect(w.fake.subscriptions.get(pending)!.status).toBe('canceled');
+    expect(await rowOf(pending)).toEqual({ status: 'canceled' });
+    expect(refundsOf(pending)).toEqual([]);
+  });
+});
+
+describe('removing a user (POST /api/auth/admin/remove-user)', () => {
+  const removeUser = (userId: string) =>
+    w.t.http.post('/api/auth/admin/remove-user', { cookie: w.admin.cookie, headers: { origin: w.t.baseUrl }, json: { userId } });
+  const accountsWith = async (email: string) =>
+    (await first<{ n: number }>(w.t.db, sql`select count(*)::int as n from "user" where lower(email) = lower(${email})`))!.n;
+
+  it('attack: the removed user\'s paid subscriptions are canceled at Stripe at once, without a refund; every event about them is recorded, none a 500', async () => {
+    // The subscriptions' rows went with the user, but Stripe renewed and charged every period for an account that no
+    // longer existed, and every event about them answered 500 (the row's user is gone) until Stripe gave up (found
+    // by a review). Besides a signed-in purchase, the user bought another agent anonymously with their verified
+    // address (attached to the account, with a Stripe customer of its own).
+    const user = await signUp(w.t, { verified: true });
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
+    const signedIn = await buyPaidTier(w, user, tier.id);
+    const other = await activeAgent(w);
+    const otherTier = await paidTier(w, other.id, { priceCents: 2900 });
+    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: otherTier.id } });
+    const anonymous = w.fake.completeCheckout(start.body.data.sessionId, { email: user.email, name: 'Same Person' }).id as string;
+    await deliverPending(w);
+    expect(await rowOf(anonymous)).toEqual({ status: 'active' });
+
+    const removed = await removeUser(user.userId);
+    expect(removed.status, removed.text).toBe(200);
+    for (const id of [signedIn.stripeSubscriptionId, anonymous]) {
+      expect(w.fake.subscriptions.get(id)!.status).toBe('canceled');
+      expect(refundsOf(id)).toEqual([]);
+    }
+    expect(w.t.logs.some((l) => l.msg === 'paid subscriptions of a removed user canceled' && l.userId === user.userId)).toBe(true);
+
+    // Stripe's events about the cancellations: recorded (200), and no account is made again for the address.
+    const events = w.fake.takeEvents();
+    expect(events.length).toBeGreaterThan(0);
+    await deliver(w, events);
+    const recorded = await rows(w.t.db, sql`select id from stripe_events where id in (${sql.join(events.map((e) => e.id))})`);
+    expect(recorded).toHaveLength(events.length);
+    expect(await accountsWith(user.email)).toBe(0);
+  });
+
+  it('attack: a checkout the user opened before their removal and paid after it is refunded in full and canceled; its events answer 200', async () => {
+    const user = await signUp(w.t);
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
+    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+    expect(checkout.status).toBe(200);
+    expect((await removeUser(user.userId)).status).toBe(200);
+    const paid = w.fake.completeCheckout(checkout.body.data.sessionId).id as string;
+    await deliverPending(w); // every one 200 (deliver throws otherwise)
+    expect(w.fake.subscriptions.get(paid)!.status).toBe('canceled');
+    expect(refundsOf(paid).map((r) => [r.amount, r.metadata.removedUserId])).toEqual([[4900, user.userId]]);
+    expect(await rowOf(paid)).toBeUndefined();
+    await deliverPending(w); // the events of the cancellation
+  });
+
+  it('a cancel that fails at the removal leaves the removal standing; the next event ends the subscription and refunds it', async () => {
+    const user = await signUp(w.t);
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
+    w.fake.outage(`DELETE /v1/subscriptions/${stripeSubscriptionId}`);
+    try {
+      expect((await removeUser(user.userId)).status).toBe(200);
+    } finally {
+      w.fake.recover();
+    }
+    expect(w.t.logs.some((l) => l.msg === 'could not cancel a subscription of a removed user' && l.stripeSubscriptionId === stripeSubscriptionId)).toBe(true);
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.status).toBe('active');
+    // The renewal charges; its events end the subscription. Which of its payments were served is not known any more,
+    // so all are refunded (docs/billing.md).
+    w.fake.advancePeriod(stripeSubscriptionId);
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.status).toBe('canceled');
+    expect(refundsOf(stripeSubscriptionId).map((r) => r.amount)).toEqual([4900, 4900]);
+  });
+
+  it('a removal the library refuses changes nothing at Stripe', async () => {
+    const user = await signUp(w.t);
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
+    const asUser = await w.t.http.post('/api/auth/admin/remove-user', { cookie: user.cookie, headers: { origin: w.t.baseUrl }, json: { userId: user.userId } });
+    expect(asUser.status).toBeGreaterThanOrEqual(400);
+    expect(asUser.status).toBeLessThan(500);
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.status).toBe('active');
+    expect(await rowOf(stripeSubscriptionId)).toEqual({ status: 'active' });
   });
 });

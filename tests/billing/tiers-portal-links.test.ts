@@ -61,6 +61,27 @@ describe('createTier (POST /agents/{agentId}/pricing)', () => {
     expect(unknown.status).toBe(404);
   });
 
+  it('attack: a currency Stripe does not take answers 422 with its reason, not 500, and leaves no tier and no live product', async () => {
+    // The body's currency is any three letters; Stripe refuses a code it does not support, and through callStripe
+    // that refusal reached the error handler as an unknown error: 500 for bad input (found by a review). The fake
+    // takes every code, so its price endpoint answers as Stripe does.
+    const agent = await activeAgent(w);
+    const products = w.fake.products.size;
+    w.fake.outage('POST /v1/prices', { status: 400, type: 'invalid_request_error', code: 'parameter_invalid_string' });
+    let res;
+    try {
+      res = await w.t.http.post(`/agents/${agent.id}/pricing`, { cookie: w.admin.cookie, json: tierBody({ name: 'Odd money', currency: 'zzz' }) });
+    } finally {
+      w.fake.recover();
+    }
+    expect([res.status, res.body.error?.code, res.body.error?.details], res.text).toEqual([422, 'INVALID_STATE', { provider: 'stripe', code: 'parameter_invalid_string' }]);
+    expect(res.body.error.message).toMatch(/^Stripe refused the tier's price: /);
+    expect(await first(w.t.db, sql`select 1 as x from tiers where agent_id = ${agent.id}`)).toBeUndefined();
+    // the product made before the refusal is archived, not left live for nothing
+    const made = [...w.fake.products.values()].slice(products);
+    expect(made.map((p) => p.active)).toEqual([false]);
+  });
+
   it('validates the body (400) and is for admins only (401/403)', async () => {
     const agent = await activeAgent(w);
     const bad = [tierBody({ priceCents: -1 }), tierBody({ interval: 'week' }), tierBody({ currency: 'dollars' }), tierBody({ name: '' }), tierBody({ extra: 1 })];
