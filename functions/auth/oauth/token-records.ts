@@ -120,6 +120,10 @@ export async function revokeIssuedRefreshToken(db: Db, id: string): Promise<void
  * tokens to the revocation list) either commits before this read, or waits for this transaction and then revokes the
  * token it recorded.
  */
+// The admin scope only for a platform admin, whichever way the authorization reached the library: the authorize
+// wrapper refuses it, but a sign-in carrying the signed query, or /oauth2/continue, goes on to consent without passing
+// there (found by a review). A demoted admin's refresh ends here too. (No comment inside the SQL: pg_stat_activity
+// keeps a statement's first 1,024 bytes, and the race tests find this one waiting by its text.)
 export async function grantStands(db: Db, token: IssuedAccessToken): Promise<boolean> {
   const row = await first<{ stands: boolean }>(
     db,
@@ -130,9 +134,6 @@ export async function grantStands(db: Db, token: IssuedAccessToken): Promise<boo
                                   -- the library's adapter stores the array as a JSON string inside the jsonb
                                   and (case when jsonb_typeof(k.scopes) = 'string' then (k.scopes #>> '{}')::jsonb else k.scopes end)
                                       @> ${JSON.stringify(token.scopes)}::text::jsonb))
-               -- The admin scope only for a platform admin, whichever way the authorization reached the library (the
-               -- authorize wrapper refuses it, but a sign-in carrying the signed query, or /oauth2/continue, goes on
-               -- to consent without passing there; found by a review). A demoted admin's refresh ends here too.
                and (not ${token.scopes.includes(ADMIN_SCOPE)}::boolean
                     or exists (select 1 from "user" u where u.id = ${token.userId} and u.role = 'platform_admin')) as stands
           from "oauthClient" c where c."clientId" = ${token.clientId}
