@@ -299,8 +299,11 @@ async function verifyAccessToken(token: string, keys: SigningKeys, options: Veri
   } catch {
     throw invalidToken('The access token is not a JWT');
   }
-  if (!header.kid || !header.alg || header.alg === 'none') throw invalidToken('The access token is not signed by this server');
-  const typ = (header.typ ?? '').toLowerCase();
+  // Every header field is the caller's: a `typ` of 1 or {} made toLowerCase throw (a 500 for any request, found by a review).
+  if (typeof header.kid !== 'string' || typeof header.alg !== 'string' || header.alg === 'none') {
+    throw invalidToken('The access token is not signed by this server');
+  }
+  const typ = typeof header.typ === 'string' ? header.typ.toLowerCase() : '';
   if (typ !== 'at+jwt' && typ !== 'application/at+jwt') throw invalidToken('The token is not an access token (typ at+jwt)');
   const key = await keys.get(header.kid);
   if (!key || key.alg !== header.alg) throw invalidToken('The access token is not signed by this server');

@@ -6,12 +6,13 @@ import { createAccessControl } from 'better-auth/plugins/access';
 import { oauthProvider } from '@better-auth/oauth-provider';
 import type { Clock } from '../platform/clock.ts';
 import type { Config } from '../platform/config.ts';
-import { isConnectionLost, type Database } from '../platform/db.ts';
+import { isConnectionLost, sql, type Database } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import type { Mailer } from '../platform/mailer.ts';
 import { existingAccountSignUpMail, invitationMail, pagesOrigin, verificationLink, verificationMail } from './account-mails.ts';
 import { assertMayInvite, assertWellFormedRole } from './invitation-rules.ts';
 import { refuseBadLibraryInput } from './library-input.ts';
+import { mayMailRecipient } from './recipient-allowance.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
 import { CLOSED_ENDPOINTS } from './oauth/closed-endpoints.ts';
 
@@ -76,7 +77,14 @@ export function authOptions(deps: AuthDeps) {
     // Also refused by the library itself (404), should a request ever reach it past closed-endpoints.ts: the
     // client-management and session-JWT endpoints nobody may call (the parameterised ones have no exact path).
     // The openAPI plugin's two endpoints are off too (404): the document is /openapi.json, the reference /docs.
-    disabledPaths: [...CLOSED_ENDPOINTS.filter((e) => !e.path.includes(':')).map((e) => e.path), '/open-api/generate-schema', '/reference'],
+    // verify-password answers whether a password is right and nothing else: an oracle for whoever holds a session
+    // (the library marks it server-only, which only hides it from its docs; found by a review).
+    disabledPaths: [
+      ...CLOSED_ENDPOINTS.filter((e) => !e.path.includes(':')).map((e) => e.path),
+      '/open-api/generate-schema',
+      '/reference',
+      '/verify-password',
+    ],
     trustedOrigins: trustedOrigins(config),
     // Our own limiter (functions/http/rate-limit.ts) answers 429 in the API envelope with Retry-After.
     rateLimit: { enabled: false },
@@ -115,6 +123,7 @@ export function authOptions(deps: AuthDeps) {
       autoSignInAfterVerification: false,
       expiresIn: 24 * 60 * 60,
       sendVerificationEmail: async ({ user, url, token }) => {
+        if (!(await mayMailRecipient(deps, user.email, 'verification'))) return;
         await mailer.enqueue(database.db, verificationMail(config, user.email, verificationLink(config, url, token)));
       },
     },
@@ -126,6 +135,7 @@ export function authOptions(deps: AuthDeps) {
       autoSignIn: false,
       requireEmailVerification: false,
       onExistingUserSignUp: async ({ user }) => {
+        if (!(await mayMailRecipient(deps, user.email, 'existing-account sign-up'))) return;
         await mailer.enqueue(database.db, existingAccountSignUpMail(config, user.email));
       },
       // The library's made-up user for an existing address carries the admin plugin's fields too, as a real
@@ -145,8 +155,15 @@ export function authOptions(deps: AuthDeps) {
       // boundaries): the `account_password_change_revokes_credentials` trigger (migration 20261123000401) does it
       // for every path that writes a password, as the ban trigger does for bans. This flag is the library's own half.
       revokeSessionsOnPasswordReset: true,
+      // The reset link went to the mailbox, so using it proves the address: it is verified now, after the reset ended
+      // every session and token of the account (the address's owner locked out of an account someone else made
+      // with it gets it here; email-verification.ts).
+      onPasswordReset: async ({ user }) => {
+        await sql`update "user" set "emailVerified" = true where id = ${user.id} and not "emailVerified"`.execute(database.db);
+      },
       resetPasswordTokenExpiresIn: 60 * 60,
       sendResetPassword: async ({ user, url }) => {
+        if (!(await mayMailRecipient(deps, user.email, 'password reset'))) return;
         await mailer.enqueue(database.db, {
           to: user.email,
           subject: 'Reset your Agent Marketplace password',

@@ -3,6 +3,7 @@ import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from '../http/errors.ts';
 import { rateLimited, refundToken, takeToken } from '../http/rate-limit.ts';
 import { isJsonMediaType } from '../http/text-guard.ts';
+import { sha256Hex } from './recipient-allowance.ts';
 
 /**
  * Failed sign-ins per account (contract.md, Trust boundaries): at most AUTH_FAILED_SIGNINS_PER_ACCOUNT (default 10;
@@ -28,20 +29,44 @@ export function limitFailedSignIns() {
     if (!isJsonMediaType(c.req.header('content-type'))) {
       throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Send the sign-in as application/json: { email, password }');
     }
-    const deps = c.var.deps;
-    const limit = deps.config.authFailedSigninsPerAccount;
-    const email = limit > 0 ? await signInEmail(c.req.raw) : undefined;
+    const email = c.var.deps.config.authFailedSigninsPerAccount > 0 ? await signInEmail(c.req.raw) : undefined;
     if (email === undefined) return next();
-    const key = `signin-failures|${await sha256Hex(email.toLowerCase())}`;
-    const verdict = await takeToken(deps, key, limit, WINDOW_MS);
-    if (!verdict.allowed) {
-      throw rateLimited(verdict.retryAfterSec, 'Too many failed sign-ins for this account; try again later', {
-        failedSignInsPer15Minutes: limit,
-      });
-    }
-    await next();
-    if (!(await isFailedSignIn(c.res))) await refundToken(deps, key);
+    await countPasswordCheck(c, next, email, (res) => isLibraryError(res, 401, 'INVALID_EMAIL_OR_PASSWORD'));
   };
+}
+
+/**
+ * The other password check a caller can repeat over HTTP: change-password's `currentPassword` (400 INVALID_PASSWORD
+ * when wrong). It counts against the same allowance as the account's failed sign-ins: whoever holds a stolen or
+ * left-behind session guessed the password without limit there, then changed it, and the change ended every one of
+ * the owner's sessions (found by a review). (verify-password, the library's bare oracle, is closed: better-auth.ts.)
+ */
+export function limitFailedPasswordChanges() {
+  return async (c: Context<AppEnv>, next: Next) => {
+    const deps = c.var.deps;
+    if (deps.config.authFailedSigninsPerAccount <= 0) return next();
+    const session = await deps.auth.api.getSession({ headers: c.req.raw.headers }).catch(() => null);
+    if (!session) return next(); // the library answers its own 401
+    await countPasswordCheck(c, next, session.user.email, (res) => isLibraryError(res, 400, 'INVALID_PASSWORD'));
+  };
+}
+
+/**
+ * One password check of the account with this email: it takes its slot before the library checks the password (so
+ * concurrent guesses cannot overrun the limit while the first ones are checked) and gives it back unless `failed`.
+ */
+async function countPasswordCheck(c: Context<AppEnv>, next: Next, email: string, failed: (res: Response) => Promise<boolean>) {
+  const deps = c.var.deps;
+  const limit = deps.config.authFailedSigninsPerAccount;
+  const key = `signin-failures|${await sha256Hex(email.toLowerCase())}`;
+  const verdict = await takeToken(deps, key, limit, WINDOW_MS);
+  if (!verdict.allowed) {
+    throw rateLimited(verdict.retryAfterSec, 'Too many failed password attempts for this account; try again later', {
+      failedSignInsPer15Minutes: limit,
+    });
+  }
+  await next();
+  if (!(await failed(c.res))) await refundToken(deps, key);
 }
 
 /** The email of a sign-in request, or undefined when the body has none (the library answers its own 400). */
@@ -54,17 +79,12 @@ async function signInEmail(request: Request): Promise<string | undefined> {
   }
 }
 
-async function isFailedSignIn(response: Response): Promise<boolean> {
-  if (response.status !== 401) return false;
+async function isLibraryError(response: Response, status: number, code: string): Promise<boolean> {
+  if (response.status !== status) return false;
   try {
     const body = (await response.clone().json()) as { code?: unknown } | null;
-    return body?.code === 'INVALID_EMAIL_OR_PASSWORD';
+    return body?.code === code;
   } catch {
     return false;
   }
-}
-
-async function sha256Hex(text: string): Promise<string> {
-  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text)));
-  return Array.from(digest, (b) => b.toString(16).padStart(2, '0')).join('');
 }

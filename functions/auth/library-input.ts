@@ -3,7 +3,8 @@ import { APIError } from '@better-auth/core/error';
 /**
  * Input the auth library passes on unchecked, refused before it runs (400 VALIDATION_ERROR, the library's JSON
  * shape) instead of failing in the database as a 500 (found by a review; contract.md: never a 500 for bad input):
- *   * update-user: `name` must be a string (null reached a NOT NULL column), `image` a string or null;
+ *   * update-user and sign-up: `name` must be a non-empty string of at most 200 characters (null reached a NOT NULL
+ *     column), `image` a string or null;
  *   * organization/list-members: `sortBy` and `filterField` name a member field (an unknown one made the adapter
  *     throw), `limit` and `offset` are whole numbers >= 0, and a filter on `createdAt` compares a date;
  *   * the admin endpoints (a platform admin's input, found by a later review): a role is exactly `user` or
@@ -26,8 +27,9 @@ export function refuseBadLibraryInput(path: string, body: unknown, query: unknow
       throw invalid('banExpiresIn', `banExpiresIn must be a whole number of seconds from 1 to ${MAX_BAN_SECONDS} (100 years)`);
     }
   }
-  if (path === '/update-user' && isRecord(body)) {
-    if ('name' in body && (typeof body.name !== 'string' || body.name.trim() === '' || body.name.length > 200)) {
+  // Sign-up too: it stored "", "   " and a name of 300,000 characters, shown back everywhere (found by a review).
+  if ((path === '/update-user' || path === '/sign-up/email') && isRecord(body)) {
+    if ((path === '/sign-up/email' || 'name' in body) && !USER_FIELDS.name!(body.name)) {
       throw invalid('name', 'name must be a non-empty string of at most 200 characters');
     }
     if ('image' in body && body.image !== null && typeof body.image !== 'string') throw invalid('image', 'image must be a URL string or null');

@@ -2,7 +2,8 @@ import { Hono, type Context, type Next } from 'hono';
 import type { AppDeps, AppEnv } from '../platform/app-types.ts';
 import { first, sql } from '../platform/db.ts';
 import { enforceRateLimit } from '../http/rate-limit.ts';
-import { limitFailedSignIns } from './failed-sign-ins.ts';
+import { verifyOnlyInTheAccountsSession } from './email-verification.ts';
+import { limitFailedPasswordChanges, limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
 
 /**
@@ -10,6 +11,7 @@ import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
  * - rate limits per client IP on sign-in, sign-up, resending the verification mail and the two password-reset
  *   steps, and on failed sign-ins per account (429 RATE_LIMITED);
  * - no self-demotion through /admin/set-role or /admin/update-user (403 FORBIDDEN);
+ * - an address is verified only in a browser signed in to its account (email-verification.ts);
  * - the other domains' part of removing a user (/admin/remove-user), passed in by app.ts as `aroundUserRemoval`.
  * Everything else (its own 401/403 for admin endpoints, BANNED_USER, origin checks) is the library's, in its
  * own response shapes. Routes that must answer before the library (OAuth wrappers) are mounted before this.
@@ -31,6 +33,8 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
   }
   // After the per-address limit: failed sign-ins per account, from any address (auth/failed-sign-ins.ts).
   router.post('/api/auth/sign-in/email', limitFailedSignIns());
+  router.post('/api/auth/change-password', limitFailedPasswordChanges());
+  router.get('/api/auth/verify-email', verifyOnlyInTheAccountsSession());
   router.post('/api/auth/admin/set-role', refuseSelfDemotion((body) => ({ userId: body?.userId, role: body?.role, changesRole: true })));
   router.post(
     '/api/auth/admin/update-user',

@@ -271,7 +271,8 @@ describe('invitations', () => {
 
     const verification = (await mailsTo(t, joinerEmail)).find((m) => m.subject === 'Confirm your Agent Marketplace email address')!;
     const link = linkIn(verification);
-    expect((await t.http.get(link.pathname + link.search)).status).toBe(302);
+    // (followed in the joiner's own signed-in browser: a signed-out click verifies nothing, sessions.test.ts)
+    expect((await t.http.get(link.pathname + link.search, { cookie: joiner.cookie })).status).toBe(302);
     const accepted = await accept();
     expect(accepted.status, accepted.text).toBe(200);
     const full = await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.id}`, { cookie: joiner.cookie });

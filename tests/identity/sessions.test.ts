@@ -44,8 +44,9 @@ describe('POST /api/auth/sign-up/email', () => {
     const link = linkIn(mail!);
     expect(link.pathname).toBe('/api/auth/verify-email');
     expect(link.searchParams.get('token')).toBeTruthy();
-    // Following the link verifies the address and lands on the sign-in page (the service's own without FRONTEND_URL).
-    const verified = await t.http.get(link.pathname + link.search);
+    // Followed in a browser signed in to the account, the link verifies the address and lands on the sign-in page
+    // (the service's own without FRONTEND_URL).
+    const verified = await t.http.get(link.pathname + link.search, { cookie: ada.cookie });
     expect(verified.status).toBe(302);
     expect(verified.headers.get('location')).toBe(`${t.baseUrl}/sign-in?verified=true`);
     expect((await t.http.get('/sign-in?verified=true')).status).toBe(200);
@@ -129,10 +130,63 @@ describe('email verification', () => {
     expect(unknown.status).toBe(200);
     expect(unknown.body).toEqual({ status: true });
     expect(await mailsTo(t, 'nobody-here@example.test')).toEqual([]);
-    expect((await t.http.get(link.pathname + link.search)).status).toBe(302);
+    expect((await t.http.get(link.pathname + link.search, { cookie: user.cookie })).status).toBe(302);
     const verifiedCount = (await mailsTo(t, user.email)).length;
     expect((await resend(user.email)).body).toEqual({ status: true });
     expect(await mailsTo(t, user.email)).toHaveLength(verifiedCount);
+  });
+
+  it("attack: an account made with someone else's address is not verified by the owner's click, and the owner gets it by a reset", async () => {
+    // Anyone may sign up with an address that is not theirs (unverified, their own password, a session kept).
+    const victimEmail = `victim-${Date.now()}@example.test`;
+    const attacker = await signUp(t, { email: victimEmail, password: 'attacker chose this' });
+    const owner = await signUp(t, { verified: true, name: 'Owner' });
+    const asOwner = { cookie: owner.cookie, headers: { origin: t.baseUrl } };
+    const org = await t.http.post('/api/auth/organization/create', { ...asOwner, json: { name: 'Acme', slug: `acme-${Date.now()}` } });
+    const invitation = await t.http.post('/api/auth/organization/invite-member', {
+      ...asOwner,
+      json: { email: victimEmail, role: 'admin', organizationId: org.body.id },
+    });
+    expect(invitation.status, invitation.text).toBe(200);
+    const accept = () =>
+      t.http.post('/api/auth/organization/accept-invitation', {
+        cookie: attacker.cookie,
+        headers: { origin: t.baseUrl },
+        json: { invitationId: invitation.body.id },
+      });
+
+    // The address's owner asks for the confirmation mail and clicks it, signed out: nothing is verified.
+    expect((await resend(victimEmail)).status).toBe(200);
+    const link = linkIn((await mailsTo(t, victimEmail)).filter((m) => /Confirm/.test(m.subject)).pop()!);
+    const clicked = await t.http.get(link.pathname + link.search);
+    expect(clicked.status).toBe(302);
+    expect(new URL(clicked.headers.get('location')!).searchParams.get('error')).toBe('SIGN_IN_TO_VERIFY');
+    expect((await accept()).status).toBe(403);
+    expect((await rows(t.db, sql`select 1 from member where "organizationId" = ${org.body.id} and "userId" = ${attacker.userId}`))).toEqual([]);
+
+    // The owner cannot sign in with a password someone else chose: "forgot password". The reset proves the mailbox,
+    // verifies the address and ends the attacker's session.
+    expect((await t.http.post('/api/auth/request-password-reset', { json: { email: victimEmail, redirectTo: `${t.baseUrl}/reset` } })).status).toBe(200);
+    const resetLink = linkIn((await mailsTo(t, victimEmail)).find((m) => /reset/i.test(m.subject))!);
+    const token = new URL((await t.http.get(resetLink.pathname + resetLink.search)).headers.get('location')!).searchParams.get('token')!;
+    expect((await t.http.post('/api/auth/reset-password', { json: { newPassword: 'the owner chose this', token } })).status).toBe(200);
+    expect((await accept()).status).toBe(401);
+    const ownerNow = await signIn(t, { email: victimEmail, password: 'the owner chose this' });
+    expect((await t.http.get('/api/auth/get-session', { cookie: ownerNow.cookie })).body.user.emailVerified).toBe(true);
+    expect((await t.http.post('/api/auth/sign-in/email', { json: { email: victimEmail, password: 'attacker chose this' } })).status).toBe(401);
+  });
+
+  it('the built-in sign-in page opens the verification link again once signed in', async () => {
+    const user = await signUp(t);
+    const link = linkIn((await mailsTo(t, user.email))[0]!);
+    const askSignIn = new URL((await t.http.get(link.pathname + link.search)).headers.get('location')!);
+    expect(`${askSignIn.origin}${askSignIn.pathname}`).toBe(`${t.baseUrl}/sign-in`);
+    const page = await t.http.get(askSignIn.pathname + askSignIn.search);
+    expect(page.text).toContain('Sign in to confirm your email address.');
+    expect(page.text).toContain(`data-continue="${(link.pathname + link.search).replaceAll('&', '&amp;')}"`);
+    // Only a verification link of ours is continued to.
+    const elsewhere = await t.http.get(`/sign-in?verify=${encodeURIComponent('https://evil.example/x')}`);
+    expect(elsewhere.text).toContain('data-continue=""');
   });
 
   it('a forged or altered token verifies nothing', async () => {
@@ -159,11 +213,21 @@ describe('email verification', () => {
       expect((await withFrontEnd.http.post('/api/auth/sign-up/email', { json: { email, password: 'front end pw', name: 'F' } })).status).toBe(200);
       const link = linkIn((await mailsTo(withFrontEnd, email))[0]!);
       expect(link.origin).toBe(withFrontEnd.baseUrl);
-      const res = await withFrontEnd.http.get(link.pathname + link.search);
+      // Signed out, the front end's sign-in page is told to sign the user in and open the link again.
+      const signedOut = await withFrontEnd.http.get(link.pathname + link.search);
+      expect(signedOut.status).toBe(302);
+      const askSignIn = new URL(signedOut.headers.get('location')!);
+      expect(`${askSignIn.origin}${askSignIn.pathname}`).toBe('http://127.0.0.1:5173/sign-in');
+      expect(askSignIn.searchParams.get('error')).toBe('SIGN_IN_TO_VERIFY');
+      expect(askSignIn.searchParams.get('verify')).toBe(link.pathname + link.search);
+      const verifiedRow = () =>
+        rows<{ verified: boolean }>(withFrontEnd.db, sql`select "emailVerified" as verified from "user" where email = ${email}`);
+      expect((await verifiedRow())[0]!.verified).toBe(false);
+      const signedIn = await signIn(withFrontEnd, { email, password: 'front end pw' });
+      const res = await withFrontEnd.http.get(askSignIn.searchParams.get('verify')!, { cookie: signedIn.cookie });
       expect(res.status).toBe(302);
       expect(res.headers.get('location')).toBe('http://127.0.0.1:5173/sign-in?verified=true');
-      const [row] = await rows<{ verified: boolean }>(withFrontEnd.db, sql`select "emailVerified" as verified from "user" where email = ${email}`);
-      expect(row!.verified).toBe(true);
+      expect((await verifiedRow())[0]!.verified).toBe(true);
     } finally {
       await withFrontEnd.close();
     }

@@ -71,8 +71,12 @@ function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
   const authorize = authorizeParamsOf(search);
   // Only the library's own redirect carries client_id + response_type; then we continue at our authorize endpoint
   // (a fixed path: the query cannot send the browser anywhere else).
+  // Or the verification link that sent a signed-out browser here (email-verification.ts): opened again once signed in.
+  const verify = new URL(c.req.url).searchParams.get('verify') ?? '';
+  const verifyUrl = kind === 'sign-in' && verify.startsWith('/api/auth/verify-email?') ? verify : '';
   const continueUrl =
-    authorize.has('client_id') && authorize.has('response_type') ? `/api/auth/oauth2/authorize?${authorize}` : '';
+    authorize.has('client_id') && authorize.has('response_type') ? `/api/auth/oauth2/authorize?${authorize}` : verifyUrl;
+  const notice = verifyUrl ? '<p id="notice">Sign in to confirm your email address.</p>' : '';
   const other = kind === 'sign-in' ? '/sign-up' : '/sign-in';
   const nonce = randomNonce();
   const nameField =
@@ -80,6 +84,7 @@ function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
       ? '<label for="name">Name</label><input id="name" name="name" autocomplete="name" required maxlength="100">'
       : '';
   const body = `
+    ${notice}
     <form id="credentials" data-endpoint="/api/auth/${kind}/email" data-continue="${escapeHtml(continueUrl)}">
       ${nameField}
       <label for="email">Email</label>

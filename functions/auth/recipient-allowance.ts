@@ -1,0 +1,38 @@
+import type { Clock } from '../platform/clock.ts';
+import { first, sql, type Database } from '../platform/db.ts';
+import type { Logger } from '../platform/logger.ts';
+
+/**
+ * Account mails to one address (the verification link, the "someone tried to sign up with your address" notice, the
+ * password-reset link) are at most MAILS_PER_RECIPIENT_PER_HOUR an hour, whoever asks and from however many client
+ * addresses: each is asked for anonymously by naming the address, and only the per-client-address limit stood, so one
+ * client made the service mail a victim about 90 times a minute (a mail bomb in our name; found by a review). Past
+ * the allowance the request answers exactly as before (nothing tells an asker the mail was held back) and no mail is
+ * queued; a line is logged without the address. Counted in PostgreSQL (public.rate_limits), so all instances share
+ * it, under `mail-to|<SHA-256 of the lower-cased address>`: the table holds no address.
+ */
+export const MAILS_PER_RECIPIENT_PER_HOUR = 10;
+const HOUR_MS = 60 * 60 * 1000;
+
+export async function mayMailRecipient(
+  deps: { database: Database; clock: Clock; logger: Logger },
+  email: string,
+  kind: string,
+): Promise<boolean> {
+  const key = `mail-to|${await sha256Hex(email.trim().toLowerCase())}`;
+  // The rate limits' own statement (http/rate-limit.ts takeToken), called directly: the auth library's options are
+  // built from this module, and the HTTP layer imports them.
+  const verdict = await first<{ allowed: boolean }>(
+    deps.database.db,
+    sql`select allowed from public.rate_limit_hit(${key}, ${MAILS_PER_RECIPIENT_PER_HOUR}, ${HOUR_MS}, ${deps.clock.now()})`,
+  );
+  const allowed = verdict?.allowed === true;
+  if (!allowed) deps.logger.warn('account mail not sent: its address had its hourly allowance', { kind });
+  return allowed;
+}
+
+/** Hex SHA-256: keys of per-account counts that must not hold the address itself. */
+export async function sha256Hex(text: string): Promise<string> {
+  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text)));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, '0')).join('');
+}
