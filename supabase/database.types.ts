@@ -596,6 +596,7 @@ export type Database = {
       "mail_outbox": {
         Row: {
           "attempts": number;
+          "claim_id": string | null;
           "created_at": string;
           "html_body": string | null;
           "id": string;
@@ -610,6 +611,7 @@ export type Database = {
         ComputedFields: never;
         Insert: {
           "attempts"?: number;
+          "claim_id"?: string | null;
           "created_at"?: string;
           "html_body"?: string | null;
           "id"?: string;
@@ -623,6 +625,7 @@ export type Database = {
         };
         Update: {
           "attempts"?: number;
+          "claim_id"?: string | null;
           "created_at"?: string;
           "html_body"?: string | null;
           "id"?: string;

@@ -1,5 +1,6 @@
 import type { BearerCheck } from '../http/context.ts';
-import { isConnectionLost, isTransientConflict, rows, sql, type Db } from '../platform/db.ts';
+import { ApiError } from '../http/errors.ts';
+import { isConnectionLost, isLockTimeout, isTransientConflict, rows, sql, type Db } from '../platform/db.ts';
 
 /**
  * Group commit of the agent backends' usage writes and reservations (issue 16; migrations 20261123000800 and
@@ -16,6 +17,16 @@ import { isConnectionLost, isTransientConflict, rows, sql, type Db } from '../pl
  * batch fails as a whole otherwise (a bug or a constraint nobody expected), its calls are retried one by one, so one
  * bad call never fails the others; every call carries its clientReqId, so a retry never counts twice. A lost
  * connection fails every call of the batch with that error (503 UNAVAILABLE with Retry-After to each caller).
+ *
+ * A counter held by another transaction (review 31): a quota-lowering admin change holds counter locks across several
+ * round trips, and a process that stalls in the middle of one keeps them. A batch waits at most lock_timeout (2 s, a SET
+ * clause of the SQL function: migration 20261126001600) and then fails with 55P03, which frees its slot at once: only
+ * two batches are ever in flight, so a wait without bound there stopped every usage call of the instance. Its calls are
+ * then sent one by one beside the batches, so the others are answered and the call on the held counter gets 503
+ * UNAVAILABLE (retryable). That counter is remembered: the next call on it goes alone, beside the batches (a probe),
+ * and calls arriving meanwhile wait for the probe's answer instead of taking a batch slot; when the probe gets through
+ * the counter is free again and they join the batches, when it times out too they get 503 with it. So a held counter
+ * costs the others one lock_timeout at most, not one per call on it.
  */
 
 /**
@@ -48,6 +59,10 @@ const MAX_IN_FLIGHT = 2;
 const MAX_BATCH = 500;
 /** Sends of one batch that PostgreSQL ended to be run again (40001, 40P01), the first included. */
 const ATTEMPTS = 3;
+/** How long a counter found held is remembered without a call on it (then its next call goes in a batch again). */
+const HELD_FOR_MS = 60_000;
+/** At most this many held counters remembered (more: the memory starts over; a forgotten one costs one more wait). */
+const MAX_HELD = 10_000;
 
 interface Pending {
   call: BatchedCall;
@@ -58,9 +73,34 @@ interface Pending {
 /** How many batches of each size went out (size -> count): what the benchmark prints. */
 export type BatchSizes = Map<number, number>;
 
+/** A counter whose lock a call of this instance waited for until lock_timeout. */
+interface HeldCounter {
+  /** When a call last found it held (performance.now()). */
+  since: number;
+  /** While a probe (one call, alone) is out: the calls on this counter waiting for its answer. */
+  waiting: Pending[] | undefined;
+}
+
+/** The counter a call locks: agent, user and metric, or, for a commit, release or read, its reservation's. */
+function counterKey(call: BatchedCall): string {
+  return call.reservationId ? `reservation ${call.reservationId}` : `${call.agentId} ${call.check.userId} ${call.metricSlug}`;
+}
+
+/** What a call on a counter held past lock_timeout answers: 503 UNAVAILABLE, to be retried with the same clientReqId. */
+function counterBusy(): ApiError {
+  return new ApiError(
+    'UNAVAILABLE',
+    'This usage counter is locked by another change right now; retry shortly (with the same clientReqId)',
+    { reason: 'counter_locked' },
+    { 'Retry-After': '1' },
+  );
+}
+
 class UsageBatcher {
   #queue: Pending[] = [];
   #inFlight = 0;
+  /** Counters found held past lock_timeout (counterKey -> state); empty in normal operation. */
+  readonly #held = new Map<string, HeldCounter>();
   readonly sizes: BatchSizes = new Map();
   readonly #db: Db;
 
@@ -70,9 +110,75 @@ class UsageBatcher {
 
   submit(call: BatchedCall): Promise<CallRow> {
     return new Promise<CallRow>((resolve, reject) => {
-      this.#queue.push({ call, resolve, reject });
+      const pending = { call, resolve, reject };
+      // One size check on the common path: the map is empty unless a lock wait timed out lately.
+      if (this.#held.size > 0 && this.#aside(pending)) return;
+      this.#queue.push(pending);
       this.#pump();
     });
+  }
+
+  /**
+   * A call on a counter found held lately goes alone, beside the batches, or waits for the one that already went;
+   * true when it was taken care of here, false when its counter is not known as held (it goes in a batch).
+   */
+  #aside(pending: Pending): boolean {
+    const key = counterKey(pending.call);
+    const held = this.#held.get(key);
+    if (!held) return false;
+    if (performance.now() - held.since > HELD_FOR_MS && !held.waiting) {
+      this.#held.delete(key);
+      return false;
+    }
+    if (held.waiting) {
+      held.waiting.push(pending);
+      return true;
+    }
+    held.waiting = [];
+    void this.#alone(pending).then((free) => {
+      const waiting = held.waiting ?? [];
+      held.waiting = undefined;
+      if (free) {
+        if (this.#held.get(key) === held) this.#held.delete(key);
+        this.#queue.push(...waiting);
+        this.#pump();
+      } else {
+        for (const p of waiting) p.reject(counterBusy());
+      }
+    });
+    return true;
+  }
+
+  /**
+   * Sends one call alone, outside the batch slots. Resolves false when its counter was still held past lock_timeout
+   * (the call got 503 and the counter is remembered as held), true otherwise (answered, or failed for another reason).
+   */
+  async #alone(p: Pending): Promise<boolean> {
+    try {
+      const [row] = await runAgain(this.#db, [p.call]);
+      p.resolve(row!);
+      return true;
+    } catch (err) {
+      if (!isLockTimeout(err)) {
+        p.reject(err);
+        return true;
+      }
+      this.#rememberHeld(p.call);
+      p.reject(counterBusy());
+      return false;
+    }
+  }
+
+  #rememberHeld(call: BatchedCall): void {
+    const key = counterKey(call);
+    const held = this.#held.get(key);
+    if (held) {
+      held.since = performance.now();
+      return;
+    }
+    // Forgetting costs one more lock_timeout per forgotten counter; only waiting calls must not be dropped.
+    if (this.#held.size >= MAX_HELD) for (const [k, h] of this.#held) if (!h.waiting) this.#held.delete(k);
+    this.#held.set(key, { since: performance.now(), waiting: undefined });
   }
 
   #pump(): void {
@@ -92,6 +198,21 @@ class UsageBatcher {
     try {
       results = await runAgain(this.#db, batch.map((p) => p.call));
     } catch (err) {
+      if (isLockTimeout(err)) {
+        // Some call of it met a counter another transaction holds. Its slot is freed now (this returns). A lone call is
+        // that call; otherwise every counter of the batch is suspect until one call on it, alone beside the batches,
+        // gets through: the first call on each counter is that probe and the others on it wait for its answer (#aside),
+        // so a held counter with many calls in the batch holds one pool connection for one lock_timeout, not one each.
+        if (batch.length === 1) {
+          this.#rememberHeld(batch[0]!.call);
+          batch[0]!.reject(counterBusy());
+        } else {
+          for (const p of batch) this.#rememberHeld(p.call);
+          for (const p of batch) if (!this.#aside(p)) this.#queue.push(p);
+          this.#pump();
+        }
+        return;
+      }
       if (isConnectionLost(err) || batch.length === 1) {
         for (const p of batch) p.reject(err);
         return;

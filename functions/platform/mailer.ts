@@ -14,9 +14,15 @@ import type { Logger } from './logger.ts';
  * functions/internal/), or the Node entry's loop (`start()`), a convenience nothing depends on.
  *
  * Any number of processes may deliver at once and none sends a mail another one holds: a pass claims due mail with
- * FOR UPDATE SKIP LOCKED and leases it (next_attempt_at moves LEASE_MS ahead) in one statement. The lease outlasts
- * the longest a pass can hold a mail: a pass starts no send after PASS_BUDGET_MS (the rest of its claim is handed
- * back at once) and one send is bounded by the SMTP timeouts, so a lease never runs out under a send still going.
+ * FOR UPDATE SKIP LOCKED and leases it (next_attempt_at moves LEASE_MS ahead, claim_id names the pass) in one
+ * statement. The lease outlasts the longest a pass can hold a mail: a pass starts no send after PASS_BUDGET_MS (the
+ * rest of its claim is handed back at once) and one send is abandoned after SEND_DEADLINE_MS whatever the mail server
+ * does (the SMTP connection is closed), so a lease never runs out under a send still going. nodemailer's own timeouts
+ * bound only the connection, the greeting and each silence: a server that keeps answering a line at a time held one
+ * send for ever (review 31), another instance sent the mail again when the lease ran out, and this pass, shared by
+ * every caller of the process, sent nothing else meanwhile.
+ * Should a lease still run out under a send (a process frozen for minutes), the claim_id keeps the late holder from
+ * undoing what the new one recorded: its failure and its hand-back apply only while the row still carries its claim.
  * A process that dies mid-send leaves its claim to be retried when the lease ends (at least once, as SMTP is).
  *
  * Secrets in mails (password reset links, invitation links): the log line carries the recipient and subject,
@@ -48,7 +54,8 @@ export interface Mailer {
 /** Something that can send one mail. Injected by tests; defaults to SMTP or the log. */
 export interface MailTransport {
   kind: 'smtp' | 'log';
-  send(mail: Mail & { from: string }): Promise<void>;
+  /** `signal` aborts when the send's deadline passes: stop and let go of the connection (the mailer has moved on). */
+  send(mail: Mail & { from: string }, signal?: AbortSignal): Promise<void>;
 }
 
 export interface MailerOptions {
@@ -59,6 +66,8 @@ export interface MailerOptions {
   transport?: MailTransport;
   /** How often the loop looks for due mail (ms). */
   pollMs?: number;
+  /** A send is abandoned after this long (ms; default SEND_DEADLINE_MS). Tests shorten it. */
+  sendDeadlineMs?: number;
 }
 
 /** A mail is retried until an attempt fails this long after it was written (then `failed`; it stays in the outbox). */
@@ -69,10 +78,15 @@ const BATCH = 20;
 /** Tries to record a sent mail (then its lease decides). */
 const RECORD_ATTEMPTS = 5;
 /** How long a claimed mail is left alone by other processes. */
-const LEASE_MS = 120_000;
+export const LEASE_MS = 120_000;
 /** A pass starts no new send after this long; what it still holds goes back to the outbox, due at once. */
-const PASS_BUDGET_MS = 20_000;
-/** SMTP timeouts (ms): together well under LEASE_MS - PASS_BUDGET_MS, so a send never outlives its lease. */
+export const PASS_BUDGET_MS = 20_000;
+/**
+ * A whole send (connection, greeting, every command and the data) ends by this long after it started, sent or not.
+ * PASS_BUDGET_MS + SEND_DEADLINE_MS leaves 40 s of the lease for recording the outcome, so a send never outlives its lease.
+ */
+export const SEND_DEADLINE_MS = 60_000;
+/** SMTP timeouts (ms): each bounds one stage or one silence only; SEND_DEADLINE_MS bounds the whole send. */
 export const SMTP_TIMEOUTS = { connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: 30_000 } as const;
 
 export function createMailer(options: MailerOptions): Mailer {
@@ -80,19 +94,22 @@ export function createMailer(options: MailerOptions): Mailer {
   const transport = options.transport ?? (config.smtp ? smtpTransport(config.smtp.url) : logTransport(config, logger));
   const from = config.smtp?.from ?? config.mailFrom;
   const pollMs = options.pollMs ?? 1000;
+  const sendDeadlineMs = options.sendDeadlineMs ?? SEND_DEADLINE_MS;
   let timer: ReturnType<typeof setInterval> | undefined;
   let running: Promise<number> | undefined;
   let kickTimer: ReturnType<typeof setTimeout> | undefined;
 
   async function deliverOnce(want: number, startedAt: number): Promise<number> {
     const now = clock.now();
+    const claimId = crypto.randomUUID();
     // Claim due mail: pushing next_attempt_at forward first means a crash mid-send retries later instead of
     // never, and a second process skips what this one holds.
     const due = await rows<{ id: string; to_address: string; subject: string; text_body: string; html_body: string | null; attempts: number; created_at: Date | string }>(
       db,
       sql`update mail_outbox o
              set attempts = o.attempts + 1,
-                 next_attempt_at = ${new Date(now.getTime() + LEASE_MS)}
+                 next_attempt_at = ${new Date(now.getTime() + LEASE_MS)},
+                 claim_id = ${claimId}
            where o.id in (select id from mail_outbox
                            where status = 'pending' and next_attempt_at <= ${now}
                            order by next_attempt_at
@@ -105,22 +122,27 @@ export function createMailer(options: MailerOptions): Mailer {
       if (performance.now() - startedAt > PASS_BUDGET_MS) {
         // Out of time (a slow mail server): hand the rest back, due at once, as if never claimed.
         const rest = due.slice(handled).map((r) => r.id);
-        await sql`update mail_outbox set attempts = attempts - 1, next_attempt_at = ${clock.now()}
-                   where id = any(${rest}::uuid[]) and status = 'pending'`.execute(db);
+        await sql`update mail_outbox set attempts = attempts - 1, next_attempt_at = ${clock.now()}, claim_id = null
+                   where id = any(${rest}::uuid[]) and status = 'pending' and claim_id = ${claimId}`.execute(db);
         break;
       }
       handled += 1;
       try {
-        await transport.send({ from, to: m.to_address, subject: m.subject, text: m.text_body, html: m.html_body ?? undefined });
+        await sendWithin(sendDeadlineMs, (signal) =>
+          transport.send({ from, to: m.to_address, subject: m.subject, text: m.text_body, html: m.html_body ?? undefined }, signal),
+        );
       } catch (err) {
         const giveUp = clock.now().getTime() - new Date(m.created_at).getTime() >= RETRY_WINDOW_MS;
         const backoffMs = Math.min(2 ** m.attempts * 1000, MAX_BACKOFF_MS);
         logger.warn('mail delivery failed', { mailId: m.id, attempts: m.attempts, giveUp, error: (err as Error).message });
+        // Only while the mail is still this pass's: a holder whose lease ran out must not undo what the next one did
+        // (put a mail it sent back to pending, to go out a third time).
         await sql`update mail_outbox
                      set status = ${giveUp ? 'failed' : 'pending'},
                          last_error = ${String((err as Error).message).slice(0, 500)},
-                         next_attempt_at = ${new Date(clock.now().getTime() + backoffMs)}
-                   where id = ${m.id}`.execute(db);
+                         next_attempt_at = ${new Date(clock.now().getTime() + backoffMs)},
+                         claim_id = null
+                   where id = ${m.id} and claim_id = ${claimId}`.execute(db);
         continue;
       }
       await recordSent(m.id);
@@ -133,12 +155,17 @@ export function createMailer(options: MailerOptions): Mailer {
    * not a failed delivery, so it must not schedule another send (the fault drill saw a mail arrive twice that way).
    * The write is retried on fresh connections; if it still fails, the claim's lease runs out and the mail is sent
    * again later: SMTP cannot be made exactly-once, and this keeps the duplicate window to a database outage.
+   *
+   * Unlike a failure, this is recorded whoever holds the claim now: the mail did go out, and should a late send get
+   * here after its lease was handed on, the new holder's failure must not send it a third time (clearing claim_id
+   * makes that failure update nothing). Only a row that already says it went out is left as it is.
    */
   async function recordSent(id: string): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
-        await sql`update mail_outbox set status = ${transport.kind === 'smtp' ? 'sent' : 'logged'}, sent_at = ${clock.now()}, last_error = null
-                   where id = ${id}`.execute(db);
+        await sql`update mail_outbox set status = ${transport.kind === 'smtp' ? 'sent' : 'logged'}, sent_at = ${clock.now()}, last_error = null,
+                                         claim_id = null
+                   where id = ${id} and status in ('pending', 'failed')`.execute(db);
         return;
       } catch (err) {
         if (attempt >= RECORD_ATTEMPTS) {
@@ -218,14 +245,39 @@ function logTransport(config: Config, logger: Logger): MailTransport {
   };
 }
 
+/**
+ * Runs `send` and settles by `ms` at the latest: at the deadline its signal aborts (the transport lets go of its
+ * connection) and this rejects, whether or not the transport honours the signal.
+ */
+async function sendWithin(ms: number, send: (signal: AbortSignal) => Promise<void>): Promise<void> {
+  const deadline = new AbortController();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const err = new Error(`the mail server did not complete the send within ${Math.round(ms / 1000)} s`);
+      deadline.abort(err);
+      reject(err);
+    }, ms);
+  });
+  const sending = send(deadline.signal);
+  // Whatever the abandoned send does later is of no interest (and must not be an unhandled rejection).
+  sending.catch(() => {});
+  try {
+    await Promise.race([sending, expired]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 function smtpTransport(url: string): MailTransport {
   let transporter: Promise<{ sendMail(m: unknown): Promise<unknown> }> | undefined;
   return {
     kind: 'smtp',
-    async send(mail) {
+    async send(mail, signal) {
       // nodemailer is Node-only: loaded on first send, never by the edge bundle's static graph.
       transporter ??= import('nodemailer').then((m) => m.default.createTransport({ url, ...SMTP_TIMEOUTS }));
-      await (await transporter).sendMail({ from: mail.from, to: mail.to, subject: mail.subject, text: mail.text, html: mail.html });
+      // nodemailer (10.x) closes the SMTP connection when `signal` aborts.
+      await (await transporter).sendMail({ from: mail.from, to: mail.to, subject: mail.subject, text: mail.text, html: mail.html, signal });
     },
   };
 }

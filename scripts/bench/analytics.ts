@@ -22,7 +22,11 @@ const USERS = Math.ceil(SUBSCRIPTIONS / 2);
 const AGENTS = 20;
 
 const server = await startPostgres();
-const database = openPostgres(server.url);
+// Seeding a million rows in one statement may take longer than a request's statement_timeout (db.ts
+// CONNECTION_BOUNDS, 30 s): this bench's pool has none.
+const unbounded = new URL(server.url);
+unbounded.searchParams.set('statement_timeout', '0');
+const database = openPostgres(unbounded.href);
 let app: Awaited<ReturnType<typeof serveAppInProcess>> | undefined;
 try {
   await migrate(database);

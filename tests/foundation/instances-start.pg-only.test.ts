@@ -60,15 +60,24 @@ describe('admin account when instances start together', () => {
 describe('the signing key when instances start together', () => {
   it('one key is made, and every instance lists that one key from its first request', async () => {
     await sql`delete from jwks`.execute(db.database.db);
-    // Force the race: the key table takes no writes until all three instances wait for a lock, so each has looked
-    // for a key before any key exists. Without the turn each then writes its own (three keys); with it, two wait for
-    // the turn and then find the first one's key.
+    // Force the race: the key table takes no writes until all three instances wait, so each has looked for a key
+    // before any key exists. Without the turn each then writes its own (three keys); with it, one waits for the table
+    // with the turn, and two wait for the turn (inTurn asks for it again and again rather than wait in one statement,
+    // which statement_timeout would bound) and then find the first one's key.
     let starting: ReturnType<typeof startThree> | undefined;
     await db.database.db.transaction().execute(async (trx) => {
       await sql`lock table jwks in exclusive mode`.execute(trx); // reads go on; inserts wait
       starting = startThree();
       starting.catch(() => {}); // awaited below
-      await eventually('all three instances wait for a lock', async () => (await statementsWaitingForLock(db.database.db, '%')) === 3);
+      await eventually('one instance waits for the table, two for the turn', async () => {
+        // the three turns' transactions: the one taken (its work waits for the table) and the two asking again
+        const turns = await first<{ n: number }>(
+          db.database.db,
+          sql`select count(*)::int as n from pg_stat_activity
+               where datname = current_database() and pid <> pg_backend_pid() and query ilike '%pg_try_advisory_xact_lock%'`,
+        );
+        return (await statementsWaitingForLock(db.database.db, '%')) === 1 && turns!.n === 3;
+      });
     }); // commits: the inserts go on
     const { apps, stop } = await starting!;
     try {

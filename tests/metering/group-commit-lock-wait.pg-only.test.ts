@@ -1,0 +1,176 @@
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, sql } from '../../functions/platform/db.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { eventually, statementsWaitingForLock } from '../support/databases.ts';
+import { signUp, type TestUser } from '../support/users.ts';
+import { agentToken, ledgerAgreesWithCounters, meter, meteredAgent, reqId, subscribe, type MeteredAgent } from './support.ts';
+
+/**
+ * One held usage counter must not stop the usage calls of the whole instance (review 31; migration 20261126001600,
+ * functions/metering/group-commit.ts).
+ *
+ * The group commit keeps at most two batches in flight, each one statement. A call whose counter another transaction
+ * holds waited inside PostgreSQL with no bound, and its batch slot with it; two such calls (a client's retry after its
+ * own timeout is enough) took both slots, and every usage call of the instance, for any agent and any user, waited for
+ * that one lock. Who holds counter locks: every change that can lower a quota takes public.metering_lock_counters in a
+ * transaction of several round trips (revokeAddon, upsertTierQuota over every subscriber of a tier), and such a
+ * transaction on a stalled process keeps them. The test holds one with the same call in a transaction it keeps open.
+ *
+ * Now a batch waits at most lock_timeout (2 s, the batch function's SET clause) and its calls go again one by one: the
+ * unrelated ones are answered, the call on the held counter gets 503 UNAVAILABLE (retryable; its clientReqId keeps a
+ * retry from counting twice), and further calls on that counter wait for one probe instead of taking batch slots.
+ */
+
+let t: TestApp;
+let locker: postgres.Sql;
+let alice: TestUser;
+let bob: TestUser;
+let agentA: MeteredAgent;
+let agentB: MeteredAgent;
+let aliceSubscriptionId: string;
+
+beforeAll(async () => {
+  t = await startTestApp({ now: '2026-03-10T12:00:00.000Z' });
+  locker = postgres(t.databaseUrl!, { max: 1, onnotice: () => {}, connection: { application_name: 'lock-wait-test-locker' } });
+  alice = await signUp(t);
+  bob = await signUp(t);
+  agentA = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 1000 }]);
+  agentB = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 1000 }]);
+  aliceSubscriptionId = (await subscribe(t, alice.userId, agentA.tierId)).id;
+  await subscribe(t, bob.userId, agentB.tierId);
+  // tokens first (the OAuth flow is not what is tested), and one call each so both counters exist
+  await agentToken(t, alice, agentA.agentId);
+  await agentToken(t, bob, agentB.agentId);
+  expect((await meter(t, alice, agentA.agentId, 'calls', 'increment', { clientReqId: reqId() })).status).toBe(200);
+  expect((await meter(t, bob, agentB.agentId, 'calls', 'increment', { clientReqId: reqId() })).status).toBe(200);
+}, 60_000);
+
+afterAll(async () => {
+  await locker?.end({ timeout: 1 });
+  await t?.close();
+});
+
+/** Holds alice's counter as a quota-lowering change does first (addons.ts revokeAddon, tier-quotas.ts prepareChange). */
+async function holdAlicesCounter(): Promise<{ release(): Promise<void> }> {
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  let locked!: () => void;
+  const isLocked = new Promise<void>((r) => (locked = r));
+  const holder = locker.begin(async (tx) => {
+    // The function limits how long its transaction may sit idle (5 s); this holder stands for one that keeps working.
+    await tx`select public.metering_lock_counters(array[${aliceSubscriptionId}]::uuid[], ${agentA.metrics.calls!}::uuid, ${t.clock.now()})`;
+    await tx`select set_config('idle_in_transaction_session_timeout', '0', true)`;
+    locked();
+    await released;
+  });
+  await isLocked;
+  return {
+    release: async () => {
+      release();
+      await holder;
+    },
+  };
+}
+
+const settled = <T>(p: Promise<T>) => {
+  const state: { done: boolean; value?: T } = { done: false };
+  void p.then((value) => Object.assign(state, { done: true, value }), () => (state.done = true));
+  return state;
+};
+
+describe("a lock on one agent's usage counter", () => {
+  it('the batch function carries its lock_timeout (a later create or replace must repeat the clause)', async () => {
+    const row = await first<{ config: string[] }>(
+      t.db,
+      sql`select proconfig as config from pg_proc where oid = 'public.metering_batch_as_bearer'::regproc`,
+    );
+    expect(row?.config).toContain('lock_timeout=2s');
+  });
+
+  it("does not hold another agent's usage calls; the calls on the held counter get 503 and count once when retried", async () => {
+    const holder = await holdAlicesCounter();
+    const first1 = reqId();
+    const first2 = reqId();
+    const pending: Promise<unknown>[] = [];
+    try {
+      // Alice's agent sends a call, and (its own timeout passed) one more: each waits for the lock in its batch.
+      const a1 = meter(t, alice, agentA.agentId, 'calls', 'increment', { clientReqId: first1 });
+      pending.push(a1);
+      await eventually("the first of alice's calls waits for the lock", async () => (await statementsWaitingForLock(t.db, '%metering_batch_as_bearer%')) >= 1);
+      const a2 = meter(t, alice, agentA.agentId, 'calls', 'increment', { clientReqId: first2 });
+      pending.push(a2);
+      await eventually("the second of alice's calls waits for the lock", async () => (await statementsWaitingForLock(t.db, '%metering_batch_as_bearer%')) >= 2);
+
+      // Bob, another user of another agent, whose counter nobody holds: answered while the lock is still held.
+      const b = await meter(t, bob, agentB.agentId, 'calls', 'increment', { clientReqId: reqId() });
+      expect(b.status, b.text).toBe(200);
+
+      // Alice's calls: 503 UNAVAILABLE, to be retried, while the lock is still held.
+      for (const answer of await Promise.all([a1, a2])) {
+        expect(answer.status, answer.text).toBe(503);
+        expect(answer.headers.get('retry-after')).toBe('1');
+        expect((answer.body as { error: { code: string } }).error.code).toBe('UNAVAILABLE');
+      }
+
+      // The counter is now known as held: alice's next call goes alone (a probe) and takes no batch slot, and her
+      // calls arriving meanwhile wait for its answer outside PostgreSQL. So bob's calls sent meanwhile are answered
+      // before hers, and only one statement waits for the lock.
+      const later = [1, 2, 3].map(() => meter(t, alice, agentA.agentId, 'calls', 'increment', { clientReqId: reqId() }));
+      pending.push(...later);
+      const laterStates = later.map(settled);
+      await eventually("alice's probe waits for the lock", async () => (await statementsWaitingForLock(t.db, '%metering_batch_as_bearer%')) >= 1);
+      const bobs = await Promise.all([1, 2, 3].map(() => meter(t, bob, agentB.agentId, 'calls', 'increment', { clientReqId: reqId() })));
+      expect(bobs.map((r) => r.status)).toEqual([200, 200, 200]);
+      expect(await statementsWaitingForLock(t.db, '%metering_batch_as_bearer%')).toBe(1);
+      expect(laterStates.map((s) => s.done), "bob's calls did not wait for alice's").toEqual([false, false, false]);
+      expect((await Promise.all(later)).map((r) => r.status)).toEqual([503, 503, 503]);
+    } finally {
+      await holder.release();
+      await Promise.allSettled(pending);
+    }
+
+    // The lock is gone: the client's retries (same clientReqIds) are served and count once each.
+    const retried = await Promise.all([first1, first2].map((clientReqId) => meter(t, alice, agentA.agentId, 'calls', 'increment', { clientReqId })));
+    expect(retried.map((r) => r.status)).toEqual([200, 200]);
+    const again = await meter(t, alice, agentA.agentId, 'calls', 'increment', { clientReqId: first1 });
+    expect(again.status).toBe(200);
+    expect(again.headers.get('x-idempotent-replay')).toBe('true');
+    // 1 before + the two retried (the refused calls counted nothing)
+    const counters = await ledgerAgreesWithCounters(t.db, aliceSubscriptionId);
+    expect(counters).toEqual([{ used: 3, sum: 3 }]);
+    // And her calls go in batches again.
+    expect((await meter(t, alice, agentA.agentId, 'calls', 'increment', { clientReqId: reqId() })).status).toBe(200);
+  }, 60_000);
+
+  it('a change that took counter locks and then stalls loses them after 5 s idle', async () => {
+    const stalled = postgres(t.databaseUrl!, { max: 1, onnotice: () => {}, connection: { application_name: 'lock-wait-test-stalled' } });
+    try {
+      let locked!: () => void;
+      const isLocked = new Promise<void>((r) => (locked = r));
+      const change = stalled
+        .begin(async (tx) => {
+          await tx`select public.metering_lock_counters(array[${aliceSubscriptionId}]::uuid[], ${agentA.metrics.calls!}::uuid, ${t.clock.now()})`;
+          locked();
+          // The process stalls here (a GC pause, a frozen container) with the locks held.
+          await new Promise((r) => setTimeout(r, 8_000));
+          await tx`select 1`;
+        })
+        .then(
+          () => 'committed',
+          (err: { code?: string }) => `failed: ${err.code}`,
+        );
+      await isLocked;
+      // The server ends the idle transaction after 5 s and the counter is free again: alice's call is served
+      // (at worst one 503 while the lock was still there; her client retries with the same clientReqId).
+      const clientReqId = reqId();
+      let answer = await meter(t, alice, agentA.agentId, 'calls', 'increment', { clientReqId });
+      for (let i = 0; answer.status === 503 && i < 10; i++) answer = await meter(t, alice, agentA.agentId, 'calls', 'increment', { clientReqId });
+      expect(answer.status, answer.text).toBe(200);
+      // The stalled change finds its session ended and commits nothing.
+      expect(await change).toMatch(/^failed: /);
+    } finally {
+      await stalled.end({ timeout: 1 });
+    }
+  }, 60_000);
+});
