@@ -12,8 +12,8 @@ import { trustedOrigins } from './better-auth.ts';
  * by a review; the purchase-claim link already ends such credentials, contract.md "Anonymous purchases").
  *
  * Now a click without a session of that account verifies nothing: the browser goes to the link's callbackURL with
- * `error=SIGN_IN_TO_VERIFY` and `verify=<the link>`; the built-in sign-in page opens the link again once signed in
- * (a front end does the same). The address's real owner, who cannot sign in with a password someone else chose,
+ * `error=SIGN_IN_TO_VERIFY` and `verify=<the link>` (without a callbackURL: 401 `{ code: "SIGN_IN_TO_VERIFY" }`);
+ * the built-in sign-in page opens the link again once signed in (a front end does the same). The address's real owner, who cannot sign in with a password someone else chose,
  * uses "forgot password": the reset goes to the mailbox, proves it, verifies the address (better-auth.ts,
  * onPasswordReset) and ends every session and token of the account (the password trigger). Verified or unknown
  * accounts, malformed tokens and callbacks off our origins go to the library, which answers them as before.
@@ -23,8 +23,11 @@ export function verifyOnlyInTheAccountsSession() {
     const { config, database, auth } = c.var.deps;
     const url = new URL(c.req.url);
     const email = await emailOfToken(url.searchParams.get('token'), config.authSecret);
-    const callback = ownUrl(url.searchParams.get('callbackURL'), trustedOrigins(config), config.publicBaseUrl);
-    if (!email || !callback) return next();
+    if (!email) return next();
+    const callbackParam = url.searchParams.get('callbackURL');
+    const callback = callbackParam ? ownUrl(callbackParam, trustedOrigins(config), config.publicBaseUrl) : undefined;
+    // A callback on another site: the library refuses it (403) before it verifies anything.
+    if (callbackParam && !callback) return next();
     const holder = await first<{ verified: boolean }>(
       database.db,
       sql`select "emailVerified" as verified from "user" where lower(email) = ${email}`,
@@ -32,6 +35,10 @@ export function verifyOnlyInTheAccountsSession() {
     if (!holder || holder.verified) return next();
     const session = await auth.api.getSession({ headers: c.req.raw.headers }).catch(() => null);
     if (session && session.user.email.toLowerCase() === email) return next();
+    const message = 'Sign in to this account, then open the link again: it verifies the address only in its own session';
+    // Without a callback (a link stripped of it, or a front end calling the endpoint itself) the answer is the
+    // library's shape for a link that cannot be used, 401 with a code; it verified the address for anyone before.
+    if (!callback) return c.json({ code: 'SIGN_IN_TO_VERIFY', message }, 401);
     callback.searchParams.set('error', 'SIGN_IN_TO_VERIFY');
     callback.searchParams.set('verify', `${url.pathname}${url.search}`);
     return c.redirect(callback.href, 302);

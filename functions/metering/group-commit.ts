@@ -79,11 +79,19 @@ interface HeldCounter {
   since: number;
   /** While a probe (one call, alone) is out: the calls on this counter waiting for its answer. */
   waiting: Pending[] | undefined;
+  /** A call timed out alone on it (kept HELD_FOR_MS); false: only suspected, from a batch that timed out. */
+  confirmed: boolean;
 }
 
-/** The counter a call locks: agent, user and metric, or, for a commit, release or read, its reservation's. */
+/**
+ * Whose counters a call locks: the agent's and the user's. Coarser than one counter on purpose: a commit, release or
+ * read names only its reservation, whose counter this process does not know, and keyed by reservation each one on a
+ * held counter took a batch slot for a whole lock_timeout (two of them stalled every agent's calls again; found by a
+ * review). Keyed by agent and user, every call of that user at that agent waits for the one probe while a counter of
+ * theirs is held; a probe on another of their counters gets through at once and lets the rest go.
+ */
 function counterKey(call: BatchedCall): string {
-  return call.reservationId ? `reservation ${call.reservationId}` : `${call.agentId} ${call.check.userId} ${call.metricSlug}`;
+  return `${call.agentId} ${call.check.userId}`;
 }
 
 /** What a call on a counter held past lock_timeout answers: 503 UNAVAILABLE, to be retried with the same clientReqId. */
@@ -119,8 +127,12 @@ class UsageBatcher {
   }
 
   /**
-   * A call on a counter found held lately goes alone, beside the batches, or waits for the one that already went;
-   * true when it was taken care of here, false when its counter is not known as held (it goes in a batch).
+   * A call of an agent and user with a counter found held lately goes alone, beside the batches, or waits for the one
+   * that went; true when it was taken care of here, false when nothing of theirs is known as held (it goes in a batch).
+   * While a counter of theirs is known held (a call of theirs timed out on it within HELD_FOR_MS), their calls go
+   * alone one after another, never in a batch slot: which of their counters a commit or read locks is not known here,
+   * so one that got through says nothing of the next. Merely suspected (they were in a batch that timed out), the
+   * first call that gets through clears them and the rest go back to the batches.
    */
   #aside(pending: Pending): boolean {
     const key = counterKey(pending.call);
@@ -135,18 +147,30 @@ class UsageBatcher {
       return true;
     }
     held.waiting = [];
+    this.#probe(key, held, pending);
+    return true;
+  }
+
+  /** Sends `pending` alone; then the calls that waited meanwhile, as #aside says. */
+  #probe(key: string, held: HeldCounter, pending: Pending): void {
     void this.#alone(pending).then((free) => {
       const waiting = held.waiting ?? [];
-      held.waiting = undefined;
-      if (free) {
-        if (this.#held.get(key) === held) this.#held.delete(key);
-        this.#queue.push(...waiting);
-        this.#pump();
-      } else {
+      if (!free) {
+        held.waiting = undefined;
         for (const p of waiting) p.reject(counterBusy());
+        return;
       }
+      if (held.confirmed) {
+        const next = waiting.shift();
+        if (next) this.#probe(key, held, next);
+        else held.waiting = undefined;
+        return;
+      }
+      held.waiting = undefined;
+      if (this.#held.get(key) === held) this.#held.delete(key);
+      this.#queue.push(...waiting);
+      this.#pump();
     });
-    return true;
   }
 
   /**
@@ -163,22 +187,26 @@ class UsageBatcher {
         p.reject(err);
         return true;
       }
-      this.#rememberHeld(p.call);
+      this.#rememberHeld(p.call, true);
       p.reject(counterBusy());
       return false;
     }
   }
 
-  #rememberHeld(call: BatchedCall): void {
+  /** `confirmed`: a call of theirs timed out alone; otherwise they were only in a batch that timed out. */
+  #rememberHeld(call: BatchedCall, confirmed: boolean): void {
     const key = counterKey(call);
     const held = this.#held.get(key);
     if (held) {
-      held.since = performance.now();
+      if (confirmed) {
+        held.since = performance.now();
+        held.confirmed = true;
+      }
       return;
     }
     // Forgetting costs one more lock_timeout per forgotten counter; only waiting calls must not be dropped.
     if (this.#held.size >= MAX_HELD) for (const [k, h] of this.#held) if (!h.waiting) this.#held.delete(k);
-    this.#held.set(key, { since: performance.now(), waiting: undefined });
+    this.#held.set(key, { since: performance.now(), waiting: undefined, confirmed });
   }
 
   #pump(): void {
@@ -204,10 +232,10 @@ class UsageBatcher {
         // gets through: the first call on each counter is that probe and the others on it wait for its answer (#aside),
         // so a held counter with many calls in the batch holds one pool connection for one lock_timeout, not one each.
         if (batch.length === 1) {
-          this.#rememberHeld(batch[0]!.call);
+          this.#rememberHeld(batch[0]!.call, true);
           batch[0]!.reject(counterBusy());
         } else {
-          for (const p of batch) this.#rememberHeld(p.call);
+          for (const p of batch) this.#rememberHeld(p.call, false);
           for (const p of batch) if (!this.#aside(p)) this.#queue.push(p);
           this.#pump();
         }

@@ -108,8 +108,10 @@ export async function updateWebhook(
           events = case when ${patch.events !== undefined} then ${textArray(patch.events ?? [])} else e.events end,
           enabled = coalesce(${patch.enabled ?? null}::boolean, e.enabled),
           -- A new url is a new receiver, and an endpoint enabled again is one the admin says is back: each starts a
-          -- fresh run, so its pending deliveries get their 24 hours again (public.webhook_retries_over).
-          failing_since = case when ${patch.url !== undefined || patch.enabled === true} then null else e.failing_since end,
+          -- fresh run, so its pending deliveries get their 24 hours again (public.webhook_retries_over). The same url,
+          -- or enabling one that is enabled, changes nothing.
+          failing_since = case when ${patch.url ?? null}::text <> e.url or (${patch.enabled === true} and not e.enabled) then null
+                               else e.failing_since end,
           updated_at = ${deps.clock.now()}
         where e.id = ${webhookId} and e.agent_id = ${agentId}
         returning ${columns}`,

@@ -69,7 +69,7 @@ export const webhookSchema = z
     enabled: z.boolean(),
     failingSince: z.string().nullable().openapi({
       description:
-        "When the endpoint's current run of failed attempts began; null once an attempt is delivered, and after its url is changed or it is enabled again. A delivery fails for good when an attempt fails 24 hours after the later of this and when the delivery was queued.",
+        "When the endpoint's current run of failed attempts began; null once an attempt is delivered, and after its url is changed or it is enabled again (a PATCH that changes neither keeps it). A delivery fails for good when an attempt fails 24 hours after the later of this and when the delivery was queued.",
       example: null,
     }),
     createdAt: z.string(),

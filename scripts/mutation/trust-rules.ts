@@ -634,6 +634,22 @@ export const mutations: Mutation[] = [
     tests: ['tests/billing/tier-changes.test.ts'],
   },
   {
+    rule: 21,
+    name: "a reserve leaves its counter's time where it was (late commits of holds it did not settle count beside it)",
+    file: 'supabase/migrations/20261126001700_reserve_moves_counter_time.sql',
+    find: '  on conflict (subscription_id, metric_id, period_start) do update set used = c.used, updated_at = excluded.updated_at',
+    replace: '  on conflict (subscription_id, metric_id, period_start) do update set used = c.used',
+    tests: ['tests/metering/hold-expiry-order.test.ts'],
+  },
+  {
+    rule: 17,
+    name: 'a held counter is remembered by reservation for commits (each takes a batch slot for a lock_timeout)',
+    file: 'functions/metering/group-commit.ts',
+    find: '  return `${call.agentId} ${call.check.userId}`;',
+    replace: '  return call.reservationId ? `reservation ${call.reservationId}` : `${call.agentId} ${call.check.userId} ${call.metricSlug}`;',
+    tests: ['tests/metering/group-commit-lock-wait.pg-only.test.ts'],
+  },
+  {
     rule: 22,
     name: 'platform admins may impersonate users',
     file: 'functions/auth/better-auth.ts',

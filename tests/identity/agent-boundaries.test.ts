@@ -299,10 +299,13 @@ describe("an agent's token is never an admin credential (finding 2)", () => {
   it('an admin token stops being one when its user is demoted', async () => {
     const other = await createAdmin(t);
     const client = await createFirstPartyClient(t);
-    const { accessToken } = await accessTokenFor(t, other, { client, scope: 'openid admin' });
+    const { accessToken, refreshToken } = await accessTokenFor(t, other, { client, scope: 'openid offline_access admin' });
     expect((await t.http.get('/admin/users', { bearer: accessToken })).status).toBe(200);
     await sql`update "user" set role = 'user' where id = ${other.userId}`.execute(t.db);
     const res = await t.http.get('/admin/users', { bearer: accessToken });
     expect([res.status, res.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+    // and its refresh ends the grant: the token endpoint mints the admin scope only for a platform admin
+    const refreshed = await postForm(t, '/api/auth/oauth2/token', client, { grant_type: 'refresh_token', refresh_token: refreshToken });
+    expect({ status: refreshed.status, error: refreshed.body.error }).toEqual({ status: 400, error: 'invalid_grant' });
   });
 });

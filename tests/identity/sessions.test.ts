@@ -176,6 +176,17 @@ describe('email verification', () => {
     expect((await t.http.post('/api/auth/sign-in/email', { json: { email: victimEmail, password: 'attacker chose this' } })).status).toBe(401);
   });
 
+  it('a link stripped of its callbackURL verifies nothing signed out either (401 SIGN_IN_TO_VERIFY); signed in, it does', async () => {
+    const user = await signUp(t);
+    const link = linkIn((await mailsTo(t, user.email))[0]!);
+    const bare = `${link.pathname}?token=${encodeURIComponent(link.searchParams.get('token')!)}`;
+    const signedOut = await t.http.get(bare);
+    expect({ status: signedOut.status, code: signedOut.body.code }).toEqual({ status: 401, code: 'SIGN_IN_TO_VERIFY' });
+    expect((await t.http.get('/api/auth/get-session', { cookie: user.cookie })).body.user.emailVerified).toBe(false);
+    expect((await t.http.get(bare, { cookie: user.cookie })).status).toBe(200);
+    expect((await t.http.get('/api/auth/get-session', { cookie: user.cookie })).body.user.emailVerified).toBe(true);
+  });
+
   it('the built-in sign-in page opens the verification link again once signed in', async () => {
     const user = await signUp(t);
     const link = linkIn((await mailsTo(t, user.email))[0]!);

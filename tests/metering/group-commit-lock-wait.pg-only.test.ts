@@ -5,6 +5,7 @@ import { startTestApp, type TestApp } from '../support/app.ts';
 import { eventually, statementsWaitingForLock } from '../support/databases.ts';
 import { signUp, type TestUser } from '../support/users.ts';
 import { agentToken, ledgerAgreesWithCounters, meter, meteredAgent, reqId, subscribe, type MeteredAgent } from './support.ts';
+import { commit, reserve } from './reservation-support.ts';
 
 /**
  * One held usage counter must not stop the usage calls of the whole instance (review 31; migration 20261126001600,
@@ -172,5 +173,43 @@ describe("a lock on one agent's usage counter", () => {
     } finally {
       await stalled.end({ timeout: 1 });
     }
+  }, 60_000);
+});
+
+describe('a held counter, named by its reservations', () => {
+  it("once it is known as held, commits of its other holds take no batch slot either (bob's calls do not wait)", async () => {
+    // A commit, release or read names only its reservation: keyed by it, each one on the held counter went into a
+    // batch and waited out lock_timeout in one of the two slots, and two kept every agent's calls waiting (a review).
+    const holds: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      const r = await reserve(t, alice, agentA.agentId, 'calls', { clientReqId: reqId(), amount: 1, ttlSeconds: 3600 });
+      expect(r.status, r.text).toBe(201);
+      holds.push((r.body as { data: { id: string } }).data.id);
+    }
+    const holder = await holdAlicesCounter();
+    const pending: Promise<unknown>[] = [];
+    try {
+      const first = await meter(t, alice, agentA.agentId, 'calls', 'increment', { clientReqId: reqId() });
+      expect(first.status, first.text).toBe(503);
+      const c1 = commit(t, alice, agentA.agentId, holds[0]!, 1);
+      pending.push(c1);
+      await eventually('a commit waits', async () => (await statementsWaitingForLock(t.db, '%metering_batch_as_bearer%')) >= 1);
+      const c2 = commit(t, alice, agentA.agentId, holds[1]!, 1);
+      pending.push(c2);
+      await new Promise((r) => setTimeout(r, 300));
+      const waiting = await statementsWaitingForLock(t.db, '%metering_batch_as_bearer%');
+      const started = performance.now();
+      const b = await meter(t, bob, agentB.agentId, 'calls', 'increment', { clientReqId: reqId() });
+      const bobMs = performance.now() - started;
+      expect(b.status, b.text).toBe(200);
+      expect({ waiting, bobWaitedForLockTimeout: bobMs > 1500 }).toEqual({ waiting: 1, bobWaitedForLockTimeout: false });
+    } finally {
+      await holder.release();
+      await Promise.allSettled(pending);
+    }
+    // Released, alice's commits go through again (her calls go alone for a while, one after another).
+    const again = await commit(t, alice, agentA.agentId, holds[1]!, 1);
+    expect([200, 422]).toContain(again.status);
+    for (const counter of await ledgerAgreesWithCounters(t.db, aliceSubscriptionId)) expect(counter.used).toBe(counter.sum);
   }, 60_000);
 });

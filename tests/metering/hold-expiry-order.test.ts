@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { first, sql } from '../../functions/platform/db.ts';
+import { first, rows, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { insertUser, ledgerAgreesWithCounters, meteredAgent, subscribe } from './support.ts';
 
@@ -50,6 +50,29 @@ describe('a hold committed after a later write left it out', () => {
     // the commit arrived 1 ms before the expiry, and runs now
     expect(await commitAt(who, hold!.reservation_id, 10, '2026-02-01T00:00:59.999Z')).toEqual({ outcome: 'expired', status: 'expired', used: 10 });
     expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 10, sum: 10 }]);
+  });
+
+  it('attack: a reserve just after more holds expired than it settles, then late commits of those it left: nothing counted beside it', async () => {
+    // A reserve settles at most 100 expired holds of its counter (20261126000600) and did not move the counter's time,
+    // so commits of the holds it left, arriving just before their expiry but run after it, found them live: 50 over
+    // a quota of 150 (migration 20261126001700; found by a review).
+    const userId = await insertUser(t.db);
+    const N = 150;
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'fixed', quota: N }]);
+    const sub = await subscribe(t, userId, a.tierId);
+    const who = { userId, agentId: a.agentId };
+    for (let i = 0; i < N; i++) expect(await reserveAt(who, `h-${i}`, 1, '2026-02-01T00:00:00Z')).toMatchObject({ outcome: 'ok' });
+    // 1 ms after their expiry none counts: a hold of the whole quota is admitted
+    expect(await reserveAt(who, 'big', N, '2026-02-01T00:01:00.001Z')).toMatchObject({ outcome: 'ok' });
+    const left = await rows<{ id: string }>(
+      t.db,
+      sql`select id from usage_reservations where subscription_id = ${sub.id} and status = 'held' and client_req_id <> 'big'`,
+    );
+    expect(left.length).toBeGreaterThan(0);
+    const outcomes = new Set<string>();
+    for (const { id } of left) outcomes.add((await commitAt(who, id, 1, '2026-02-01T00:00:59.999Z'))!.outcome);
+    expect([...outcomes]).toEqual(['expired']);
+    expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 0, sum: 0 }]);
   });
 
   it('attack: a denied increment that arrived before the expiry, run between the two, does not move the counter\'s time back', async () => {

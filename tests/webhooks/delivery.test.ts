@@ -483,6 +483,12 @@ describe('delivery', () => {
       expect(await drain(t)).toMatchObject({ attempted: 1, failed: 1 });
       expect((await endpointView(agent.agentId, endpoint.id)).failingSince).not.toBeNull();
 
+      // A PATCH that changes neither the url nor the enabled flag keeps the run.
+      for (const patch of [{ url: endpoint.url }, { enabled: true }, { events: ['subscription.created'] }]) {
+        const same = await t.http.patch(path, { cookie: admin.cookie, json: patch });
+        expect(same.body.data.failingSince, JSON.stringify(patch)).not.toBeNull();
+      }
+
       // The admin points it at a new url: its run of failures is over, so a delivery queued 25 hours ago gets 24
       // hours from its next failure.
       await startFree(await signUp(t), agent.tierId);

@@ -2720,7 +2720,7 @@ export interface components {
             enabled: boolean;
             events: ("subscription.created" | "subscription.updated" | "subscription.canceled" | "usage.threshold_reached" | "reservation.expired")[];
             /**
-             * @description When the endpoint's current run of failed attempts began; null once an attempt is delivered, and after its url is changed or it is enabled again. A delivery fails for good when an attempt fails 24 hours after the later of this and when the delivery was queued.
+             * @description When the endpoint's current run of failed attempts began; null once an attempt is delivered, and after its url is changed or it is enabled again (a PATCH that changes neither keeps it). A delivery fails for good when an attempt fails 24 hours after the later of this and when the delivery was queued.
              * @example null
              */
             failingSince: string | null;
