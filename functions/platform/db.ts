@@ -1,8 +1,5 @@
 import { CompiledQuery, Kysely, sql, type DatabaseConnection, type Driver, type RawBuilder } from 'kysely';
 import { PostgresJSDialect } from 'kysely-postgres-js';
-import { Buffer } from 'node:buffer';
-import { isIP, Socket, connect as connectTcp } from 'node:net';
-import { connect as connectTls, type ConnectionOptions, type TLSSocket } from 'node:tls';
 import postgres from 'postgres';
 
 /**
@@ -52,8 +49,7 @@ export async function first<T>(db: Db, query: RawBuilder<T>): Promise<T | undefi
  *
  * The pool's bounds (CONNECTION_BOUNDS) would cut a turn short: the transaction sits idle while `work` runs, as long as
  * the work takes, so it lifts idle_in_transaction_session_timeout for itself; and waiting for another instance's turn
- * in one statement would run into statement_timeout and the reply deadline, so it asks for the lock again every
- * 100 ms instead.
+ * in one statement would run into statement_timeout, so it asks for the lock again every 100 ms instead.
  */
 export async function inTurn<T>(database: Database, name: string, work: () => Promise<T>): Promise<T> {
   if (database.kind === 'pglite') return work();
@@ -79,37 +75,30 @@ const numberType = { to: 20, from: [20, 1700], serialize: (v: unknown) => String
  * the query's unknown keys to the server, after ours), e.g. `?statement_timeout=2min`; docs/operations.md.
  *   - statement_timeout: no request needs a statement anywhere near this long (admin analytics: well under a second
  *     on 100k subscriptions); one that runs this long is ended (57014, answered 503) instead of holding its
- *     connection. It is also the bound the reply deadline below is measured from.
+ *     connection.
  *   - idle_in_transaction_session_timeout: a transaction whose process stalled between two statements (a GC pause, a
  *     frozen container, a partition) ends, and with it the row locks it held for everybody else.
  * Migrations and seeds (runScript) run on a connection of their own without these bounds, and inTurn lifts the idle
  * one for its own transaction.
+ *
+ * Not bounded here: a connection that goes silent with no reset (a failover whose old host vanished, a NAT or
+ * balancer that dropped its state). A statement sent on it waits until the kernel gives up retransmitting (about 15
+ * minutes with Linux's default net.ipv4.tcp_retries2 = 15). A reply deadline of our own was built and taken out (a
+ * review found it missed replies that stopped half way and cut statements queued in a pooler; it had to copy
+ * postgres.js's TLS negotiation to watch the socket): docs/operations.md says what bounds it in a deployment.
  */
 export const CONNECTION_BOUNDS = { statement_timeout: 30_000, idle_in_transaction_session_timeout: 60_000 };
 
-/** How much longer than statement_timeout a sent statement may go without a byte back before its connection is dead. */
-const REPLY_GRACE_MS = 5_000;
-
 export function openPostgres(url: string, options: { max?: number } = {}): Database {
-  const settings = {
+  const client = postgres(url, {
     max: options.max ?? 10,
     onnotice: () => {},
     types: { number8: numberType } as never,
     connection: { application_name: 'agent-marketplace', ...CONNECTION_BOUNDS },
-  };
-  // What postgres.js makes of the URL: hosts, sslmode, and the startup parameters (the URL's over ours). Making the
-  // handle opens no connection.
-  const parsed = postgres(url, settings).options as unknown as ParsedConnectOptions;
-  const statementTimeoutMs = durationMs(parsed.connection.statement_timeout);
-  // A reply deadline needs a bound on how long the server may legitimately stay silent: without statement_timeout
-  // (0, or a value this does not understand) there is none, and no deadline either.
-  const sockets = statementTimeoutMs ? socketsWithReplyDeadline(parsed.ssl, statementTimeoutMs + REPLY_GRACE_MS) : undefined;
-  // With the sockets ours, TLS is negotiated by socketsWithReplyDeadline (postgres.js would wrap the socket it was given
-  // in one of its own, out of the deadline's sight), so postgres.js itself is told there is none.
-  const client = postgres(url, sockets ? ({ ...settings, ssl: false, socket: sockets.open } as typeof settings) : settings);
+  });
   const db = new Kysely<any>({ dialect: new RollbackSafePostgresJSDialect({ postgres: client }) });
   // Migrations and seeds: whole files whose statements (an index built over a big table) may run longer than any
-  // request's, so they get a connection without the bounds above and without the reply deadline, opened when first
+  // request's, so they get a connection without the bounds above, opened when first
   // needed and closed when idle (an instance runs them at start).
   let maintenance: postgres.Sql | undefined;
   return {
@@ -133,189 +122,9 @@ export function openPostgres(url: string, options: { max?: number } = {}): Datab
     // Bounded: a connection some library still holds reserved must not keep shutdown (or a test) waiting.
     close: async (options = {}) => {
       await Promise.all([client.end({ timeout: options.graceSeconds ?? 5 }), maintenance?.end({ timeout: options.graceSeconds ?? 5 })]);
-      sockets?.stop();
       await db.destroy();
     },
   };
-}
-
-/** The parts of postgres.js's parsed options a socket of ours needs (its typings do not list `socket` and TLS ones). */
-interface ParsedConnectOptions {
-  host: string[];
-  port: number[];
-  path: string | false | undefined;
-  ssl: boolean | string | Record<string, unknown>;
-  sslnegotiation: string | null;
-  connect_timeout: number;
-  connection: Record<string, unknown>;
-}
-
-/** A PostgreSQL duration setting (`30s`, `2min`, `500`: milliseconds without a unit) in milliseconds; undefined if not one. */
-export function durationMs(value: unknown): number | undefined {
-  const m = /^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d)?\s*$/.exec(String(value ?? ''));
-  if (!m) return undefined;
-  const unit = { us: 0.001, ms: 1, s: 1_000, min: 60_000, h: 3_600_000, d: 86_400_000 }[(m[2] ?? 'ms') as 'ms'];
-  return Number(m[1]) * unit;
-}
-
-/**
- * The pool's sockets, opened here so that a connection that goes silent is noticed (review 31). A failover to another
- * host, or a NAT or balancer that dropped its state, can leave a connection open with nobody behind it, no FIN, no RST:
- * a statement sent on it waited for the kernel to give up retransmitting (about 15 minutes on Linux), or for ever
- * behind a middlebox that still acknowledges, and the pool was soon made of such connections, every request of the
- * instance queued behind them. TCP keepalive does not help while data is unacknowledged, and Node offers no
- * TCP_USER_TIMEOUT.
- *
- * The rule: once bytes are sent, some byte must come back within `deadlineMs`. Everything postgres.js sends asks for an
- * answer (a Sync, a Flush, a simple query, the startup); the server answers a statement it runs within
- * statement_timeout, with its result or an error, so `deadlineMs` (statement_timeout and a grace) is never met by a
- * live server. Past it the socket is destroyed: what waited on it fails with CONNECTION_CLOSED, answered 503
- * (isConnectionLost), and the pool reconnects. The check runs on a timer and acts only when two checks in a row find
- * the same wait: between them the event loop has read its sockets, so an answer that had arrived while the loop was
- * busy is never mistaken for silence. Costs on the hot path: a field write per socket write and per read.
- *
- * TLS is negotiated here as postgres.js would (SSLRequest, or direct; the same `ssl` modes), so that the socket watched
- * is the one postgres.js reads and writes. A socket that cannot be opened is handed over failed rather than thrown:
- * postgres.js 3.4.9 leaves a connection whose socket factory threw in its connecting state for good, while a socket
- * that errors takes its ordinary path (the waiting query is rejected, the next one reconnects).
- */
-function socketsWithReplyDeadline(ssl: ParsedConnectOptions['ssl'], deadlineMs: number) {
-  interface Watched {
-    socket: Socket;
-    /** performance.now() of the first write since the last read; 0 when nothing waits for an answer. */
-    waitingSince: number;
-    /** The previous check already found this wait past the deadline. */
-    overdue: boolean;
-  }
-  const watched = new Set<Watched>();
-  let checks: ReturnType<typeof setInterval> | undefined;
-  let opened = 0;
-
-  function check() {
-    const now = performance.now();
-    for (const w of watched) {
-      if (w.waitingSince === 0 || now - w.waitingSince < deadlineMs) continue;
-      if (!w.overdue) {
-        w.overdue = true;
-        continue;
-      }
-      // Without an error: postgres.js then handles only the close, where it rejects what waited (CONNECTION_CLOSED)
-      // and takes the connection out of the pool in one go. An 'error' comes a turn before the close, and a query
-      // handed the connection in between (the caller retrying at once) would fail too.
-      watched.delete(w);
-      w.socket.destroy();
-    }
-  }
-
-  function watch(socket: Socket): Socket {
-    const w: Watched = { socket, waitingSince: 0, overdue: false };
-    const write = socket.write as (...args: unknown[]) => boolean;
-    socket.write = function (this: Socket, ...args: unknown[]) {
-      if (w.waitingSince === 0) w.waitingSince = performance.now();
-      return write.apply(this, args);
-    } as Socket['write'];
-    socket.on('data', () => {
-      w.waitingSince = 0;
-      w.overdue = false;
-    });
-    socket.once('close', () => {
-      watched.delete(w);
-      if (watched.size === 0 && checks) {
-        clearInterval(checks);
-        checks = undefined;
-      }
-    });
-    watched.add(w);
-    if (!checks) {
-      checks = setInterval(check, Math.min(1_000, Math.max(50, deadlineMs / 4)));
-      (checks as { unref?: () => void }).unref?.();
-    }
-    return socket;
-  }
-
-  return {
-    open: async (o: ParsedConnectOptions): Promise<Socket> => {
-      const i = opened++;
-      const host = o.host[i % o.host.length]!;
-      const port = o.port[i % o.port.length]!;
-      try {
-        const socket = await openSocket(o, host, port, ssl);
-        // For postgres.js's connection errors (`write CONNECTION_CLOSED host:port`).
-        Object.assign(socket, { host, port });
-        return watch(socket);
-      } catch (err) {
-        // Fails with this error once postgres.js has put its listeners on it: at its first write (the startup
-        // message), or on the next turn of the event loop, whichever comes first.
-        const failed = new Socket();
-        const fail = () => void (failed.destroyed || failed.destroy(err as Error));
-        failed.write = (() => (fail(), false)) as Socket['write'];
-        setTimeout(fail, 0);
-        return failed;
-      }
-    },
-    stop() {
-      if (checks) clearInterval(checks);
-      checks = undefined;
-    },
-  };
-}
-
-/** SSLRequest: length 8, code 80877103. */
-const SSL_REQUEST = Buffer.from([0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]);
-
-/** A connected socket to one host of the URL, over TLS when `ssl` asks for it (postgres.js 3.4.9's secure(), replayed). */
-async function openSocket(o: ParsedConnectOptions, host: string, port: number, ssl: ParsedConnectOptions['ssl']): Promise<Socket> {
-  const raw = o.path ? connectTcp(o.path) : connectTcp(port, host);
-  const deadline = Date.now() + (o.connect_timeout || 30) * 1000;
-  try {
-    await next(raw, 'connect', deadline, host, port);
-    if (!ssl) return raw;
-    const direct = o.sslnegotiation === 'direct';
-    if (!direct) {
-      raw.write(SSL_REQUEST);
-      const [answer] = (await next(raw, 'data', deadline, host, port)) as [Buffer];
-      // 'S': go on in TLS; anything else: the server has none, which only `prefer` accepts.
-      if (answer[0] !== 0x53) {
-        if (ssl === 'prefer') return raw;
-        throw Object.assign(new Error(`the server at ${host}:${port} does not accept SSL connections`), { code: 'ECONNREFUSED' });
-      }
-    }
-    const tls: ConnectionOptions = { socket: raw, servername: isIP(host) ? undefined : host };
-    if (direct) tls.ALPNProtocols = ['postgresql'];
-    if (ssl === 'require' || ssl === 'allow' || ssl === 'prefer') tls.rejectUnauthorized = false;
-    else if (typeof ssl === 'object') Object.assign(tls, ssl);
-    const secure: TLSSocket = connectTls(tls);
-    try {
-      await next(secure, 'secureConnect', deadline, host, port);
-    } catch (err) {
-      secure.destroy();
-      throw err;
-    }
-    return secure;
-  } catch (err) {
-    raw.destroy();
-    throw err;
-  }
-}
-
-/** The next `event` of a socket being opened, or its error, its close, or the connect timeout. */
-function next(socket: Socket, event: string, deadline: number, host: string, port: number): Promise<unknown[]> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(
-      () => done(Object.assign(new Error(`connecting to ${host}:${port} timed out`), { code: 'CONNECT_TIMEOUT' })),
-      Math.max(0, deadline - Date.now()),
-    );
-    const onEvent = (...args: unknown[]) => done(undefined, args);
-    const onError = (err: Error) => done(err);
-    const onClose = () => done(Object.assign(new Error(`the connection to ${host}:${port} closed while opening`), { code: 'CONNECTION_CLOSED' }));
-    function done(err: Error | undefined, args: unknown[] = []) {
-      clearTimeout(timer);
-      socket.off(event, onEvent).off('error', onError).off('close', onClose);
-      if (err) reject(err);
-      else resolve(args);
-    }
-    socket.once(event, onEvent).once('error', onError).once('close', onClose);
-  });
 }
 
 /**
@@ -337,8 +146,7 @@ class RollbackSafePostgresJSDialect extends PostgresJSDialect {
 }
 
 /**
- * Socket errors, postgres.js connection errors (CONNECTION_CLOSED also when the pool's reply deadline gives up a
- * socket), PostgreSQL's "terminating connection" (class 57P), and a statement the server ended for taking too long:
+ * Socket errors, postgres.js connection errors, PostgreSQL's "terminating connection" (class 57P), and a statement the server ended for taking too long:
  * statement_timeout (or an operator's cancel, 57014) and lock_timeout (55P03). The last two are bounds of
  * CONNECTION_BOUNDS and of the usage batches (review 31): the database did not serve the statement in time, which a
  * retry may well get past.
