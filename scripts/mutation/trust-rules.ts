@@ -201,14 +201,6 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 9,
-    name: 'a consent withdrawal deletes the refresh tokens without ending their families',
-    file: 'supabase/migrations/20261125001000_credentials_end_beside_a_refresh.sql',
-    find: '  perform public.end_refresh_token_families(old."userId", old."clientId");',
-    replace: '  delete from "oauthRefreshToken" where "clientId" = old."clientId" and "userId" = old."userId";',
-    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
-  },
-  {
-    rule: 9,
     name: 'a refresh token still names the session the end deleted',
     file: 'supabase/migrations/20261125001000_credentials_end_beside_a_refresh.sql',
     find: '      new."sessionId" := null;',
@@ -251,8 +243,8 @@ export const mutations: Mutation[] = [
     rule: 9,
     name: 'a code redeemed after the user consented again to fewer scopes gives them all',
     file: 'functions/auth/oauth/token-records.ts',
-    find: '                                      @> ${JSON.stringify(token.scopes)}::text::jsonb)) as stands',
-    replace: '                                      is not null)) as stands',
+    find: '                                      @> ${JSON.stringify(token.scopes)}::text::jsonb))',
+    replace: '                                      is not null))',
     tests: ['tests/oauth/code-flow.test.ts'],
   },
   {
