@@ -4,7 +4,7 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPostgres } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { createTestDatabase, type TestDatabase } from '../support/databases.ts';
+import { createTestDatabase, holdOpen, type TestDatabase } from '../support/databases.ts';
 
 /**
  * A database connection lost under a request in flight (contract.md section 1: 503 UNAVAILABLE when the database
@@ -61,20 +61,10 @@ async function startProxy(target: { host: string; port: number }): Promise<{ por
 /** Holds an ACCESS EXCLUSIVE lock on public.agents (or `table`) until release() (a second, independent connection). */
 async function lockAgents(url: string, table = 'public.agents'): Promise<{ release(): Promise<void> }> {
   const locker = postgres(url, { max: 1, onnotice: () => {}, connection: { application_name: 'outage-test-locker' } });
-  let release!: () => void;
-  const released = new Promise<void>((resolve) => (release = resolve));
-  let locked!: () => void;
-  const isLocked = new Promise<void>((resolve) => (locked = resolve));
-  const tx = locker.begin(async (sql) => {
-    await sql.unsafe(`lock table ${table} in access exclusive mode`);
-    locked();
-    await released;
-  });
-  await isLocked;
+  const held = await holdOpen(locker, (tx) => tx.unsafe(`lock table ${table} in access exclusive mode`));
   return {
     release: async () => {
-      release();
-      await tx;
+      await held.release();
       await locker.end();
     },
   };

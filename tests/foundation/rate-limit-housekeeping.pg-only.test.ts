@@ -2,7 +2,7 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { eventually, statementsWaitingForLock } from '../support/databases.ts';
+import { eventually, holdOpen, statementsWaitingForLock } from '../support/databases.ts';
 
 /**
  * The scheduled housekeeping beside rate-limited requests (review 31; migration 20261126001600).
@@ -40,23 +40,8 @@ afterAll(async () => {
 });
 
 /** Holds the window `key` in a transaction of its own until the returned release() is called. */
-async function hold(key: string): Promise<{ release(): Promise<void> }> {
-  let release!: () => void;
-  const released = new Promise<void>((r) => (release = r));
-  let holding!: () => void;
-  const held = new Promise<void>((r) => (holding = r));
-  const holder = side.begin(async (tx) => {
-    await tx`select 1 from rate_limits where key = ${key} for update`;
-    holding();
-    await released;
-  });
-  await held;
-  return {
-    release: async () => {
-      release();
-      await holder;
-    },
-  };
+function hold(key: string): Promise<{ release(): Promise<void> }> {
+  return holdOpen(side, (tx) => tx`select 1 from rate_limits where key = ${key} for update`);
 }
 
 describe('the housekeeping beside a rate-limited request whose window just ended', () => {

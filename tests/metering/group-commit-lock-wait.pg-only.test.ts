@@ -2,7 +2,7 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { eventually, statementsWaitingForLock } from '../support/databases.ts';
+import { eventually, holdOpen, statementsWaitingForLock } from '../support/databases.ts';
 import { signUp, type TestUser } from '../support/users.ts';
 import { agentToken, ledgerAgreesWithCounters, meter, meteredAgent, reqId, subscribe, type MeteredAgent } from './support.ts';
 import { commit, reserve } from './reservation-support.ts';
@@ -53,25 +53,12 @@ afterAll(async () => {
 });
 
 /** Holds alice's counter as a quota-lowering change does first (addons.ts revokeAddon, tier-quotas.ts prepareChange). */
-async function holdAlicesCounter(): Promise<{ release(): Promise<void> }> {
-  let release!: () => void;
-  const released = new Promise<void>((r) => (release = r));
-  let locked!: () => void;
-  const isLocked = new Promise<void>((r) => (locked = r));
-  const holder = locker.begin(async (tx) => {
+function holdAlicesCounter(): Promise<{ release(): Promise<void> }> {
+  return holdOpen(locker, async (tx) => {
     // The function limits how long its transaction may sit idle (5 s); this holder stands for one that keeps working.
     await tx`select public.metering_lock_counters(array[${aliceSubscriptionId}]::uuid[], ${agentA.metrics.calls!}::uuid, ${t.clock.now()})`;
     await tx`select set_config('idle_in_transaction_session_timeout', '0', true)`;
-    locked();
-    await released;
   });
-  await isLocked;
-  return {
-    release: async () => {
-      release();
-      await holder;
-    },
-  };
 }
 
 const settled = <T>(p: Promise<T>) => {

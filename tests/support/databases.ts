@@ -138,3 +138,27 @@ export async function createEmptyPostgresDatabase(): Promise<{ url: string; drop
     },
   };
 }
+
+/**
+ * Runs `take` in a transaction of `on` (a connection of the test's own, beside the app's pool) and keeps that
+ * transaction open, with the locks `take` took, until release(): how the race and fault tests hold a row or a table
+ * while the app runs into it.
+ */
+export async function holdOpen(on: postgres.Sql, take: (tx: postgres.TransactionSql) => Promise<unknown>): Promise<{ release(): Promise<void> }> {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let taken!: () => void;
+  const isTaken = new Promise<void>((resolve) => (taken = resolve));
+  const holder = on.begin(async (tx) => {
+    await take(tx);
+    taken();
+    await released;
+  });
+  await Promise.race([isTaken, holder]);
+  return {
+    release: async () => {
+      release();
+      await holder;
+    },
+  };
+}
