@@ -1,8 +1,8 @@
 import { Hono, type Context, type Next } from 'hono';
 import type { AppDeps, AppEnv } from '../platform/app-types.ts';
-import { first, sql } from '../platform/db.ts';
 import { enforceRateLimit } from '../http/rate-limit.ts';
 import { verifyOnlyInTheAccountsSession } from './email-verification.ts';
+import { userExists } from './oauth/token-records.ts';
 import { limitFailedPasswordChanges, limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
 
@@ -52,7 +52,7 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
       await next();
       // Removed only when the library said so and the row is gone (a refused removal changes nothing elsewhere).
       if (c.res.status !== 200) return false;
-      return !(await first(c.var.deps.database.db, sql`select 1 as present from "user" where id = ${userId}`));
+      return !(await userExists(c.var.deps.database.db, userId));
     });
   });
   router.on(['GET', 'POST'], '/api/auth/*', async (c) =>

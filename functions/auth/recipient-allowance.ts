@@ -1,5 +1,6 @@
 import type { Clock } from '../platform/clock.ts';
-import { first, sql, type Database } from '../platform/db.ts';
+import type { Database } from '../platform/db.ts';
+import { takeToken } from '../platform/rate-limits.ts';
 import type { Logger } from '../platform/logger.ts';
 
 /**
@@ -19,15 +20,9 @@ export async function mayMailRecipient(
   email: string,
   kind: string,
 ): Promise<boolean> {
-  const key = `mail-to|${await sha256Hex(email.trim().toLowerCase())}`;
-  // The rate limits' own statement (http/rate-limit.ts takeToken), called directly: the auth library's options are
-  // built from this module, and the HTTP layer imports them.
-  const verdict = await first<{ allowed: boolean }>(
-    deps.database.db,
-    sql`select allowed from public.rate_limit_hit(${key}, ${MAILS_PER_RECIPIENT_PER_HOUR}, ${HOUR_MS}, ${deps.clock.now()})`,
-  );
-  const allowed = verdict?.allowed === true;
-  if (!allowed) deps.logger.warn('account mail not sent: its address had its hourly allowance', { kind });
+  const verdict = await takeToken(deps, `mail-to|${await sha256Hex(email.trim().toLowerCase())}`, MAILS_PER_RECIPIENT_PER_HOUR, HOUR_MS);
+  const allowed = verdict.allowed;
+  if (!allowed) deps.logger.warn('account mail not sent: its address had its hourly allowance', { kind, retryAfterSec: verdict.retryAfterSec });
   return allowed;
 }
 

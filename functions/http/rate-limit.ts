@@ -1,9 +1,12 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from './errors.ts';
-import { first, sql, type Db } from '../platform/db.ts';
-import type { Clock } from '../platform/clock.ts';
+import { takeToken } from '../platform/rate-limits.ts';
 import { isInRanges, normalizeIp } from '../platform/ip-ranges.ts';
+
+// The counting itself (one statement per check, and the refusal cache) is platform/rate-limits.ts, which limits
+// outside HTTP use too (failed password checks, account mails per recipient).
+export { refundToken, takeToken, type RateLimitVerdict } from '../platform/rate-limits.ts';
 
 /**
  * Request rate limits per client address and endpoint (sign-in, sign-up, password reset, waitlist, public writes),
@@ -11,74 +14,21 @@ import { isInRanges, normalizeIp } from '../platform/ip-ranges.ts';
  * instance of the service shares one count: a fixed window per key that opens with the key's first request, checked
  * and counted in one statement (public.rate_limit_hit, migration 20261123000400). Time comes from `deps.clock`.
  *
- * In process there is only a cache of refusals: a key found over its limit is refused locally until its window
- * ends, so a flood from one address costs the database one statement per window, not one per request. It never
- * admits anything on its own: the database is the authority.
+ * In process there is only a cache of refusals (platform/rate-limits.ts): a key found over its limit is refused
+ * locally until its window ends, so a flood from one address costs the database one statement per window, not one
+ * per request. It never admits anything on its own: the database is the authority.
  *
  * Use: `router.use('/path', rateLimit({ bucket: 'waitlist', perMinute: (deps) => deps.config.authRateLimitPerMinute }))`
  * or `await enforceRateLimit(c, bucket, limit)`. A limit of 0 disables the bucket.
  */
 
 const WINDOW_MS = 60_000;
-/** Refusals remembered per app at most (beyond that the cache starts over; the database still counts). */
-const MAX_CACHED_REFUSALS = 10_000;
 
 export interface RateLimitOptions {
   /** Names the endpoint: counts are kept per bucket and client address. */
   bucket: string;
   /** Allowed requests per minute per client address; 0 disables. */
   perMinute: (deps: AppEnv['Variables']['deps']) => number;
-}
-
-export interface RateLimitVerdict {
-  allowed: boolean;
-  /** Seconds until the window ends (only meaningful when not allowed). */
-  retryAfterSec: number;
-}
-
-interface Refusal {
-  since: number;
-  until: number;
-}
-
-/** Refusal caches, one per running app (keyed by its deps object), so two apps in one process never share one. */
-const refusals = new WeakMap<object, Map<string, Refusal>>();
-
-/**
- * Counts one request against `key` (at most `limit` per window of `windowMs`), in one statement. Exported for
- * limits outside the middleware (failed sign-ins per account).
- */
-export async function takeToken(
-  deps: { database: { db: Db }; clock: Clock },
-  key: string,
-  limit: number,
-  windowMs: number,
-): Promise<RateLimitVerdict> {
-  const db = deps.database.db;
-  const now = deps.clock.now();
-  const nowMs = now.getTime();
-  let cache = refusals.get(deps);
-  if (!cache) refusals.set(deps, (cache = new Map()));
-  const cacheKey = `${key}|${limit}|${windowMs}`;
-  const refused = cache.get(cacheKey);
-  if (refused && nowMs >= refused.since && nowMs < refused.until) {
-    return { allowed: false, retryAfterSec: Math.max(1, Math.ceil((refused.until - nowMs) / 1000)) };
-  }
-  if (refused) cache.delete(cacheKey);
-  const row = await first<{ allowed: boolean; retryAfterMs: string | number }>(
-    db,
-    sql`select allowed, retry_after_ms as "retryAfterMs" from public.rate_limit_hit(${key}, ${limit}, ${windowMs}, ${now})`,
-  );
-  if (!row || row.allowed) return { allowed: true, retryAfterSec: 0 };
-  const retryAfterMs = Number(row.retryAfterMs);
-  if (cache.size >= MAX_CACHED_REFUSALS) cache.clear();
-  cache.set(cacheKey, { since: nowMs, until: nowMs + retryAfterMs });
-  return { allowed: false, retryAfterSec: Math.max(1, Math.ceil(retryAfterMs / 1000)) };
-}
-
-/** Gives one counted request back (it turned out not to count, e.g. a sign-in that did not fail). */
-export async function refundToken(deps: { database: { db: Db }; clock: Clock }, key: string): Promise<void> {
-  await sql`select public.rate_limit_refund(${key}, ${deps.clock.now()})`.execute(deps.database.db);
 }
 
 export function rateLimited(retryAfterSec: number, message: string, details: Record<string, unknown>): ApiError {

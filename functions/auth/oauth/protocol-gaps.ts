@@ -117,8 +117,8 @@ export function oauthProtocolRoutes() {
     }
     const url = new URL(request.url);
     const form = new URLSearchParams(post ? await request.text() : '');
-    const repeated = repeatedParameter([...url.searchParams.keys(), ...form.keys()]);
-    if (repeated) return oauthError(400, 'invalid_request', `${repeated} is sent more than once`);
+    const refused = refuseRepeated([...url.searchParams.keys(), ...form.keys()]);
+    if (refused) return refused;
     const forward = () =>
       post
         ? new Request(url, { method: 'POST', headers: forwardHeaders(request.headers), body: form.toString() })
@@ -165,8 +165,8 @@ export function oauthProtocolRoutes() {
     if (!isForm(request)) return library(c, request);
     const form = new URLSearchParams(await request.text());
     // RFC 8707 lets resource repeat; nothing else may (repeatedParameter says why).
-    const repeated = repeatedParameter(form.keys(), ['resource']);
-    if (repeated) return oauthError(400, 'invalid_request', `${repeated} is sent more than once`);
+    const refused = refuseRepeated(form.keys(), ['resource']);
+    if (refused) return refused;
     const grantType = form.get('grant_type');
     if (grantType === 'authorization_code' || grantType === 'refresh_token') {
       // A token acts only within the agent that owns its client (contract.md, Trust boundaries): its audience is
@@ -240,8 +240,8 @@ export function oauthProtocolRoutes() {
     const request = c.req.raw;
     if (!isForm(request)) return library(c, request);
     const form = new URLSearchParams(await request.text());
-    const repeated = repeatedParameter(form.keys());
-    if (repeated) return oauthError(400, 'invalid_request', `${repeated} is sent more than once`);
+    const refused = refuseRepeated(form.keys());
+    if (refused) return refused;
     const token = form.get('token') ?? '';
     const hint = form.get('token_type_hint');
     if (looksLikeJwt(token) && hint !== 'refresh_token') {
@@ -296,8 +296,8 @@ export function oauthProtocolRoutes() {
     let forwarded = request;
     if (isForm(request)) {
       const form = new URLSearchParams(await request.text());
-      const repeated = repeatedParameter(form.keys());
-      if (repeated) return oauthError(400, 'invalid_request', `${repeated} is sent more than once`);
+      const refused = refuseRepeated(form.keys());
+      if (refused) return refused;
       forwarded = formRequest(request, form);
     }
     const response = await library(c, forwarded);
@@ -318,8 +318,8 @@ export function oauthProtocolRoutes() {
     let token = parseAccessTokenAuthorization(request.headers.get('authorization'))?.token;
     if (request.method === 'POST' && isForm(request)) {
       const form = new URLSearchParams(await request.text());
-      const repeated = repeatedParameter(form.keys());
-      if (repeated) return oauthError(400, 'invalid_request', `${repeated} is sent more than once`);
+      const refused = refuseRepeated(form.keys());
+      if (refused) return refused;
       token ??= form.get('access_token') ?? undefined;
       forwarded = formRequest(request, form, { clientAuthentication: false });
     }
@@ -427,6 +427,12 @@ async function readParams(request: Request): Promise<{ params: URLSearchParams; 
   }
   const repeated = repeatedParameter(read.params.keys(), ['resource']);
   return repeated ? { refused: `${repeated} is sent more than once` } : read;
+}
+
+/** 400 invalid_request naming the first parameter sent more than once (repeatedParameter), or undefined. */
+function refuseRepeated(names: Iterable<string>, repeatable: readonly string[] = []): Response | undefined {
+  const repeated = repeatedParameter(names, repeatable);
+  return repeated ? oauthError(400, 'invalid_request', `${repeated} is sent more than once`) : undefined;
 }
 
 /**
