@@ -11,6 +11,7 @@ import type { Logger } from '../platform/logger.ts';
 import type { Mailer } from '../platform/mailer.ts';
 import { existingAccountSignUpMail, invitationMail, pagesOrigin, verificationLink, verificationMail } from './account-mails.ts';
 import { assertMayInvite, assertWellFormedRole } from './invitation-rules.ts';
+import { ownsMostOrganizations, takeOrganizationCreation } from './organization-limits.ts';
 import { refuseBadLibraryInput } from './library-input.ts';
 import { mayMailRecipient } from './recipient-allowance.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
@@ -207,7 +208,12 @@ export function authOptions(deps: AuthDeps) {
         // Inviting an address again replaces its pending invitation with a new one, which counts against the
         // inviter's daily limit; a `resend` is made exactly that (hooks.before), so no invitation mail is uncounted.
         cancelPendingInvitationsOnReInvite: true,
+        // At most OWNED_ORGANIZATIONS owned and ORGANIZATIONS_PER_DAY created per account (organization-limits.ts).
+        organizationLimit: (user) => ownsMostOrganizations(database, user),
         organizationHooks: {
+          beforeCreateOrganization: async ({ user }) => {
+            await takeOrganizationCreation(deps, user);
+          },
           // Verified inviters only, INVITATIONS_PER_DAY per inviter; roles exactly as the plugin's checks read them
           // (invitation-rules.ts).
           beforeCreateInvitation: async ({ inviter, invitation }) => {

@@ -184,6 +184,22 @@ export const mutations: Mutation[] = [
     tests: ['tests/identity/organizations.test.ts'],
   },
   {
+    rule: 8,
+    name: 'organization creations are not counted per day',
+    file: 'functions/auth/organization-limits.ts',
+    find: '  if (verdict.allowed) return;',
+    replace: '  return;',
+    tests: ['tests/identity/organizations.test.ts'],
+  },
+  {
+    rule: 8,
+    name: 'an account may own any number of organizations',
+    file: 'functions/auth/organization-limits.ts',
+    find: '  return (row?.owned ?? 0) >= OWNED_ORGANIZATIONS;',
+    replace: '  return false;',
+    tests: ['tests/identity/organizations.test.ts'],
+  },
+  {
     rule: 9,
     name: "a password change leaves the user's tokens alive",
     file: 'supabase/migrations/20261123000401_password_change_ends_credentials.sql',

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { INVITATIONS_PER_DAY } from '../../functions/auth/invitation-rules.ts';
+import { ORGANIZATIONS_PER_DAY, OWNED_ORGANIZATIONS } from '../../functions/auth/organization-limits.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { deliverMail, linkIn, mailsTo } from '../support/mail.ts';
 import { startSmtpServer, type TestSmtpServer } from '../support/smtp.ts';
@@ -79,6 +80,57 @@ describe('organizations', () => {
     expect(res.status).toBe(400);
     expect(res.body.code).toBe('MEMBER_NOT_FOUND');
     expect(await mailsTo(t, target)).toEqual([]);
+  });
+});
+
+describe('how many organizations an account makes', () => {
+  const create = (owner: TestUser, slug = `org-${unique()}`) =>
+    t.http.post('/api/auth/organization/create', { ...withOrigin(owner.cookie), json: { name: 'Spam Org', slug } });
+  const organizationsOwned = async (userId: string) =>
+    (await first<{ n: number }>(t.db, sql`select count(*)::int as n from member where "userId" = ${userId} and role = 'owner'`))!.n;
+
+  it(`attack: creations sent all at once stop at ${ORGANIZATIONS_PER_DAY} a day, deleting one gives none back, the next day brings more`, async () => {
+    // The library sets no limit: one account scripted organizations (rows in the shared database) without end.
+    const spammer = await verifiedUser();
+    const answers = await Promise.all(Array.from({ length: ORGANIZATIONS_PER_DAY + 3 }, () => create(spammer)));
+    const made = answers.filter((res) => res.status === 200);
+    const refused = answers.filter((res) => res.status !== 200);
+    expect(made).toHaveLength(ORGANIZATIONS_PER_DAY);
+    for (const res of refused) {
+      expect([res.status, res.body.code]).toEqual([429, 'RATE_LIMITED']);
+      expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+    }
+    expect(await organizationsOwned(spammer.userId)).toBe(ORGANIZATIONS_PER_DAY);
+
+    const deleted = await t.http.post('/api/auth/organization/delete', { ...withOrigin(spammer.cookie), json: { organizationId: made[0]!.body.id } });
+    expect(deleted.status, deleted.text).toBe(200);
+    expect((await create(spammer)).status).toBe(429);
+    expect(await organizationsOwned(spammer.userId)).toBe(ORGANIZATIONS_PER_DAY - 1);
+
+    // Another account is not held back by this one's count.
+    expect((await create(await verifiedUser())).status).toBe(200);
+
+    t.clock.advance(24 * 60 * 60 * 1000 + 1000);
+    const nextDay = await create(spammer);
+    expect(nextDay.status, nextDay.text).toBe(200);
+  });
+
+  it(`attack: an account owns at most ${OWNED_ORGANIZATIONS} organizations; memberships by invitation do not count`, async () => {
+    const owner = await verifiedUser();
+    const member = await verifiedUser();
+    // Organizations made over earlier days (written in SQL: the daily count would take weeks through the API)
+    for (let i = 0; i < OWNED_ORGANIZATIONS; i++) {
+      const orgId = randomUUID();
+      await sql`insert into "organization" (id, name, slug, "createdAt") values (${orgId}, 'Old', ${`old-${orgId}`}, now())`.execute(t.db);
+      await sql`insert into member (id, "organizationId", "userId", role, "createdAt") values
+                  (${randomUUID()}, ${orgId}, ${owner.userId}, 'owner', now()),
+                  (${randomUUID()}, ${orgId}, ${member.userId}, 'member', now())`.execute(t.db);
+    }
+    const refused = await create(owner);
+    expect([refused.status, refused.body.code]).toEqual([403, 'YOU_HAVE_REACHED_THE_MAXIMUM_NUMBER_OF_ORGANIZATIONS']);
+    expect(await organizationsOwned(owner.userId)).toBe(OWNED_ORGANIZATIONS);
+    const own = await create(member);
+    expect(own.status, own.text).toBe(200);
   });
 });
 
