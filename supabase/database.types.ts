@@ -3020,6 +3020,7 @@ export type Database = {
           "used": number;
         }[];
       };
+      "oauth_consent_scopes": { Args: { "p_scopes": Json }; Returns: Json };
       "quota_ledger_id": { Args: { "p_at": string }; Returns: string };
       "rate_limit_hit": {
         Args: {

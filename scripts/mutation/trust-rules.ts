@@ -328,6 +328,22 @@ export const mutations: Mutation[] = [
     tests: ['tests/identity/credentials-race.pg-only.test.ts'],
   },
   {
+    rule: 9,
+    name: 'a narrowed consent leaves the access tokens issued before it working',
+    file: 'supabase/migrations/20261126001900_narrowed_consent_ends_access_tokens.sql',
+    find: '   where client_id = new."clientId" and user_id = new."userId" and expires_at > now()',
+    replace: '   where client_id = new."clientId" and user_id = new."userId" and expires_at > now() and false',
+    tests: ['tests/oauth/wrapper-reads.test.ts'],
+  },
+  {
+    rule: 9,
+    name: 'any change of a consent, one that takes nothing away too, ends its access tokens',
+    file: 'supabase/migrations/20261126001900_narrowed_consent_ends_access_tokens.sql',
+    find: '  when (new."userId" is not null',
+    replace: '  when (new."userId" is not null or true',
+    tests: ['tests/oauth/wrapper-reads.test.ts'],
+  },
+  {
     rule: 10,
     name: 'sign-up signs in (an existing address answers differently)',
     file: 'functions/auth/better-auth.ts',

@@ -220,6 +220,32 @@ describe('a narrowed consent also narrows what a refresh gives', () => {
     const kept = await accessTokenFor(t, other, { client: agent });
     expect((await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: kept.refreshToken })).status).toBe(200);
   });
+
+  test('attack: the access tokens issued before the narrowing stop at once; a change that takes nothing away ends nothing', async () => {
+    // They kept every scope they carried for up to 10 hours: the agent went on reading the email taken back.
+    const user = await signUp(t);
+    const first = await accessTokenFor(t, user, { client: agent }); // openid profile email offline_access
+    const consents = await t.http.get('/api/auth/oauth2/get-consents', { cookie: user.cookie });
+    const consent = consents.body.find((c: { clientId: string }) => c.clientId === agent.clientId);
+    const update = (scopes: string[]) =>
+      t.http.post('/api/auth/oauth2/update-consent', { cookie: user.cookie, headers: { origin: t.baseUrl }, json: { id: consent.id, update: { scopes } } });
+    const works = async (accessToken: string) => ({
+      me: (await t.http.get('/me', { bearer: accessToken })).status,
+      userinfo: (await t.http.get('/api/auth/oauth2/userinfo', { bearer: accessToken })).status,
+    });
+
+    // The same scopes in another order take nothing away.
+    expect((await update(['offline_access', 'email', 'profile', 'openid'])).status).toBe(200);
+    expect(await works(first.accessToken)).toEqual({ me: 200, userinfo: 200 });
+
+    // Another user's tokens for the same agent are not this consent's.
+    const other = await signUp(t);
+    const othersTokens = await accessTokenFor(t, other, { client: agent });
+
+    expect((await update(['openid', 'profile', 'offline_access'])).status).toBe(200);
+    expect(await works(first.accessToken)).toEqual({ me: 401, userinfo: 401 });
+    expect(await works(othersTokens.accessToken)).toEqual({ me: 200, userinfo: 200 });
+  });
 });
 
 const b64 = (o: unknown) => Buffer.from(typeof o === 'string' ? o : JSON.stringify(o)).toString('base64url');

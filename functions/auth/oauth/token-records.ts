@@ -123,7 +123,7 @@ export async function revokeIssuedRefreshToken(db: Db, id: string): Promise<void
 // The admin scope only for a platform admin, whichever way the authorization reached the library: the authorize
 // wrapper refuses it, but a sign-in carrying the signed query, or /oauth2/continue, goes on to consent without passing
 // there (found by a review). A demoted admin's refresh ends here too. The library's adapter stores the consent's
-// scopes as a JSON string inside the jsonb, hence the case below. (Keep comments out of this SQL: pg_stat_activity
+// scopes as a JSON string inside the jsonb, which public.oauth_consent_scopes reads (migration 20261126001900). (Keep comments out of this SQL: pg_stat_activity
 // keeps a statement's first 1,024 bytes, and the race tests find this one waiting by its text.)
 export async function grantStands(db: Db, token: IssuedAccessToken): Promise<boolean> {
   const row = await first<{ stands: boolean }>(
@@ -132,8 +132,7 @@ export async function grantStands(db: Db, token: IssuedAccessToken): Promise<boo
                and (coalesce(c."skipConsent", false)
                     or exists (select 1 from "oauthConsent" k
                                 where k."clientId" = c."clientId" and k."userId" = ${token.userId}
-                                  and (case when jsonb_typeof(k.scopes) = 'string' then (k.scopes #>> '{}')::jsonb else k.scopes end)
-                                      @> ${JSON.stringify(token.scopes)}::text::jsonb))
+                                  and public.oauth_consent_scopes(k.scopes) @> ${JSON.stringify(token.scopes)}::text::jsonb))
                and (not ${token.scopes.includes(ADMIN_SCOPE)}::boolean
                     or exists (select 1 from "user" u where u.id = ${token.userId} and u.role = 'platform_admin')) as stands
           from "oauthClient" c where c."clientId" = ${token.clientId}
