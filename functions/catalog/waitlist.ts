@@ -52,12 +52,19 @@ export async function joinWaitlist(
   return { entry: { agentId: agent.id, email, notified: true, createdAt: iso(existing!.createdAt) }, created: false };
 }
 
-/** Whether the signed-in caller's email is on this agent's waitlist (false for anonymous callers). */
-export async function waitlistStatus(db: Db, agentId: string, email: string | null): Promise<{ notified: boolean }> {
-  if (!email) return { notified: false };
+/**
+ * Whether the signed-in caller's email is on this agent's waitlist (false for anonymous callers). Only a verified
+ * address counts: anyone may sign up with an address that is not theirs and never verify it, and that account read
+ * which coming-soon agents the address's owner had asked to hear about (found by a review). Read from the user's row,
+ * in one statement, so the answer follows the verification at once.
+ */
+export async function waitlistStatus(db: Db, agentId: string, userId: string | null): Promise<{ notified: boolean }> {
+  if (!userId) return { notified: false };
   const row = await first<{ found: boolean }>(
     db,
-    sql`select exists (select 1 from public.waitlist_entries where agent_id = ${agentId} and email = ${email.toLowerCase()}) as found`,
+    sql`select exists (select 1 from "user" u
+                         join public.waitlist_entries w on w.agent_id = ${agentId} and w.email = lower(u.email)
+                        where u.id = ${userId} and u."emailVerified") as found`,
   );
   return { notified: Boolean(row?.found) };
 }

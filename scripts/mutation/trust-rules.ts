@@ -394,6 +394,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/identity/account-abuse.test.ts'],
   },
   {
+    rule: 10,
+    name: 'an unverified address reads the waitlist entries recorded for it',
+    file: 'functions/catalog/waitlist.ts',
+    find: '                        where u.id = ${userId} and u."emailVerified") as found`,',
+    replace: '                        where u.id = ${userId}) as found`,',
+    tests: ['tests/catalog/engagement.test.ts'],
+  },
+  {
     rule: 11,
     name: 'a local upload URL holds more than its limit',
     file: 'functions/platform/storage.ts',

@@ -3,7 +3,7 @@ import { rows, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { insertAgent, insertTier } from '../support/fixtures.ts';
 import { mailsTo } from '../support/mail.ts';
-import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { createAdmin, signUp, verifyEmail, type TestUser } from '../support/users.ts';
 import { createAgent, expectError, walk } from './helpers.ts';
 
 let t: TestApp;
@@ -154,6 +154,9 @@ describe('waitlist', () => {
     expect(again.status).toBe(200);
     expect(again.body.data).toEqual(joined.body.data);
 
+    // Dana's address is not verified yet: an address proves nothing until then (next test)
+    expect((await t.http.get(base, { cookie: user.cookie })).body.data).toEqual({ notified: false });
+    await verifyEmail(t, user.email);
     expect((await t.http.get(base, { cookie: user.cookie })).body.data).toEqual({ notified: true });
     expect((await t.http.get(base)).body.data).toEqual({ notified: false });
     const stranger = await signUp(t);
@@ -161,6 +164,20 @@ describe('waitlist', () => {
 
     const events = await rows(t.db, sql`select 1 from interactions where type = 'waitlist_signup' and agent_id = ${agent.id}`);
     expect(events).toHaveLength(1);
+  });
+
+  it("attack: an account made with someone else's address and never verified does not read that address's entries", async () => {
+    // Anyone may sign up with an address that is not theirs; the status then told them which coming-soon agents the
+    // address's owner had joined the waitlist of (found by a review).
+    const agent = await createAgent(t, admin, { status: 'coming_soon' });
+    const base = `/agents/${agent.id}/waitlist`;
+    const victim = `victim-${crypto.randomUUID().slice(0, 8)}@example.test`;
+    expect((await t.http.post(base, { json: { email: victim } })).status).toBe(201);
+    const squatter = await signUp(t, { email: victim });
+    expect((await t.http.get(base, { cookie: squatter.cookie })).body.data).toEqual({ notified: false });
+    // Once the address is proved (the mailed link followed), its holder sees the entry.
+    await verifyEmail(t, victim);
+    expect((await t.http.get(base, { cookie: squatter.cookie })).body.data).toEqual({ notified: true });
   });
 
   it('stays one entry under parallel joins of the same email', async () => {

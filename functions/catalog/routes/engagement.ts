@@ -108,12 +108,12 @@ export function engagementRoutes() {
   });
 
   router.openapi(waitlistStatusRoute, async (c) => {
-    // Public: anonymous callers get `notified: false`; a signed-in caller learns about their own email only.
+    // Public: anonymous callers get `notified: false`; a signed-in caller learns about their own email only, once verified.
     const { deps } = c.var;
     const { agentId } = c.req.valid('param');
     const principal = await viewer(c);
     await requireAgent(deps.database.db, agentId, principal?.role === 'platform_admin');
-    return c.json(ok(await waitlistStatus(deps.database.db, agentId, principal?.email ?? null)), 200);
+    return c.json(ok(await waitlistStatus(deps.database.db, agentId, principal?.userId ?? null)), 200);
   });
 
   router.openapi(joinWaitlistRoute, async (c) => {
