@@ -4,6 +4,7 @@ import { otherAgent, requireAdmin, requireUser, requireWithinAgent } from '../ht
 import { envelopeOf, ok } from '../http/envelope.ts';
 import { notFound } from '../http/errors.ts';
 import { enforceRateLimit } from '../http/rate-limit.ts';
+import { takeBillingAllowance } from './allowances.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../http/router.ts';
 import { cancelMySubscription, cancelSubscription } from './cancel-subscription.ts';
 import {
@@ -165,7 +166,7 @@ const startCheckoutRoute = createRoute({
   responses: {
     200: jsonResponse(envelopeOf(checkoutLinkSchema), 'Paid tier: go to checkoutUrl'),
     201: jsonResponse(envelopeOf(freeCheckoutSchema), 'Free tier: the subscription'),
-    ...errors(400, 401, 404, 409, 422, 503),
+    ...errors(400, 401, 404, 409, 422, 429, 503),
   },
 });
 
@@ -209,7 +210,7 @@ const createPortalSessionRoute = createRoute({
         .strict(),
     ),
   },
-  responses: { 200: jsonResponse(envelopeOf(z.object({ url: z.url() })), 'Open this URL'), ...errors(400, 401, 404, 422, 503) },
+  responses: { 200: jsonResponse(envelopeOf(z.object({ url: z.url() })), 'Open this URL'), ...errors(400, 401, 404, 422, 429, 503) },
 });
 
 const startAnonymousCheckoutRoute = createRoute({
@@ -358,7 +359,9 @@ export function billingRoutes() {
 
   router.openapi(startCheckoutRoute, async (c) => {
     const user = await requireUser(c);
-    const result = await startCheckout(c.var.deps, user, c.req.valid('json'));
+    const input = c.req.valid('json');
+    await takeBillingAllowance(c.var.deps, user.userId, 'checkout');
+    const result = await startCheckout(c.var.deps, user, input);
     if (result.kind === 'free') return c.json(ok({ subscription: result.subscription }), 201);
     return c.json(ok({ checkoutUrl: result.checkoutUrl, sessionId: result.sessionId }), 200);
   });
@@ -382,6 +385,7 @@ export function billingRoutes() {
     // payment method of the user.
     if (user.agentId && input.flow !== 'cancel') throw otherAgent();
     if (input.flow === 'cancel' && input.agentId) requireWithinAgent(user, input.agentId);
+    await takeBillingAllowance(c.var.deps, user.userId, 'portal');
     return c.json(ok(await createPortalSession(c.var.deps, user.userId, input)), 200);
   });
 

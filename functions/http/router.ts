@@ -52,7 +52,8 @@ const rateLimitedSchema = z
 
 /** The rate-limit 429 (the usage routes' 429 is QUOTA_EXCEEDED, a schema of its own: metering/routes/responses.ts). */
 const rateLimited = {
-  description: 'RATE_LIMITED: too many requests from this client (per address and endpoint, or failed sign-ins per account); retry after `Retry-After` seconds',
+  description:
+    "RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds",
   headers: { 'Retry-After': { description: 'Seconds until the window ends', schema: { type: 'string' as const } } },
   content: { 'application/json': { schema: rateLimitedSchema } },
 };
@@ -69,7 +70,6 @@ export function errors(...statuses: Array<400 | 401 | 402 | 403 | 404 | 409 | 41
     413: 'Body over 1 MiB',
     415: 'Body is not JSON',
     422: 'Not allowed in the current state',
-    429: 'RATE_LIMITED: too many requests from this client (per address and endpoint, or failed sign-ins per account); retry after `Retry-After` seconds',
     501: 'Not implemented',
     503: 'Feature not configured or dependency unavailable',
   };

@@ -778,6 +778,14 @@ export const mutations: Mutation[] = [
     replace: '           where id = ${sub.id}',
     tests: ['tests/billing/cancel-beside-conversion.pg-only.test.ts'],
   },
+  {
+    rule: 25,
+    name: "a user's checkouts and portal sessions are not counted",
+    file: 'functions/billing/allowances.ts',
+    find: '  if (!verdict.allowed) throw rateLimited(verdict.retryAfterSec, message, { limitPerDay: limit });',
+    replace: '  return;',
+    tests: ['tests/billing/checkout.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

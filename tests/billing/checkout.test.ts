@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
+import { CHECKOUTS_PER_DAY, PORTAL_SESSIONS_PER_DAY } from '../../functions/billing/allowances.ts';
 import { insertTier } from '../support/fixtures.ts';
 import { signUp } from '../support/users.ts';
 import { activeAgent, buyPaidTier, countRows, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
@@ -319,5 +320,39 @@ describe('without Stripe configured', () => {
     } finally {
       await t.close();
     }
+  });
+});
+
+describe("a user's daily allowance of checkouts and portal sessions", () => {
+  it(`attack: scripted checkouts stop at ${CHECKOUTS_PER_DAY} a day (free starts count), portal sessions at ${PORTAL_SESSIONS_PER_DAY}; nothing more reaches Stripe`, async () => {
+    // Every paid checkout and portal request makes an object at Stripe under the marketplace's one account, whose
+    // API rate limit every buyer shares; every free start writes a subscription row (found by a user-side review).
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const free = await insertTier(w.t.db, (await activeAgent(w)).id, { priceCents: 0 });
+    const user = await signUp(w.t);
+    const checkout = (tierId: string, cookie = user.cookie) => w.t.http.post('/me/checkout', { cookie, json: { tierId } });
+    const portal = (cookie = user.cookie) => w.t.http.post('/me/billing-portal', { cookie, json: { flow: 'overview' } });
+
+    expect((await checkout(free.id)).status).toBe(201);
+    for (let i = 1; i < CHECKOUTS_PER_DAY; i++) expect((await checkout(tier.id)).status).toBe(200);
+    const sessionsBefore = w.fake.sessions.size;
+    for (const res of [await checkout(tier.id), await checkout(free.id)]) {
+      expect([res.status, res.body.error?.code]).toEqual([429, 'RATE_LIMITED']);
+      expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(res.body.error.details.limitPerDay).toBe(CHECKOUTS_PER_DAY);
+    }
+    expect(w.fake.sessions.size).toBe(sessionsBefore);
+
+    for (let i = 0; i < PORTAL_SESSIONS_PER_DAY; i++) expect((await portal()).status).toBe(200);
+    const portalsBefore = w.fake.portalSessions.size;
+    expect((await portal()).status).toBe(429);
+    expect(w.fake.portalSessions.size).toBe(portalsBefore);
+
+    // Another user is not held back by this one's count; the next day brings a new allowance.
+    expect((await checkout(tier.id, (await signUp(w.t)).cookie)).status).toBe(200);
+    w.t.clock.advance(24 * 60 * 60 * 1000 + 1000);
+    expect((await checkout(tier.id)).status).toBe(200);
+    expect((await portal()).status).toBe(200);
   });
 });

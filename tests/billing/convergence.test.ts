@@ -16,12 +16,14 @@ import { deliver, paidTier, startBillingWorld, type BillingWorld } from './suppo
  * the Dashboard or the customer portal would, so the events are the app's only source.
  */
 let w: BillingWorld;
-let user: TestUser;
+/** Buyers taken in turn: one buyer's checkouts are limited per day (functions/billing/allowances.ts), 100 runs are not. */
+let buyers: TestUser[];
+let runs = 0;
 let stripe: Stripe;
 let tiers: Array<{ id: string; stripePriceId: string }>;
 beforeAll(async () => {
   w = await startBillingWorld();
-  user = await signUp(w.t);
+  buyers = [await signUp(w.t), await signUp(w.t), await signUp(w.t)];
   const url = new URL(w.fake.url);
   stripe = new Stripe(w.fake.secretKey, { host: url.hostname, port: url.port, protocol: 'http', maxNetworkRetries: 0 });
   const agent = await insertAgent(w.t.db, { status: 'active' });
@@ -129,7 +131,8 @@ describe('webhook convergence', () => {
     await fc.assert(
       fc.asyncProperty(fc.array(action, { minLength: 1, maxLength: 5 }), fc.infiniteStream(fc.double({ min: 0, max: 1, noNaN: true })), async (actions, keys) => {
         const prices = tiers.map((t) => t.stripePriceId);
-        const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tiers[1]!.id } });
+        const buyer = buyers[runs++ % buyers.length]!;
+        const checkout = await w.t.http.post('/me/checkout', { cookie: buyer.cookie, json: { tierId: tiers[1]!.id } });
         w.fake.takeEvents();
         const sub = w.fake.completeCheckout(checkout.body.data.sessionId);
         for (const a of actions) await perform(sub.id, a, prices);

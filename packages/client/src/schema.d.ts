@@ -7042,7 +7042,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, or failed sign-ins per account); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -7120,7 +7120,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, or failed sign-ins per account); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -8645,7 +8645,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, or failed sign-ins per account); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16156,7 +16156,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, or failed sign-ins per account); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16235,7 +16235,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, or failed sign-ins per account); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16328,7 +16328,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, or failed sign-ins per account); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16596,6 +16596,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds until the window ends */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
             /** @description Feature not configured or dependency unavailable */
             503: {
                 headers: {
@@ -16704,6 +16715,17 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds until the window ends */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RateLimitedError"];
                 };
             };
             /** @description Feature not configured or dependency unavailable */
