@@ -5,6 +5,7 @@ import type { Config } from './platform/config.ts';
 import type { Database } from './platform/db.ts';
 import type { Logger } from './platform/logger.ts';
 import { createAuth, createAuthenticator, ensureAdmin, ensureSigningKey, startRevocationListPruning } from './auth/index.ts';
+import { startUnclaimedPurchaseUndo } from './billing/index.ts';
 import { createPayments } from './platform/stripe.ts';
 import { createMailer, type MailTransport } from './platform/mailer.ts';
 import { createStorage, type FileStore } from './platform/storage.ts';
@@ -26,9 +27,9 @@ export interface BuildOptions {
   /** Disk for local uploads when no S3 is configured (Node entry and tests; the edge has none). */
   fileStore?: FileStore;
   /**
-   * Whether startup() starts the in-process loops (mail, webhooks, revocation pruning). Default: outside tests. The
-   * edge entry passes false: an isolate lives for a request or a few minutes, so its work is run by the scheduler
-   * (POST /internal/drain, functions/internal/), never by a loop.
+   * Whether startup() starts the in-process loops (mail, webhooks, revocation pruning, unclaimed purchases). Default:
+   * outside tests. The edge entry passes false: an isolate lives for a request or a few minutes, so its work is run by
+   * the scheduler (POST /internal/drain, functions/internal/), never by a loop.
    */
   backgroundLoops?: boolean;
 }
@@ -37,8 +38,9 @@ export interface BuiltDeps extends AppDeps {
   /** Work to do once before serving (ensure the admin account, seed demo data). */
   startup?: () => Promise<void>;
   /**
-   * Stops what startup started (the mail and webhook loops, revocation-list pruning) and waits for work in flight. Call it
-   * before closing the database: a loop still polling a closed or dropped database fails noisily.
+   * Stops what startup started (the mail and webhook loops, revocation-list pruning, the undo of unclaimed purchases)
+   * and waits for work in flight. Call it before closing the database: a loop still polling a closed or dropped
+   * database fails noisily.
    */
   shutdown: () => Promise<void>;
 }
@@ -51,7 +53,9 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
   const authenticator = createAuthenticator({ auth, db: database.db, config, clock, logger });
   // Agent webhooks: drainWebhookOutbox does the work; this loop only calls it (tests call it themselves).
   const webhookWorker = createWebhookWorker({ database, clock, logger, config });
+  const payments = await createPayments(config);
   let stopPruning: (() => void) | undefined;
+  let stopUndo: (() => Promise<void>) | undefined;
   return {
     config,
     database,
@@ -59,7 +63,7 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
     clock,
     auth,
     mailer,
-    payments: await createPayments(config),
+    payments,
     authenticator,
     startup: async () => {
       await ensureSigningKey(auth, database);
@@ -70,11 +74,15 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
         mailer.start();
         webhookWorker.start();
         stopPruning = startRevocationListPruning(database.db, () => clock.now(), logger);
+        // Anonymous purchases nobody claimed, refunded and canceled (what POST /internal/drain also does).
+        if (payments) stopUndo = startUnclaimedPurchaseUndo({ config, database, logger, clock, mailer, payments });
       }
     },
     shutdown: async () => {
       stopPruning?.();
       stopPruning = undefined;
+      await stopUndo?.();
+      stopUndo = undefined;
       await mailer.stop();
       await webhookWorker.stop();
     },

@@ -1288,6 +1288,7 @@ export type Database = {
       };
       "purchase_claims": {
         Row: {
+          "abandoned_at": string | null;
           "claimed_at": string | null;
           "claimed_by": string | null;
           "created_at": string;
@@ -1298,9 +1299,12 @@ export type Database = {
           "stripe_customer_id": string;
           "stripe_subscription_id": string;
           "token_hash": string;
+          "undo_leased_until": string | null;
+          "undone_at": string | null;
         };
         ComputedFields: never;
         Insert: {
+          "abandoned_at"?: string | null;
           "claimed_at"?: string | null;
           "claimed_by"?: string | null;
           "created_at"?: string;
@@ -1311,8 +1315,11 @@ export type Database = {
           "stripe_customer_id": string;
           "stripe_subscription_id": string;
           "token_hash": string;
+          "undo_leased_until"?: string | null;
+          "undone_at"?: string | null;
         };
         Update: {
+          "abandoned_at"?: string | null;
           "claimed_at"?: string | null;
           "claimed_by"?: string | null;
           "created_at"?: string;
@@ -1323,6 +1330,8 @@ export type Database = {
           "stripe_customer_id"?: string;
           "stripe_subscription_id"?: string;
           "token_hash"?: string;
+          "undo_leased_until"?: string | null;
+          "undone_at"?: string | null;
         };
         Relationships: [
           {

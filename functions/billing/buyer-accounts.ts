@@ -22,7 +22,8 @@ export interface Buyer {
   created: boolean;
 }
 
-export type Placement = { kind: 'attached'; buyer: Buyer } | { kind: 'claim' };
+/** `abandoned`: the claim was given up (unclaimed-purchases.ts); the purchase is, or is being, refunded. */
+export type Placement = { kind: 'attached'; buyer: Buyer } | { kind: 'claim' } | { kind: 'abandoned' };
 
 export interface AnonymousPurchase {
   email: string;
@@ -46,6 +47,7 @@ export async function placeAnonymousPurchase(
     if (owner) return { kind: 'attached', buyer: { userId: owner.id, email: owner.email, created: false } };
   }
   if (claim && !claim.claimedAt) {
+    if (claim.abandonedAt) return { kind: 'abandoned' };
     if (options.renewExpiredClaim) await ensureClaimMailed(deps, { ...purchase, email }, { renewExpired: true });
     return { kind: 'claim' };
   }

@@ -4,6 +4,7 @@ import { ApiError, notFound } from '../http/errors.ts';
 import type { Principal } from '../http/context.ts';
 import { first, sql } from '../platform/db.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
+import { purchaseAbandoned } from './purchase-claims.ts';
 import { ensureCustomer } from './customers.ts';
 import { askStripe, callStripe, isStripeMissing, requirePayments } from './payments.ts';
 import { syncStripeSubscription } from './subscription-state.ts';
@@ -157,6 +158,8 @@ export async function completeAnonymousCheckout(deps: BillingDeps, sessionId: st
     { renewExpiredClaim: true },
   );
   if (placement.kind === 'claim') return { kind: 'claim' };
+  // Given up: a new link would promise a purchase that is refunded and canceled (so would "claim mailed").
+  if (placement.kind === 'abandoned') throw purchaseAbandoned();
   const { buyer } = placement;
   await syncStripeSubscription(deps, stripeSubscriptionId);
   const subscription = await findSubscriptionByStripeId(deps, stripeSubscriptionId);

@@ -2,7 +2,7 @@ import type { BillingDeps } from './billing-deps.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { createBuyerAccount, findUserByEmail, randomPassword } from './buyer-accounts.ts';
-import { claimOfToken, hashToken } from './purchase-claims.ts';
+import { claimOfToken, hashToken, purchaseAbandoned } from './purchase-claims.ts';
 import { readToApply, writeStripeRead } from './subscription-state.ts';
 import { billingSubscription, findSubscriptionByStripeId } from './subscription-queries.ts';
 import type { SubscriptionDto } from './subscriptions.ts';
@@ -32,7 +32,7 @@ export interface ClaimedPurchase {
 export async function claimPurchase(deps: BillingDeps, token: string): Promise<ClaimedPurchase> {
   const claim = await claimOfToken(deps, token);
   if (!claim) throw notFound('Purchase claim');
-  refuseUnusable(claim.claimedAt ? 'used' : claim.expiresAt <= deps.clock.now() ? 'expired' : 'ok');
+  refuseUnusable(claim.claimedAt ? 'used' : claim.abandonedAt ? 'abandoned' : claim.expiresAt <= deps.clock.now() ? 'expired' : 'ok');
 
   const read = await readToApply(deps, claim.stripeSubscriptionId);
   let user = await findUserByEmail(deps, claim.email);
@@ -53,7 +53,9 @@ export async function claimPurchase(deps: BillingDeps, token: string): Promise<C
   if (outcome === 'unknown') throw notFound('Purchase claim');
   // Someone else used the link in between, or the address changed hands: nothing was written.
   if (outcome === 'no_account') throw invalidState('The account that holds this address changed; open the link again');
-  refuseUnusable(outcome === 'claimed' ? 'ok' : (outcome as 'used' | 'expired'));
+  // 'abandoned': the background work gave the purchase up since the check above (its undo is under way); the function
+  // decided under the claim row's lock, so the purchase is refunded or claimed, never both.
+  refuseUnusable(outcome === 'claimed' ? 'ok' : (outcome as 'used' | 'abandoned' | 'expired'));
 
   // The same write, with the same undos, as the webhook's. Should Stripe fail during an undo, the claim is used but
   // the purchase is not lost: the next event about it, or the buyer's return to the success page, runs it again.
@@ -72,8 +74,9 @@ export async function claimPurchase(deps: BillingDeps, token: string): Promise<C
   return { subscription, user: { id: user.id, email: user.email }, passwordResetToken: await passwordResetToken(deps, user.id) };
 }
 
-function refuseUnusable(state: 'ok' | 'used' | 'expired'): void {
+function refuseUnusable(state: 'ok' | 'used' | 'abandoned' | 'expired'): void {
   if (state === 'used') throw invalidState('This claim link was used already; sign in, or reset your password', { reason: 'used' });
+  if (state === 'abandoned') throw purchaseAbandoned();
   if (state === 'expired') {
     throw invalidState('This claim link has expired; open the checkout success page again for a new one', { reason: 'expired' });
   }

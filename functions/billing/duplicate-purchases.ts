@@ -76,7 +76,7 @@ export async function undoDuplicatePurchase(
  * idempotency key and by Stripe's `charge_already_refunded`; a canceled subscription stays canceled).
  */
 export async function refundAndCancel(
-  deps: BillingDeps,
+  deps: Pick<BillingDeps, 'payments'>,
   subscription: Stripe.Subscription,
   why: { reason?: 'duplicate'; metadata: Record<string, string> },
 ): Promise<Array<{ invoiceId: string; amount: number }>> {

@@ -1,4 +1,5 @@
 import type { BillingDeps } from './billing-deps.ts';
+import { ApiError } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 
 /**
@@ -7,11 +8,21 @@ import { first, sql } from '../platform/db.ts';
  * pre-hijacking: sign up with a victim's address, wait for the victim to buy). So the purchase attaches to no
  * one; the address gets a single-use link instead, and whoever follows it has shown they read that mailbox
  * (claim-purchase.ts). Storage: public.purchase_claims, one row per Stripe subscription, holding only the
- * SHA-256 of the token; the token itself exists only in the mail.
+ * SHA-256 of the token; the token itself exists only in the mail. A claim nobody uses is given up a week after its
+ * latest link expired: the purchase is refunded and canceled, the link refused (unclaimed-purchases.ts).
  */
 
 /** How long a claim link works. Completing the checkout again after that mails a new one. */
 export const CLAIM_TTL_MS = 7 * 24 * 60 * 60 * 1000;
+
+/**
+ * How long after its latest link expired a purchase nobody claimed is given up: canceled at Stripe and refunded in
+ * full (unclaimed-purchases.ts), since Stripe charges the buyer every period for a subscription no account holds
+ * and the buyer has no portal to stop it. The week leaves a buyer who missed the mail time to come back to the
+ * success page for a new link (so a purchase is given up at least 14 days after the last link was mailed), and is
+ * shorter than a monthly period, so a second charge before the undo is rare.
+ */
+export const ABANDONED_AFTER_EXPIRY_MS = 7 * 24 * 60 * 60 * 1000;
 
 export interface PurchaseClaim {
   id: string;
@@ -21,10 +32,21 @@ export interface PurchaseClaim {
   expiresAt: Date;
   claimedAt: Date | null;
   claimedBy: string | null;
+  /** Given up (unclaimed-purchases.ts): the link is refused and the purchase is, or is being, refunded. */
+  abandonedAt: Date | null;
 }
 
 const claimColumns = sql`id, email, stripe_subscription_id as "stripeSubscriptionId", stripe_customer_id as "stripeCustomerId",
-  expires_at as "expiresAt", claimed_at as "claimedAt", claimed_by as "claimedBy"`;
+  expires_at as "expiresAt", claimed_at as "claimedAt", claimed_by as "claimedBy", abandoned_at as "abandonedAt"`;
+
+/** The answer to a link (or a return to the success page) of a purchase given up: nothing is left to claim. */
+export function purchaseAbandoned(): ApiError {
+  return new ApiError(
+    'INVALID_STATE',
+    'This purchase was canceled and refunded because its address was not confirmed in time; sign in (or reset your password) and buy again',
+    { reason: 'abandoned' },
+  );
+}
 
 export async function claimOfSubscription(deps: BillingDeps, stripeSubscriptionId: string): Promise<PurchaseClaim | undefined> {
   return first<PurchaseClaim>(
@@ -52,7 +74,8 @@ export interface ClaimRequest {
 /**
  * Makes sure the purchase has a claim and that its address was mailed the link: once per subscription (the
  * success page and the webhook may both get here, in any order or at once), plus, when `renewExpired`, a new
- * link (new token, new expiry) if the pending one has expired. The claim and its mail are written in one
+ * link (new token, new expiry) if the pending one has expired, unless the purchase was given up meanwhile (its
+ * refund is under way or done: a new link would promise what is gone). The claim and its mail are written in one
  * transaction, so a link is never stored without its mail or mailed without being stored.
  */
 export async function ensureClaimMailed(deps: BillingDeps, request: ClaimRequest, options: { renewExpired: boolean }): Promise<void> {
@@ -72,7 +95,8 @@ export async function ensureClaimMailed(deps: BillingDeps, request: ClaimRequest
                       ${request.checkoutSessionId ?? null}, ${expiresAt}, ${now})
               on conflict (stripe_subscription_id) do update
                 set token_hash = excluded.token_hash, expires_at = excluded.expires_at
-                where public.purchase_claims.claimed_at is null and public.purchase_claims.expires_at <= ${now}
+                where public.purchase_claims.claimed_at is null and public.purchase_claims.abandoned_at is null
+                  and public.purchase_claims.expires_at <= ${now}
               returning id`
         : sql`insert into public.purchase_claims
                 (token_hash, email, stripe_subscription_id, stripe_customer_id, stripe_checkout_session_id, expires_at, created_at)
@@ -81,7 +105,7 @@ export async function ensureClaimMailed(deps: BillingDeps, request: ClaimRequest
               on conflict (stripe_subscription_id) do nothing
               returning id`,
     );
-    if (!row) return; // claimed, or mailed already and still valid
+    if (!row) return; // claimed, given up, or mailed already and still valid
     await deps.mailer.enqueue(trx, claimMail(deps, email, purchase, token));
   });
 }
@@ -99,11 +123,13 @@ function claimMail(deps: BillingDeps, email: string, purchase: string, token: st
       `has not been added to it yet.\n\n` +
       `If you made this purchase, open this link within 7 days to confirm the address, add the purchase to the ` +
       `account and choose a new password for it:\n${link}\n\n` +
-      `The link works once. If you did not buy anything, ignore this mail.\n`,
+      `The link works once. If it is not used, the purchase is canceled and refunded in full a week after the link ` +
+      `expires. If you did not buy anything, ignore this mail.\n`,
   };
 }
 
-async function purchaseName(deps: BillingDeps, request: ClaimRequest): Promise<string> {
+/** What the buyer bought, for a mail: the plan and agent a checkout's metadata names. */
+export async function purchaseName(deps: Pick<BillingDeps, 'database'>, request: Pick<ClaimRequest, 'agentId' | 'tierId'>): Promise<string> {
   if (!request.agentId) return 'a subscription';
   const row = await first<{ agent: string; tier: string | null }>(
     deps.database.db,

@@ -118,7 +118,7 @@ export async function readToApply(deps: BillingDeps, stripeSubscriptionId: strin
 }
 
 /** Reads a subscription from Stripe with what the local state needs. */
-export async function readStripeSubscription(deps: BillingDeps, stripeSubscriptionId: string): Promise<Stripe.Subscription> {
+export async function readStripeSubscription(deps: Pick<BillingDeps, 'payments'>, stripeSubscriptionId: string): Promise<Stripe.Subscription> {
   const { stripe } = requirePayments(deps);
   return callStripe(() => stripe.subscriptions.retrieve(stripeSubscriptionId, { expand: ['schedule'] }));
 }

@@ -48,6 +48,12 @@ const drainReport = z
     }),
     mail: z.object({ handled: z.int().openapi({ description: 'mails sent, logged or rescheduled after a failed attempt' }) }),
     webhooks: z.object({ attempted: z.int(), delivered: z.int(), retrying: z.int(), failed: z.int() }),
+    purchases: z
+      .object({
+        abandoned: z.int().openapi({ description: 'anonymous purchases nobody claimed, given up: their claim links refused from now on' }),
+        undone: z.int().openapi({ description: 'given-up purchases refunded in full, canceled at Stripe and their address mailed' }),
+      })
+      .openapi({ description: 'Anonymous purchases whose claim link was not used within 7 days after it expired (docs/billing.md, "Claims")' }),
     durationMs: z.int(),
   })
   .openapi('DrainReport');
@@ -57,10 +63,11 @@ const drainRoute = createRoute({
   method: 'post',
   path: '/internal/drain',
   tags: ['Internal'],
-  summary: 'For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes)',
+  summary: 'For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes, unclaimed purchases)',
   description:
-    'Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails and ' +
-    'webhook deliveries are claimed with FOR UPDATE SKIP LOCKED, so none is sent twice by concurrent calls. The body ' +
+    'Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails, ' +
+    'webhook deliveries and unclaimed purchases to undo are claimed with FOR UPDATE SKIP LOCKED, so none is sent or ' +
+    'undone twice by concurrent calls. The body ' +
     'may be absent or `{}`; `limit` bounds the batch. 404 when DRAIN_TOKEN is not configured.',
   security: [{ bearer: [] }],
   request: { body: { required: false, content: { 'application/json': { schema: drainBody } } } },
@@ -122,8 +129,8 @@ export function internalRoutes() {
     // Authenticated by the middleware above (the scheduler's shared token), not a user route.
     const body = c.req.valid('json') as z.infer<typeof drainBody> | undefined;
     const report = await runBackgroundWork(c.var.deps, { limit: body?.limit });
-    const { mail, webhooks } = report;
-    if (mail.handled > 0 || webhooks.attempted > 0) {
+    const { mail, webhooks, purchases } = report;
+    if (mail.handled > 0 || webhooks.attempted > 0 || purchases.abandoned > 0 || purchases.undone > 0) {
       c.var.deps.logger.info('background work drained', { requestId: c.var.requestId, ...report });
     }
     return c.json(ok(report), 200);

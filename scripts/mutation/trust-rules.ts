@@ -138,10 +138,27 @@ export const mutations: Mutation[] = [
   {
     rule: 4,
     name: "a purchase claim takes the user's row before the credential row (a password change beside it deadlocks)",
-    file: 'supabase/migrations/20261125001100_purchase_claim_lock_order.sql',
+    // the newest restatement of billing_claim_purchase (first in 20261125001100_purchase_claim_lock_order.sql)
+    file: 'supabase/migrations/20261126001800_unclaimed_purchases_undone.sql',
     find: `  perform 1 from account a where a."userId" = p_user_id and a."providerId" = 'credential' for update;`,
     replace: '  perform 1;',
     tests: ['tests/billing/claim-lock-order.pg-only.test.ts'],
+  },
+  {
+    rule: 4,
+    name: 'a claim of a purchase given up (refunded, canceled) goes through: the purchase is served and refunded',
+    file: 'supabase/migrations/20261126001800_unclaimed_purchases_undone.sql',
+    find: '  if v_claim.abandoned_at is not null then -- (changed in 20261126001800)',
+    replace: '  if false then -- (changed in 20261126001800)',
+    tests: ['tests/billing/unclaimed-purchases.test.ts', 'tests/billing/unclaimed-purchase-race.pg-only.test.ts'],
+  },
+  {
+    rule: 4,
+    name: 'the success page renews the link of a purchase given up meanwhile (a new link for a refunded purchase is mailed)',
+    file: 'functions/billing/purchase-claims.ts',
+    find: '                where public.purchase_claims.claimed_at is null and public.purchase_claims.abandoned_at is null',
+    replace: '                where public.purchase_claims.claimed_at is null',
+    tests: ['tests/billing/unclaimed-purchase-race.pg-only.test.ts'],
   },
   {
     rule: 6,

@@ -2237,8 +2237,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes)
-         * @description Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails and webhook deliveries are claimed with FOR UPDATE SKIP LOCKED, so none is sent twice by concurrent calls. The body may be absent or `{}`; `limit` bounds the batch. 404 when DRAIN_TOKEN is not configured.
+         * For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes, unclaimed purchases)
+         * @description Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails, webhook deliveries and unclaimed purchases to undo are claimed with FOR UPDATE SKIP LOCKED, so none is sent or undone twice by concurrent calls. The body may be absent or `{}`; `limit` bounds the batch. 404 when DRAIN_TOKEN is not configured.
          */
         post: operations["drainBackgroundWork"];
         delete?: never;
@@ -3201,6 +3201,13 @@ export interface components {
             mail: {
                 /** @description mails sent, logged or rescheduled after a failed attempt */
                 handled: number;
+            };
+            /** @description Anonymous purchases whose claim link was not used within 7 days after it expired (docs/billing.md, "Claims") */
+            purchases: {
+                /** @description anonymous purchases nobody claimed, given up: their claim links refused from now on */
+                abandoned: number;
+                /** @description given-up purchases refunded in full, canceled at Stripe and their address mailed */
+                undone: number;
             };
             webhooks: {
                 attempted: number;
