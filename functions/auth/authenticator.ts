@@ -143,6 +143,7 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
           sessionId,
           clientId,
           agentId: agentId ?? undefined,
+          scopes,
           createdAt: new Date(caller.createdAt!),
         };
       },

@@ -10,8 +10,19 @@ import { bannedUserSchema, getUser, userSchema } from './users.ts';
 /** GET /me and the admin user controls (ban, unban, set role). */
 
 const security = SECURITY.sessionOrBearer;
-/** GET /me for an agent's bearer token (contract.md, Trust boundaries). */
-const agentViewOfUserSchema = z.object({ id: z.string(), email: z.string(), name: z.string() }).openapi('UserAsSeenByAgent');
+/**
+ * GET /me for an agent's bearer token (contract.md, Trust boundaries: the user's id, email and name only), and of those
+ * only what the user consented to, as the OpenID userinfo answers: `email` with the `email` scope, `name` with
+ * `profile`. The user may accept fewer scopes than the agent asked for; /me gave the email and name all the same
+ * (found by a review).
+ */
+const agentViewOfUserSchema = z
+  .object({
+    id: z.string(),
+    email: z.string().optional().openapi({ description: 'Only when the token carries the `email` scope' }),
+    name: z.string().optional().openapi({ description: 'Only when the token carries the `profile` scope' }),
+  })
+  .openapi('UserAsSeenByAgent');
 
 const userIdParam = z
   .string()
@@ -28,7 +39,8 @@ const getMe = createRoute({
   security,
   description:
     "With a cookie session (or the marketplace's first-party token): the whole record. With an agent's bearer token: " +
-    '`{ id, email, name }` only: an agent learns nothing of the user\'s role or account state.',
+    '`{ id, email, name }` only: an agent learns nothing of the user\'s role or account state; `email` only with the ' +
+    '`email` scope and `name` only with `profile`, as the OpenID userinfo endpoint answers.',
   responses: {
     200: jsonResponse(envelopeOf(z.union([userSchema, agentViewOfUserSchema])), 'The current user'),
     ...errors(401),
@@ -93,8 +105,8 @@ export function identityRoutes(options: { onUserBanned: OnUserBanned }) {
   router.openapi(getMe, async (c) => {
     const principal = await requireUser(c);
     if (principal.agentId) {
-      const { userId: id, email, name } = principal;
-      return c.json(ok({ id, email, name }), 200);
+      const { userId: id, email, name, scopes = [] } = principal;
+      return c.json(ok({ id, ...(scopes.includes('email') ? { email } : {}), ...(scopes.includes('profile') ? { name } : {}) }), 200);
     }
     // The authenticator read the user row already (banned users never get this far).
     if (principal.createdAt) {

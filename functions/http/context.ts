@@ -14,6 +14,8 @@ export interface Principal {
    * for the marketplace's first-party client. Routes confine such a caller to this agent (http/access.ts).
    */
   agentId?: string | undefined;
+  /** The scopes a bearer token carries (what the user consented to); undefined for a cookie session. */
+  scopes?: readonly string[] | undefined;
   /** When the account was created (read with the user row, so GET /me needs no second query). */
   createdAt?: Date | undefined;
 }

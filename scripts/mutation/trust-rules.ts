@@ -161,6 +161,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/billing/unclaimed-purchase-race.pg-only.test.ts'],
   },
   {
+    rule: 5,
+    name: "an agent's token reads the email and name the user declined",
+    file: 'functions/auth/routes.ts',
+    find: "      const { userId: id, email, name, scopes = [] } = principal;",
+    replace: "      const { userId: id, email, name } = principal; const scopes = ['email', 'profile'];",
+    tests: ['tests/identity/me-within-consent.test.ts'],
+  },
+  {
     rule: 6,
     name: 'the request log keeps the raw path',
     file: 'functions/http/request-context.ts',

@@ -2276,7 +2276,7 @@ export interface paths {
         };
         /**
          * The signed-in user (for front-end admin gating)
-         * @description With a cookie session (or the marketplace's first-party token): the whole record. With an agent's bearer token: `{ id, email, name }` only: an agent learns nothing of the user's role or account state.
+         * @description With a cookie session (or the marketplace's first-party token): the whole record. With an agent's bearer token: `{ id, email, name }` only: an agent learns nothing of the user's role or account state; `email` only with the `email` scope and `name` only with `profile`, as the OpenID userinfo endpoint answers.
          */
         get: operations["getMe"];
         put?: never;
@@ -3667,9 +3667,11 @@ export interface components {
             role: "user" | "platform_admin";
         };
         UserAsSeenByAgent: {
-            email: string;
+            /** @description Only when the token carries the `email` scope */
+            email?: string;
             id: string;
-            name: string;
+            /** @description Only when the token carries the `profile` scope */
+            name?: string;
         };
         UserProfile: components["schemas"]["AdminUser"] & {
             /** @description When a temporary ban ends; null for a permanent ban or none */
