@@ -22,10 +22,18 @@ export function isStripeRefusal(err: unknown): boolean {
   return e?.type === 'StripeInvalidRequestError';
 }
 
-/** Stripe could not be reached or failed (network, 5xx, rate limit): the caller may retry. */
+/** How long a caller waits before asking again when Stripe failed (the SDK has already retried twice by then). */
+const STRIPE_RETRY_AFTER_SEC = 5;
+
+/** Stripe could not be reached or failed (network, 5xx, rate limit): the caller may retry, after Retry-After as for every 503. */
 export function stripeUnavailable(err: unknown): ApiError {
   const e = err as { type?: string; message?: string } | null;
-  return new ApiError('UNAVAILABLE', 'The payment provider did not answer; try again shortly', { provider: 'stripe', reason: e?.type ?? 'error' });
+  return new ApiError(
+    'UNAVAILABLE',
+    'The payment provider did not answer; try again shortly',
+    { provider: 'stripe', reason: e?.type ?? 'error' },
+    { 'Retry-After': String(STRIPE_RETRY_AFTER_SEC) },
+  );
 }
 
 /** Runs a Stripe call, turning transport failures into 503 UNAVAILABLE; Stripe's own refusals pass through. */

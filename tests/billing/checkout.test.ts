@@ -130,6 +130,20 @@ describe('startCheckout (POST /me/checkout)', () => {
     expect(res.body.error.code).toBe('INVALID_STATE');
   });
 
+  it('Stripe failing (5xx after the SDK retried) answers 503 UNAVAILABLE with Retry-After, as every 503 does', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const user = await signUp(w.t);
+    w.fake.outage('POST /v1/checkout/sessions');
+    try {
+      const res = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+      expect([res.status, res.body.error?.code, res.body.error?.details]).toEqual([503, 'UNAVAILABLE', { provider: 'stripe', reason: 'StripeAPIError' }]);
+      expect(res.headers.get('retry-after')).toBe('5');
+    } finally {
+      w.fake.recover();
+    }
+  });
+
   it('a checkout Stripe refuses (a price under its minimum charge) answers 422 with its reason, not 500, and writes nothing', async () => {
     const agent = await activeAgent(w);
     const tier = await paidTier(w, agent.id, { priceCents: 1 });
