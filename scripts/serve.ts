@@ -36,7 +36,7 @@ async function main() {
   let handle: Handler = startingHandler({ config, logger, startedAt });
   let database: Database | undefined;
   let stopBackgroundWork: (() => Promise<void>) | undefined;
-  const server = serve({ fetch: (request, env) => handle(request, env), port: config.port, hostname: '0.0.0.0' }, (info) => {
+  const server = serve({ fetch: (request, env) => handle(request, env), port: config.port, hostname: config.host }, (info) => {
     logger.info('listening', { url: config.publicBaseUrl, port: info.port, pid: process.pid, node: process.version });
     console.log(`\n  Agent Marketplace API listening on ${config.publicBaseUrl}  (docs: ${config.publicBaseUrl}/docs)`);
     console.log(`  Preparing the database: ${databaseKind} ...\n`);

@@ -30,6 +30,9 @@ const envSchema = z.object({
     .optional()
     .transform((v) => (v === undefined || v === '' ? 8000 : Number(v)))
     .refine((n) => Number.isInteger(n) && n >= 0 && n <= 65535, { message: 'must be an integer port from 0 to 65535' }),
+  HOST: optionalString.refine((v) => v === undefined || /^[A-Za-z0-9.:[\]-]{1,255}$/.test(v), {
+    message: 'must be a host name or IP address to listen on (0.0.0.0 or :: for every interface)',
+  }),
   DATABASE_URL: optionalString.refine((v) => v === undefined || /^postgres(ql)?:\/\//.test(v), {
     message: 'must be a postgres:// or postgresql:// connection string',
   }),
@@ -90,6 +93,12 @@ const envSchema = z.object({
 
 export interface Config {
   port: number;
+  /**
+   * The address the Node entry listens on (HOST): by default every interface in production (a container, behind a
+   * load balancer) and only the loopback interface otherwise, so a development instance with its demo admin and demo
+   * accounts is not reachable from the local network (found by a newcomer's check).
+   */
+  host: string;
   databaseUrl: string | undefined;
   /** Connections the service opens to DATABASE_URL at most (postgres.js pool). */
   databasePoolSize: number;
@@ -161,6 +170,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   const publicBaseUrl = stripSlash(e.PUBLIC_BASE_URL ?? `http://127.0.0.1:${e.PORT}`);
   return {
     port: e.PORT,
+    host: e.HOST ?? (e.NODE_ENV === 'production' ? '0.0.0.0' : '127.0.0.1'),
     databaseUrl: e.DATABASE_URL,
     databasePoolSize: e.DATABASE_POOL_SIZE,
     publicBaseUrl,

@@ -27,6 +27,7 @@ describe('loadConfig', () => {
     const config = loadConfig({ AUTH_SECRET: SECRET });
     expect(config).toMatchObject({
       port: 8000,
+      host: '127.0.0.1',
       databaseUrl: undefined,
       publicBaseUrl: 'http://127.0.0.1:8000',
       frontendUrl: undefined,
@@ -71,6 +72,7 @@ describe('loadConfig', () => {
     });
     expect(config).toMatchObject({
       port: 9001,
+      host: '0.0.0.0',
       databaseUrl: 'postgresql://u:p@db:5432/app',
       databasePoolSize: 32,
       publicBaseUrl: 'https://api.example.com',
@@ -99,6 +101,8 @@ describe('loadConfig', () => {
     ['PORT', { PORT: 'eighty' }],
     ['PORT', { PORT: '70000' }],
     ['PORT', { PORT: '80.5' }],
+    ['HOST', { HOST: 'example.com; rm -rf /' }],
+    ['HOST', { HOST: '10.0.0.1 10.0.0.2' }],
     ['DATABASE_URL', { DATABASE_URL: 'mysql://localhost/app' }],
     ['PUBLIC_BASE_URL', { PUBLIC_BASE_URL: 'ftp://example.com' }],
     ['FRONTEND_URL', { FRONTEND_URL: 'not a url' }],
@@ -120,6 +124,14 @@ describe('loadConfig', () => {
     const problems = problemsOf(env);
     expect(problems.length).toBeGreaterThan(0);
     expect(problems.join('\n')).toContain(variable);
+  });
+
+  it('listens on the loopback interface outside production and on every interface in production, unless HOST says', () => {
+    expect(loadConfig({ AUTH_SECRET: SECRET }).host).toBe('127.0.0.1');
+    expect(loadConfig({ AUTH_SECRET: SECRET, NODE_ENV: 'production' }).host).toBe('0.0.0.0');
+    expect(loadConfig({ AUTH_SECRET: SECRET, HOST: '0.0.0.0' }).host).toBe('0.0.0.0');
+    expect(loadConfig({ AUTH_SECRET: SECRET, NODE_ENV: 'production', HOST: '10.1.2.3' }).host).toBe('10.1.2.3');
+    expect(loadConfig({ AUTH_SECRET: SECRET, HOST: '::1' }).host).toBe('::1');
   });
 
   it('reports every bad variable at once', () => {
