@@ -1,6 +1,5 @@
 import type { AppDeps } from '../platform/app-types.ts';
-import { takeToken } from '../platform/rate-limits.ts';
-import { rateLimited } from '../http/rate-limit.ts';
+import { enforceDailyAllowance } from '../http/rate-limit.ts';
 
 /**
  * How often one user may ask for what makes an object at Stripe or a subscription row here. Every paid checkout
@@ -14,7 +13,6 @@ import { rateLimited } from '../http/rate-limit.ts';
  */
 export const CHECKOUTS_PER_DAY = 50;
 export const PORTAL_SESSIONS_PER_DAY = 50;
-const DAY_MS = 24 * 60 * 60 * 1000;
 
 const allowances = {
   checkout: { limit: CHECKOUTS_PER_DAY, message: `You can start ${CHECKOUTS_PER_DAY} checkouts a day; try again later` },
@@ -24,6 +22,5 @@ const allowances = {
 /** Counts one request of `kind` for the user, or throws 429 RATE_LIMITED when the day's allowance is used up. */
 export async function takeBillingAllowance(deps: Pick<AppDeps, 'database' | 'clock'>, userId: string, kind: keyof typeof allowances): Promise<void> {
   const { limit, message } = allowances[kind];
-  const verdict = await takeToken(deps, `billing-${kind}|${userId}`, limit, DAY_MS);
-  if (!verdict.allowed) throw rateLimited(verdict.retryAfterSec, message, { limitPerDay: limit });
+  await enforceDailyAllowance(deps, `billing-${kind}|${userId}`, limit, message);
 }

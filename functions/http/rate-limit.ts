@@ -44,6 +44,21 @@ export async function enforceRateLimit(c: Context<AppEnv>, bucket: string, limit
   }
 }
 
+/**
+ * Counts one request against an allowance that is not per client address (per user, say: `key` names it) over
+ * `windowMs`, in PostgreSQL; throws 429 RATE_LIMITED with Retry-After and `details.limitPerDay` when it is used up.
+ */
+export async function enforceDailyAllowance(
+  deps: Parameters<typeof takeToken>[0],
+  key: string,
+  limit: number,
+  message: string,
+): Promise<void> {
+  const verdict = await takeToken(deps, key, limit, DAY_MS);
+  if (!verdict.allowed) throw rateLimited(verdict.retryAfterSec, message, { limitPerDay: limit });
+}
+const DAY_MS = 24 * 60 * 60 * 1000;
+
 export function rateLimit(options: RateLimitOptions): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     await enforceRateLimit(c, options.bucket, options.perMinute(c.var.deps));

@@ -805,11 +805,11 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 25,
-    name: "a user's checkouts and portal sessions are not counted",
-    file: 'functions/billing/allowances.ts',
+    name: "a user's checkouts, portal sessions and demo requests are not counted",
+    file: 'functions/http/rate-limit.ts',
     find: '  if (!verdict.allowed) throw rateLimited(verdict.retryAfterSec, message, { limitPerDay: limit });',
     replace: '  return;',
-    tests: ['tests/billing/checkout.test.ts'],
+    tests: ['tests/billing/checkout.test.ts', 'tests/catalog/engagement.test.ts'],
   },
 ];
 

@@ -5,6 +5,7 @@ import { insertAgent, insertTier } from '../support/fixtures.ts';
 import { mailsTo } from '../support/mail.ts';
 import { createAdmin, signUp, verifyEmail, type TestUser } from '../support/users.ts';
 import { createAgent, expectError, walk } from './helpers.ts';
+import { DEMO_REQUESTS_PER_DAY } from '../../functions/catalog/engagement-requests.ts';
 
 let t: TestApp;
 let admin: TestUser;
@@ -97,6 +98,24 @@ describe('demo requests', () => {
     } finally {
       await app.close();
     }
+  });
+
+  it(`attack: one user's demo requests stop at ${DEMO_REQUESTS_PER_DAY} a day, and no mail goes to staff after that`, async () => {
+    // Each mails every notification recipient (the marketplace's staff) with the requester's text; only the per-address
+    // limit stood, so one client holding many users' tokens mailed staff without end (found by a review).
+    await t.http.post('/admin/notification-recipients', { cookie: admin.cookie, json: { email: 'staff-flood@example.test' } });
+    const spammer = await signUp(t);
+    const agent = await createAgent(t, admin);
+    const request = (who: TestUser) => t.http.post(`/agents/${agent.id}/demo-requests`, { cookie: who.cookie, json: { message: 'Buy gift cards' } });
+    for (let i = 0; i < DEMO_REQUESTS_PER_DAY; i++) expect((await request(spammer)).status).toBe(202);
+    const refused = await request(spammer);
+    expect([refused.status, refused.body.error.code, refused.body.error.details.limitPerDay]).toEqual([429, 'RATE_LIMITED', DEMO_REQUESTS_PER_DAY]);
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    const recorded = await rows(t.db, sql`select 1 from interactions where type = 'demo_request' and user_id = ${spammer.userId}`);
+    expect(recorded).toHaveLength(DEMO_REQUESTS_PER_DAY);
+    expect(await mailsTo(t, 'staff-flood@example.test')).toHaveLength(DEMO_REQUESTS_PER_DAY);
+    // Another user is not held back by this one's count.
+    expect((await request(await signUp(t))).status).toBe(202);
   });
 
   it('needs a signed-in user and a published agent; nothing recorded otherwise', async () => {

@@ -3,10 +3,10 @@ import { requireUser } from '../../http/access.ts';
 import { viewer } from './viewer.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
 import { ApiError } from '../../http/errors.ts';
-import { enforceRateLimit } from '../../http/rate-limit.ts';
+import { enforceDailyAllowance, enforceRateLimit } from '../../http/rate-limit.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
 import { requireAgent } from '../agents.ts';
-import { createEnterpriseInquiry, requestDemo } from '../engagement-requests.ts';
+import { createEnterpriseInquiry, DEMO_REQUESTS_PER_DAY, requestDemo } from '../engagement-requests.ts';
 import { demoRequestBody, enterpriseInquiryBody, joinWaitlistBody, waitlistEntrySchema } from '../schemas.ts';
 import { joinWaitlist, waitlistStatus } from '../waitlist.ts';
 import { security } from './agents.ts';
@@ -84,6 +84,7 @@ export function engagementRoutes() {
     await enforceRateLimit(c, 'demo-request', deps.config.authRateLimitPerMinute);
     const { agentId } = c.req.valid('param');
     const agent = await requireAgent(deps.database.db, agentId, user.role === 'platform_admin');
+    await enforceDailyAllowance(deps, `demo-request|${user.userId}`, DEMO_REQUESTS_PER_DAY, `You can request ${DEMO_REQUESTS_PER_DAY} demos a day; try again later`);
     const { interaction } = await requestDemo(
       deps.database.db,
       deps.mailer,
