@@ -7051,7 +7051,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -7129,7 +7129,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -8654,7 +8654,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16165,7 +16165,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16244,7 +16244,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16337,7 +16337,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16605,7 +16605,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16726,7 +16726,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily checkouts and portal sessions); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
