@@ -58,7 +58,7 @@ async function token(sub: string, options: TokenOptions & { firstParty?: boolean
     iss: `${t.baseUrl}/api/auth`,
     aud: options.firstParty ? t.baseUrl : [`${t.baseUrl}/agents/${agent.id}`, `${t.baseUrl}/api/auth/oauth2/userinfo`],
     client_id: options.firstParty ? firstPartyClientId : agentClientId,
-    scope: options.firstParty ? 'openid admin' : 'openid',
+    scope: options.firstParty ? 'openid admin' : 'openid profile email', // an agent's: what a user's full consent gives
     sid: randomUUID(),
     jti: randomUUID(),
     role: 'authenticated',
