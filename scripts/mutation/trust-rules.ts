@@ -580,11 +580,19 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 17,
-    name: 'a reserve settles every expired hold of its counter',
-    file: 'supabase/migrations/20261126000600_expired_holds_settle_in_linear_time.sql',
-    find: 'p_limit integer default 100)',
-    replace: 'p_limit integer default 1000000)',
+    name: "a reserve settles every expired hold of its counter (up to what is left of its transaction's count)",
+    file: 'supabase/migrations/20261126002000_expired_holds_settle_within_a_budget.sql',
+    find: '      limit least(100, 1000 - coalesce(',
+    replace: '      limit least(1000000, 1000 - coalesce(',
     tests: ['tests/metering/reservations.test.ts'],
+  },
+  {
+    rule: 17,
+    name: 'a batch of reserves settles 100 expired holds per reserve, with no bound per transaction',
+    file: 'supabase/migrations/20261126002000_expired_holds_settle_within_a_budget.sql',
+    find: "      limit least(100, 1000 - coalesce(nullif(current_setting('metering.expired_settled', true), '')::integer, 0)));",
+    replace: '      limit 100);',
+    tests: ['tests/metering/expired-holds-stall.pg-only.test.ts'],
   },
   {
     rule: 18,
