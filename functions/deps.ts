@@ -7,7 +7,7 @@ import type { Logger } from './platform/logger.ts';
 import { createAuth, createAuthenticator, ensureAdmin, ensureSigningKey, startRevocationListPruning } from './auth/index.ts';
 import { startUnclaimedPurchaseUndo } from './billing/index.ts';
 import { createPayments } from './platform/stripe.ts';
-import { createMailer, type MailTransport } from './platform/mailer.ts';
+import { createMailer, type MailFiles, type MailTransport } from './platform/mailer.ts';
 import { createStorage, type FileStore } from './platform/storage.ts';
 import { createWebhookWorker } from './webhooks/index.ts';
 
@@ -24,6 +24,11 @@ export interface BuildOptions {
   docsScript?: () => Promise<Uint8Array>;
   /** Replaces SMTP/log delivery of the mail outbox (tests). */
   mailTransport?: MailTransport;
+  /**
+   * Where logged mails are also written whole, so their links can be opened (Node entry: `<DATA_DIR>/mail`, see
+   * platform/mail-files.ts; tests: a temporary directory). Used only without SMTP and outside production.
+   */
+  mailFiles?: MailFiles;
   /** Disk for local uploads when no S3 is configured (Node entry and tests; the edge has none). */
   fileStore?: FileStore;
   /**
@@ -48,7 +53,14 @@ export interface BuiltDeps extends AppDeps {
 export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
   const { config, database, logger } = options;
   const clock = options.clock ?? systemClock;
-  const mailer = createMailer({ config, db: database.db, logger, clock, ...(options.mailTransport ? { transport: options.mailTransport } : {}) });
+  const mailer = createMailer({
+    config,
+    db: database.db,
+    logger,
+    clock,
+    files: options.mailFiles,
+    ...(options.mailTransport ? { transport: options.mailTransport } : {}),
+  });
   const auth = createAuth({ config, database, logger, clock, mailer });
   const authenticator = createAuthenticator({ auth, db: database.db, config, clock, logger });
   // Agent webhooks: drainWebhookOutbox does the work; this loop only calls it (tests call it themselves).

@@ -1,4 +1,5 @@
 import { serve } from '@hono/node-server';
+import { join } from 'node:path';
 import { startingHandler } from '../functions/health/starting.ts';
 import { ConfigError, loadConfig, type Config } from '../functions/platform/config.ts';
 import type { Database } from '../functions/platform/db.ts';
@@ -68,9 +69,20 @@ async function main() {
   const applied = await migrate(database, { log: (line) => logger.info(line) });
   logger.info('database ready', { kind: database.kind, appliedMigrations: applied.length });
 
-  // Local uploads live in <dataDir>/uploads when no S3 is configured (catalog createUpload).
-  const { diskFileStore, defaultUploadsDir } = await import('../functions/platform/storage-disk.ts');
-  const deps = await buildDeps({ config, database, logger, docsScript: localDocsScript(), fileStore: diskFileStore(defaultUploadsDir(config.dataDir)) });
+  // Local uploads live in <dataDir>/uploads when no S3 is configured (catalog createUpload); without SMTP, mails are
+  // also written to <dataDir>/mail outside production (the mailer decides), so their links can be opened.
+  const [{ diskFileStore, defaultUploadsDir }, { mailFolder }] = await Promise.all([
+    import('../functions/platform/storage-disk.ts'),
+    import('../functions/platform/mail-files.ts'),
+  ]);
+  const deps = await buildDeps({
+    config,
+    database,
+    logger,
+    docsScript: localDocsScript(),
+    fileStore: diskFileStore(defaultUploadsDir(config.dataDir)),
+    mailFiles: mailFolder(join(config.dataDir, 'mail')),
+  });
   deps.startedAt = startedAt;
   const app = createApp(deps);
   stopBackgroundWork = deps.shutdown;

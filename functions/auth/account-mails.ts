@@ -32,6 +32,18 @@ export function verificationLink(config: Config, libraryUrl: string, token: stri
   return url.href;
 }
 
+/**
+ * The password-reset link: the library's `GET /api/auth/reset-password/<token>?callbackURL=...`, which sends the
+ * browser to `callbackURL` with `?token=...` (or `?error=INVALID_TOKEN`). The caller's `redirectTo` becomes the
+ * callbackURL (checked against the trusted origins by the library); a request without one would send the browser
+ * to the library's error page, so the reset page is put there: the front end's, or the service's own.
+ */
+export function passwordResetLink(config: Config, libraryUrl: string): string {
+  const url = new URL(libraryUrl);
+  if (!url.searchParams.get('callbackURL')) url.searchParams.set('callbackURL', `${pagesOrigin(config)}/reset-password`);
+  return url.href;
+}
+
 export function verificationMail(config: Config, email: string, link: string): Mail {
   return {
     to: email,

@@ -9,7 +9,14 @@ import type { Config } from '../platform/config.ts';
 import { isConnectionLost, sql, type Database } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import type { Mailer } from '../platform/mailer.ts';
-import { existingAccountSignUpMail, invitationMail, pagesOrigin, verificationLink, verificationMail } from './account-mails.ts';
+import {
+  existingAccountSignUpMail,
+  invitationMail,
+  pagesOrigin,
+  passwordResetLink,
+  verificationLink,
+  verificationMail,
+} from './account-mails.ts';
 import { assertMayInvite, assertWellFormedRole } from './invitation-rules.ts';
 import { ownsMostOrganizations, takeOrganizationCreation } from './organization-limits.ts';
 import { refuseBadLibraryInput } from './library-input.ts';
@@ -170,7 +177,7 @@ export function authOptions(deps: AuthDeps) {
           subject: 'Reset your Agent Marketplace password',
           text:
             `Someone (hopefully you) asked to reset the password of ${user.email}.\n\n` +
-            `Open this link within an hour to choose a new password:\n${url}\n\n` +
+            `Open this link within an hour to choose a new password:\n${passwordResetLink(config, url)}\n\n` +
             `If it wasn't you, ignore this mail: your password stays as it is.\n`,
         });
       },

@@ -2,12 +2,13 @@ import { createRoute, z } from '@hono/zod-openapi';
 import { requireAdmin, requireUser } from '../http/access.ts';
 import { envelopeOf, ok } from '../http/envelope.ts';
 import { errors, jsonBody, jsonResponse, newRouter, SECURITY } from '../http/router.ts';
+import { accountPages } from './account-pages.ts';
 import { banUser, unbanUser, type OnUserBanned } from './ban-user.ts';
 import { ROLES } from './better-auth.ts';
 import { setUserRole } from './set-user-role.ts';
 import { bannedUserSchema, getUser, userSchema } from './users.ts';
 
-/** GET /me and the admin user controls (ban, unban, set role). */
+/** GET /me, the admin user controls (ban, unban, set role) and the built-in account pages. */
 
 const security = SECURITY.sessionOrBearer;
 /**
@@ -138,6 +139,9 @@ export function identityRoutes(options: { onUserBanned: OnUserBanned }) {
     const { role } = c.req.valid('json');
     return c.json(ok(await setUserRole(c.var.deps, { actorId: admin.userId, userId, role })), 200);
   });
+
+  // The pages the reset and invitation mails link to when there is no FRONTEND_URL (outside the OpenAPI document).
+  router.route('/', accountPages());
 
   return router;
 }

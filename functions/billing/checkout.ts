@@ -19,6 +19,9 @@ import { ensureTierPrice, invalidState, isPaid, purchasableTier, type BillingTie
  * of an anonymous checkout, both through `syncStripeSubscription`).
  */
 
+/** The shape of a Stripe Checkout Session id, as the API and the success page accept one. */
+export const CHECKOUT_SESSION_ID = /^cs_[A-Za-z0-9_]{1,250}$/;
+
 export interface CheckoutUrls {
   successUrl?: string | undefined;
   cancelUrl?: string | undefined;

@@ -1,7 +1,7 @@
 import type { Context } from 'hono';
 import type { AppEnv } from '../platform/app-types.ts';
-import { notFound } from '../http/errors.ts';
-import { htmlPage, randomNonce } from '../http/html.ts';
+import { builtInPage, requireBuiltInPages } from '../http/built-in-pages.ts';
+import { randomNonce } from '../http/html.ts';
 
 /**
  * GET /claim?token=...: where the claim mail points when there is no FRONTEND_URL (a front end serves its own
@@ -13,7 +13,7 @@ import { htmlPage, randomNonce } from '../http/html.ts';
  * referrer, and the request log keeps no query values.
  */
 export function claimPage(c: Context<AppEnv>): Response {
-  if (c.var.deps.config.frontendUrl) throw notFound('Page');
+  requireBuiltInPages(c);
   const nonce = randomNonce();
   const body = `
     <p id="intro">Confirm that this address is yours to add the purchase to your Agent Marketplace account.</p>
@@ -75,19 +75,5 @@ export function claimPage(c: Context<AppEnv>): Response {
         document.getElementById('done').hidden = false;
       });
     </script>`;
-  return htmlPage(c, 200, {
-    title: 'Confirm your purchase',
-    titleSuffix: ' · Agent Marketplace',
-    style: STYLE,
-    body,
-    nonce,
-    directives: ["form-action 'self'"],
-  });
+  return builtInPage(c, 200, 'Confirm your purchase', body, { nonce });
 }
-
-const STYLE = `    body { font-family: system-ui, sans-serif; max-width: 28rem; margin: 4rem auto; padding: 0 1rem; color: #1b1b1f; }
-    h1 { font-size: 1.4rem; }
-    label { display: block; margin-top: .8rem; font-size: .9rem; }
-    input { width: 100%; box-sizing: border-box; padding: .5rem; margin-top: .2rem; }
-    button { margin-top: 1rem; padding: .55rem 1.2rem; border: 0; border-radius: .3rem; background: #3b4cca; color: #fff; cursor: pointer; }
-    #status { color: #b3261e; min-height: 1.2rem; }`;

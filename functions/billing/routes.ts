@@ -8,6 +8,7 @@ import { takeBillingAllowance } from './allowances.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../http/router.ts';
 import { cancelMySubscription, cancelSubscription } from './cancel-subscription.ts';
 import {
+  CHECKOUT_SESSION_ID,
   completeAnonymousCheckout,
   createCheckoutLink,
   startAnonymousCheckout,
@@ -17,6 +18,7 @@ import {
 import { claimPage } from './claim-page.ts';
 import { claimPurchase } from './claim-purchase.ts';
 import { createPortalSession } from './portal.ts';
+import { accountBillingPage, checkoutCanceledPage, checkoutSuccessPage } from './return-pages.ts';
 import { listUserSubscriptions } from './subscription-queries.ts';
 import { findActiveSubscription, subscriptionSchema } from './subscriptions.ts';
 import { cancelPendingTierChange, changeSubscriptionTier } from './tier-changes.ts';
@@ -31,7 +33,7 @@ import { handleStripeWebhook } from './webhook.ts';
 const security = SECURITY.sessionOrBearer;
 
 const sessionId = () =>
-  z.string().regex(/^cs_[A-Za-z0-9_]{1,250}$/, 'sessionId must be a Stripe Checkout Session id (cs_...)');
+  z.string().regex(CHECKOUT_SESSION_ID, 'sessionId must be a Stripe Checkout Session id (cs_...)');
 const sessionIdParam = sessionId().openapi({ param: { name: 'sessionId', in: 'path' }, example: 'cs_test_a1b2c3' });
 
 const returnUrl = (what: string) =>
@@ -413,6 +415,10 @@ export function billingRoutes() {
 
   // The page the claim mail points to when there is no FRONTEND_URL (outside the OpenAPI document, like /sign-in).
   router.get('/claim', (c) => claimPage(c));
+  // Stripe's default return addresses, served likewise when there is no FRONTEND_URL.
+  router.get('/checkout/success', (c) => checkoutSuccessPage(c));
+  router.get('/checkout/canceled', (c) => checkoutCanceledPage(c));
+  router.get('/account/billing', (c) => accountBillingPage(c));
 
   router.openapi(changeTierRoute, async (c) => {
     await requireAdmin(c);

@@ -2,8 +2,8 @@ import type { Context } from 'hono';
 import type { AppEnv } from '../platform/app-types.ts';
 
 /**
- * The service's few server-rendered HTML pages (the admin page, the OAuth sign-in and consent pages) share one
- * skeleton and one set of security headers: a strict CSP (nothing from elsewhere, inline styles, scripts only
+ * The service's few server-rendered HTML pages (the admin page, and the built-in pages a front end replaces:
+ * http/built-in-pages.ts) share one skeleton and one set of security headers: a strict CSP (nothing from elsewhere, inline styles, scripts only
  * with the page's nonce), no framing, no referrer, no caching.
  */
 

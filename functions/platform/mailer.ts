@@ -26,8 +26,11 @@ import type { Logger } from './logger.ts';
  * A process that dies mid-send leaves its claim to be retried when the lease ends (at least once, as SMTP is).
  *
  * Secrets in mails (password reset links, invitation links): the log line carries the recipient and subject,
- * and the body only outside production, where a developer needs the reset link. In production without SMTP the
- * body stays in the outbox table (readable by the operator), never in the logs.
+ * and the body only outside production, with its tokens redacted like every log line. So that a developer without
+ * SMTP can still open a mailed link (the embedded database cannot be read by another process while the service
+ * runs), the log transport also writes each mail whole to a file when the entry gives it a place (`files`: the Node
+ * entry's `<DATA_DIR>/mail/`), outside production only, and the log line names that file. In production without
+ * SMTP the body stays in the outbox table (readable by the operator), never in the logs or on disk.
  */
 
 export interface Mail {
@@ -51,11 +54,20 @@ export interface Mailer {
   stop(): Promise<void>;
 }
 
+/** A mail as a transport gets it: the outbox row's id, the sender, and when it is sent. */
+export type OutgoingMail = Mail & { id: string; from: string; date: Date };
+
 /** Something that can send one mail. Injected by tests; defaults to SMTP or the log. */
 export interface MailTransport {
   kind: 'smtp' | 'log';
   /** `signal` aborts when the send's deadline passes: stop and let go of the connection (the mailer has moved on). */
-  send(mail: Mail & { from: string }, signal?: AbortSignal): Promise<void>;
+  send(mail: OutgoingMail, signal?: AbortSignal): Promise<void>;
+}
+
+/** A place that keeps logged mails as files (Node only: platform/mail-files.ts). */
+export interface MailFiles {
+  /** Writes one mail; answers the file's path. */
+  write(mail: OutgoingMail): Promise<string>;
 }
 
 export interface MailerOptions {
@@ -68,6 +80,8 @@ export interface MailerOptions {
   pollMs?: number;
   /** A send is abandoned after this long (ms; default SEND_DEADLINE_MS). Tests shorten it. */
   sendDeadlineMs?: number;
+  /** Where the log transport also writes each mail (without SMTP, outside production only; ignored otherwise). */
+  files?: MailFiles | undefined;
 }
 
 /** A mail is retried until an attempt fails this long after it was written (then `failed`; it stays in the outbox). */
@@ -91,7 +105,9 @@ export const SMTP_TIMEOUTS = { connectionTimeout: 10_000, greetingTimeout: 10_00
 
 export function createMailer(options: MailerOptions): Mailer {
   const { config, db, logger, clock } = options;
-  const transport = options.transport ?? (config.smtp ? smtpTransport(config.smtp.url) : logTransport(config, logger));
+  // Mail files hold the mails' tokens: never in production, whatever the entry passed.
+  const files = config.isProduction ? undefined : options.files;
+  const transport = options.transport ?? (config.smtp ? smtpTransport(config.smtp.url) : logTransport(config, logger, files));
   const from = config.smtp?.from ?? config.mailFrom;
   const pollMs = options.pollMs ?? 1000;
   const sendDeadlineMs = options.sendDeadlineMs ?? SEND_DEADLINE_MS;
@@ -129,7 +145,10 @@ export function createMailer(options: MailerOptions): Mailer {
       handled += 1;
       try {
         await sendWithin(sendDeadlineMs, (signal) =>
-          transport.send({ from, to: m.to_address, subject: m.subject, text: m.text_body, html: m.html_body ?? undefined }, signal),
+          transport.send(
+            { id: m.id, from, date: clock.now(), to: m.to_address, subject: m.subject, text: m.text_body, html: m.html_body ?? undefined },
+            signal,
+          ),
         );
       } catch (err) {
         const giveUp = clock.now().getTime() - new Date(m.created_at).getTime() >= RETRY_WINDOW_MS;
@@ -232,13 +251,19 @@ export function createMailer(options: MailerOptions): Mailer {
   };
 }
 
-function logTransport(config: Config, logger: Logger): MailTransport {
+function logTransport(config: Config, logger: Logger, files: MailFiles | undefined): MailTransport {
   return {
     kind: 'log',
     async send(mail) {
+      // The file is a convenience: a mail that cannot be written is still logged and kept in the outbox.
+      const file = await files?.write(mail).catch((err: unknown) => {
+        logger.warn('mail file not written', { mailId: mail.id, error: (err as Error).message });
+        return undefined;
+      });
       logger.info('mail (SMTP_URL unset: logged, kept in mail_outbox)', {
         to: mail.to,
         subject: mail.subject,
+        ...(file ? { file } : {}),
         ...(config.isProduction ? {} : { text: mail.text }),
       });
     },

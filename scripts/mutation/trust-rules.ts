@@ -177,6 +177,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/identity/log-secrets.test.ts'],
   },
   {
+    rule: 6,
+    name: 'a production service writes mails, tokens included, to disk when its entry passes a mail folder',
+    file: 'functions/platform/mailer.ts',
+    find: '  const files = config.isProduction ? undefined : options.files;',
+    replace: '  const files = options.files;',
+    tests: ['tests/identity/mail-files.test.ts'],
+  },
+  {
     rule: 7,
     name: 'X-Forwarded-For believed from any peer',
     file: 'functions/http/rate-limit.ts',

@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -135,6 +135,22 @@ describe('npm start', () => {
       // Nothing compiles TypeScript at run time: plain `node` strips the types (no tsx or other loader), quietly.
       expect(startScript).toMatch(/^node (--[\w-]+=\w+ )*scripts\/serve\.ts$/);
       expect(running.output()).not.toContain('ExperimentalWarning');
+
+      // Without SMTP, a mail is logged with its tokens redacted and also written whole to <DATA_DIR>/mail (owner
+      // only), which the log line names: the newcomer's way to open a verification or reset link.
+      const email = `newcomer-${Date.now()}@example.test`;
+      const up = await running.http.post('/api/auth/sign-up/email', { json: { email, password: 'newcomer password 1', name: 'New' } });
+      expect(up.status).toBe(200);
+      const mailDir = join(dataDir, 'mail');
+      const file = await until('the mail file', running, async () =>
+        readdirSync(mailDir)
+          .map((name) => join(mailDir, name))
+          .find((path) => readFileSync(path, 'utf8').includes(`To: ${email}\n`)),
+      );
+      expect(statSync(mailDir).mode & 0o777).toBe(0o700);
+      expect(statSync(file).mode & 0o777).toBe(0o600);
+      expect(readFileSync(file, 'utf8')).toMatch(/\/api\/auth\/verify-email\?token=eyJ/);
+      await until('the log line naming the file', running, async () => (running.output().includes(`"file":"${file}"`) ? true : undefined));
     } finally {
       expect(await stop(running)).toBe(0);
     }

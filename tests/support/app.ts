@@ -13,6 +13,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { diskFileStore } from '../../functions/platform/storage-disk.ts';
+import { mailFolder } from '../../functions/platform/mail-files.ts';
 
 /**
  * The service as a test sees it: a fresh migrated database on the project's tier, the real app built by the
@@ -41,6 +42,8 @@ export interface TestAppOptions {
   testDatabase?: TestDatabase;
   /** Mounts extra routes on the app before it starts serving (test-only routes that exercise the HTTP layer). */
   routes?: (app: App) => void;
+  /** Where logged mails are written as files, as `npm start` writes them to .data/mail (none when unset). */
+  mailDir?: string;
 }
 
 export const TEST_SECRET = 'test-secret-test-secret-test-secret-0123456789';
@@ -75,6 +78,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   // failure in CI).
   const deps = await buildDeps({
     config, database: testDatabase.database, logger, clock, docsScript, fileStore: diskFileStore(uploadsDir), backgroundLoops: false,
+    ...(options.mailDir ? { mailFiles: mailFolder(options.mailDir) } : {}),
   });
   const app = createApp(deps);
   options.routes?.(app);

@@ -1,6 +1,7 @@
 import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../../platform/app-types.ts';
-import { escapeHtml, htmlPage, randomNonce } from '../../http/html.ts';
+import { builtInPage, returnPathAfterSignIn } from '../../http/built-in-pages.ts';
+import { escapeHtml, randomNonce } from '../../http/html.ts';
 import type { Config } from '../../platform/config.ts';
 import { first, sql } from '../../platform/db.ts';
 import { authorizeParamsOf, decodeConsentCode } from './consent-code.ts';
@@ -74,8 +75,10 @@ function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
   // Or the verification link that sent a signed-out browser here (email-verification.ts): opened again once signed in.
   const verify = new URL(c.req.url).searchParams.get('verify') ?? '';
   const verifyUrl = kind === 'sign-in' && verify.startsWith('/api/auth/verify-email?') ? verify : '';
+  // Or a built-in page that needs a session (an invitation, the billing page): only those, never another site.
+  const returnPath = returnPathAfterSignIn(new URL(c.req.url).searchParams.get('next'));
   const continueUrl =
-    authorize.has('client_id') && authorize.has('response_type') ? `/api/auth/oauth2/authorize?${authorize}` : verifyUrl;
+    authorize.has('client_id') && authorize.has('response_type') ? `/api/auth/oauth2/authorize?${authorize}` : verifyUrl || returnPath;
   const notice = verifyUrl ? '<p id="notice">Sign in to confirm your email address.</p>' : '';
   const other = kind === 'sign-in' ? '/sign-up' : '/sign-in';
   const nonce = randomNonce();
@@ -97,6 +100,7 @@ function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
     </form>
     <p>${kind === 'sign-in' ? 'No account yet?' : 'Already have an account?'}
        <a href="${escapeHtml(other + search)}">${kind === 'sign-in' ? 'Create one' : 'Sign in'}</a></p>
+    ${kind === 'sign-in' ? '<p><a id="forgot" href="/reset-password">Forgot your password?</a></p>' : ''}
     <script nonce="${nonce}">
       const form = document.getElementById('credentials');
       const status = document.getElementById('status');
@@ -132,20 +136,6 @@ function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
 }
 
 function page(c: Context<AppEnv>, status: 200 | 400, title: string, body: string, nonce?: string) {
-  return htmlPage(c, status, {
-    title,
-    titleSuffix: ' · Agent Marketplace',
-    style: STYLE,
-    body,
-    nonce,
-    directives: ["form-action 'self' http: https:"],
-  });
+  // The consent form's answer is a 302 to the agent's redirect_uri, on any origin.
+  return builtInPage(c, status, title, body, { nonce, formAction: "'self' http: https:" });
 }
-
-const STYLE = `    body { font-family: system-ui, sans-serif; max-width: 26rem; margin: 4rem auto; padding: 0 1rem; color: #1b1b1f; }
-    h1 { font-size: 1.4rem; }
-    label { display: block; margin-top: .8rem; font-size: .9rem; }
-    input { width: 100%; box-sizing: border-box; padding: .5rem; margin-top: .2rem; }
-    button { margin-top: 1rem; padding: .55rem 1.2rem; border: 0; border-radius: .3rem; background: #3b4cca; color: #fff; cursor: pointer; }
-    button.secondary { background: #e4e4ea; color: #1b1b1f; }
-    #status { color: #b3261e; min-height: 1.2rem; }`;
