@@ -292,8 +292,8 @@ export const mutations: Mutation[] = [
     rule: 9,
     name: 'a code redeemed after the user consented again to fewer scopes gives them all',
     file: 'functions/auth/oauth/token-records.ts',
-    find: '                                      @> ${JSON.stringify(token.scopes)}::text::jsonb))',
-    replace: '                                      is not null))',
+    find: '                                  and public.oauth_consent_scopes(k.scopes) @> ${JSON.stringify(token.scopes)}::text::jsonb))',
+    replace: '                                  and public.oauth_consent_scopes(k.scopes) is not null))',
     tests: ['tests/oauth/code-flow.test.ts'],
   },
   {
