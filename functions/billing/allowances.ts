@@ -2,25 +2,52 @@ import type { AppDeps } from '../platform/app-types.ts';
 import { enforceDailyAllowance } from '../http/rate-limit.ts';
 
 /**
- * How often one user may ask for what makes an object at Stripe or a subscription row here. Every paid checkout
- * makes a Checkout Session and every portal request a portal session at Stripe, all under the marketplace's one
- * Stripe account, whose API rate limit every buyer shares: a user scripting them used up everyone's payments. Every
- * free start writes a subscription (with its carried counters and ledger rows), and a free cancel-and-start loop
- * grew the user's subscription list and the shared tables without end (both found by a user-side review). So, per
- * user (whichever credential: cookie, first-party or agent token), counted in PostgreSQL so every instance shares the
- * count, in a day that opens with the first request: at most CHECKOUTS_PER_DAY checkout starts, free or paid, and
- * PORTAL_SESSIONS_PER_DAY portal sessions; then 429 RATE_LIMITED with Retry-After. Far above what a buyer does by hand.
+ * How often one caller may ask for what makes an object or a read at Stripe, or a subscription row here. Every paid
+ * checkout makes a Checkout Session, every portal request a portal session and every checkout-session read a call
+ * at Stripe, all under the marketplace's one Stripe account, whose API rate limit every buyer shares: a user
+ * scripting them used up everyone's payments. Every free start writes a subscription (with its carried counters and
+ * ledger rows), and a free cancel-and-start loop grew the user's subscription list and the shared tables without end
+ * (found by user-side reviews). So, counted in PostgreSQL so every instance shares the count, in a day that opens with
+ * the first request, then 429 RATE_LIMITED with Retry-After; far above what a buyer does by hand:
+ *   - per user and credential: the user's own (cookie session or the first-party token) has its own count, and each
+ *     agent's token one of its own for that user, so no agent can spend the user's allowance, nor another agent's
+ *     (found by a review: an agent's token made 50 checkouts of its own tier and the user could no longer buy
+ *     anything elsewhere);
+ *   - taken once the request is known to be allowed (the tier found and within the token's agent, the portal's
+ *     subscription or customer found), so refused requests spend nothing (an agent's token asking for another agent's
+ *     tier, 403, used to spend the user's allowance);
+ *   - anonymous checkouts per client address (an IPv6 client's /64), beside the per-minute limit.
  */
 export const CHECKOUTS_PER_DAY = 50;
 export const PORTAL_SESSIONS_PER_DAY = 50;
+/** Reads of one's checkout sessions (GET /me/checkout/{sessionId}); a success page polls a few times. */
+export const CHECKOUT_READS_PER_DAY = 100;
+export const ANONYMOUS_CHECKOUTS_PER_DAY = 50;
 
 const allowances = {
   checkout: { limit: CHECKOUTS_PER_DAY, message: `You can start ${CHECKOUTS_PER_DAY} checkouts a day; try again later` },
   portal: { limit: PORTAL_SESSIONS_PER_DAY, message: `You can open the billing portal ${PORTAL_SESSIONS_PER_DAY} times a day; try again later` },
+  'checkout-read': { limit: CHECKOUT_READS_PER_DAY, message: `You can read checkout sessions ${CHECKOUT_READS_PER_DAY} times a day; try again later` },
 } as const;
 
-/** Counts one request of `kind` for the user, or throws 429 RATE_LIMITED when the day's allowance is used up. */
-export async function takeBillingAllowance(deps: Pick<AppDeps, 'database' | 'clock'>, userId: string, kind: keyof typeof allowances): Promise<void> {
+/** Who asks: the user, and the agent whose token asks for them (none for the user's own credentials). */
+export interface Asker {
+  userId: string;
+  agentId?: string | undefined;
+}
+
+/** Counts one request of `kind` for this user and credential, or throws 429 RATE_LIMITED when the day's allowance is used up. */
+export async function takeBillingAllowance(deps: Pick<AppDeps, 'database' | 'clock'>, asker: Asker, kind: keyof typeof allowances): Promise<void> {
   const { limit, message } = allowances[kind];
-  await enforceDailyAllowance(deps, `billing-${kind}|${userId}`, limit, message);
+  await enforceDailyAllowance(deps, `billing-${kind}|${asker.userId}|${asker.agentId ?? 'own'}`, limit, message);
+}
+
+/** Counts one anonymous checkout for this client address (`clientSubject`), or throws 429 RATE_LIMITED. */
+export async function takeAnonymousCheckoutAllowance(deps: Pick<AppDeps, 'database' | 'clock'>, clientSubject: string): Promise<void> {
+  await enforceDailyAllowance(
+    deps,
+    `billing-anonymous-checkout|${clientSubject}`,
+    ANONYMOUS_CHECKOUTS_PER_DAY,
+    `This address can start ${ANONYMOUS_CHECKOUTS_PER_DAY} checkouts without an account a day; sign in, or try again later`,
+  );
 }

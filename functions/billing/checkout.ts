@@ -3,6 +3,7 @@ import type { BillingDeps } from './billing-deps.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import type { Principal } from '../http/context.ts';
 import { first, sql } from '../platform/db.ts';
+import { takeBillingAllowance } from './allowances.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { purchaseAbandoned } from './purchase-claims.ts';
 import { ensureCustomer } from './customers.ts';
@@ -38,6 +39,7 @@ export async function startCheckout(
 ): Promise<StartCheckoutResult> {
   const tier = await purchasableTier(deps, input.tierId, 'buyer');
   requireWithinAgent(principal, tier.agentId); // an agent's token buys only that agent's tiers
+  await takeBillingAllowance(deps, principal, 'checkout');
   if (!isPaid(tier)) {
     const { subscription } = await startFreeSubscription(deps.database.db, deps.clock, { userId: principal.userId, tierId: tier.id });
     return { kind: 'free', subscription };
@@ -183,6 +185,8 @@ export interface CheckoutSessionView {
 
 /** Read-through to Stripe for the signed-in buyer's own session; writes nothing (the webhook owns writes). */
 export async function verifyCheckoutSession(deps: BillingDeps, principal: Principal, sessionId: string): Promise<CheckoutSessionView> {
+  // Counted before the read: whose session it is, only Stripe can say (a made-up id costs Stripe a read too).
+  await takeBillingAllowance(deps, principal, 'checkout-read');
   const session = await retrieveSession(deps, sessionId);
   const owner = session.client_reference_id ?? session.metadata?.userId;
   if (owner !== principal.userId) throw notFound('Checkout session', { sessionId });

@@ -1,4 +1,5 @@
 import type { BillingDeps } from './billing-deps.ts';
+import { takeBillingAllowance, type Asker } from './allowances.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { ownUrl } from './checkout.ts';
 import { customerIdOf } from './customers.ts';
@@ -13,9 +14,10 @@ import { invalidState } from './tiers.ts';
  */
 export async function createPortalSession(
   deps: BillingDeps,
-  userId: string,
+  asker: Asker,
   input: { flow: 'overview' | 'cancel'; agentId?: string | undefined; returnUrl?: string | undefined },
 ): Promise<{ url: string }> {
+  const { userId } = asker;
   const { stripe } = requirePayments(deps);
   const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
   const returnUrl = ownUrl(deps, input.returnUrl, 'returnUrl') ?? `${origin}/account/billing`;
@@ -36,6 +38,7 @@ export async function createPortalSession(
         agentId: input.agentId,
       });
     }
+    await takeBillingAllowance(deps, asker, 'portal');
     const session = await askStripe('the portal session', () =>
       stripe.billingPortal.sessions.create({
         customer: sub.stripeCustomerId!,
@@ -52,6 +55,7 @@ export async function createPortalSession(
 
   const customer = await customerIdOf(deps, userId);
   if (!customer) throw invalidState('There is no billing account yet: the portal opens after a first paid checkout');
+  await takeBillingAllowance(deps, asker, 'portal');
   const session = await askStripe('the portal session', () => stripe.billingPortal.sessions.create({ customer, return_url: returnUrl }));
   return { url: session.url };
 }

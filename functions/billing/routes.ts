@@ -3,8 +3,8 @@ import { tierSchema } from '../catalog/index.ts';
 import { otherAgent, requireAdmin, requireUser, requireWithinAgent } from '../http/access.ts';
 import { envelopeOf, ok } from '../http/envelope.ts';
 import { notFound } from '../http/errors.ts';
-import { enforceRateLimit } from '../http/rate-limit.ts';
-import { takeBillingAllowance } from './allowances.ts';
+import { clientSubject, enforceRateLimit } from '../http/rate-limit.ts';
+import { takeAnonymousCheckoutAllowance } from './allowances.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../http/router.ts';
 import { cancelMySubscription, cancelSubscription } from './cancel-subscription.ts';
 import {
@@ -180,7 +180,7 @@ const verifyCheckoutRoute = createRoute({
   summary: "Read-through to Stripe for one of the user's own checkout sessions; writes nothing",
   security,
   request: { params: z.object({ sessionId: sessionIdParam }) },
-  responses: { 200: jsonResponse(envelopeOf(checkoutSessionSchema), 'The session as Stripe sees it'), ...errors(400, 401, 404, 503) },
+  responses: { 200: jsonResponse(envelopeOf(checkoutSessionSchema), 'The session as Stripe sees it'), ...errors(400, 401, 404, 429, 503) },
 });
 
 const cancelMySubscriptionRoute = createRoute({
@@ -361,9 +361,7 @@ export function billingRoutes() {
 
   router.openapi(startCheckoutRoute, async (c) => {
     const user = await requireUser(c);
-    const input = c.req.valid('json');
-    await takeBillingAllowance(c.var.deps, user.userId, 'checkout');
-    const result = await startCheckout(c.var.deps, user, input);
+    const result = await startCheckout(c.var.deps, user, c.req.valid('json'));
     if (result.kind === 'free') return c.json(ok({ subscription: result.subscription }), 201);
     return c.json(ok({ checkoutUrl: result.checkoutUrl, sessionId: result.sessionId }), 200);
   });
@@ -387,13 +385,13 @@ export function billingRoutes() {
     // payment method of the user.
     if (user.agentId && input.flow !== 'cancel') throw otherAgent();
     if (input.flow === 'cancel' && input.agentId) requireWithinAgent(user, input.agentId);
-    await takeBillingAllowance(c.var.deps, user.userId, 'portal');
-    return c.json(ok(await createPortalSession(c.var.deps, user.userId, input)), 200);
+    return c.json(ok(await createPortalSession(c.var.deps, user, input)), 200);
   });
 
   router.openapi(startAnonymousCheckoutRoute, async (c) => {
     // Public: the buyer has no account yet. Limited per client IP like the other public writes.
     await enforceRateLimit(c, 'checkout-anonymous', c.var.deps.config.authRateLimitPerMinute);
+    await takeAnonymousCheckoutAllowance(c.var.deps, clientSubject(c));
     return c.json(ok(await startAnonymousCheckout(c.var.deps, c.req.valid('json'))), 200);
   });
 

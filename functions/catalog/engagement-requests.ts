@@ -13,7 +13,8 @@ import { recipientEmails } from './notification-recipients.ts';
  * Demo requests one user may make in a day (all agents together). Each mails every notification recipient, the
  * marketplace's own staff, with text the requester (or an agent backend acting for them) chose; the per-address limit
  * alone let one client with many users' tokens send staff tens of thousands of mails a day (found by an agent-side
- * review). Counted per user in PostgreSQL; then 429 RATE_LIMITED.
+ * review). Counted per user in PostgreSQL, the user's own credentials and each agent's token apart (no agent spends
+ * the user's own allowance); then 429 RATE_LIMITED.
  */
 export const DEMO_REQUESTS_PER_DAY = 10;
 

@@ -2,7 +2,7 @@ import type { Context, MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from './errors.ts';
 import { takeToken } from '../platform/rate-limits.ts';
-import { isInRanges, normalizeIp } from '../platform/ip-ranges.ts';
+import { isInRanges, normalizeIp, rateLimitSubject } from '../platform/ip-ranges.ts';
 
 // The counting itself (one statement per check, and the refusal cache) is platform/rate-limits.ts, which limits
 // outside HTTP use too (failed password checks, account mails per recipient).
@@ -35,10 +35,13 @@ export function rateLimited(retryAfterSec: number, message: string, details: Rec
   return new ApiError('RATE_LIMITED', message, { retryAfterSec, ...details }, { 'Retry-After': String(retryAfterSec) });
 }
 
-/** Throws 429 RATE_LIMITED (with Retry-After) when this client address is over the bucket's limit. */
+/**
+ * Throws 429 RATE_LIMITED (with Retry-After) when this client address (an IPv6 client's /64: `rateLimitSubject`) is
+ * over the bucket's limit.
+ */
 export async function enforceRateLimit(c: Context<AppEnv>, bucket: string, limit: number): Promise<void> {
   if (limit <= 0) return;
-  const verdict = await takeToken(c.var.deps, `${bucket}|${clientIp(c)}`, limit, WINDOW_MS);
+  const verdict = await takeToken(c.var.deps, `${bucket}|${clientSubject(c)}`, limit, WINDOW_MS);
   if (!verdict.allowed) {
     throw rateLimited(verdict.retryAfterSec, 'Too many requests; try again later', { limitPerMinute: limit });
   }
@@ -58,6 +61,11 @@ export async function enforceDailyAllowance(
   if (!verdict.allowed) throw rateLimited(verdict.retryAfterSec, message, { limitPerDay: limit });
 }
 const DAY_MS = 24 * 60 * 60 * 1000;
+
+/** Whom a per-address limit counts for this request: its client address, or an IPv6 client's /64. */
+export function clientSubject(c: Context<AppEnv>): string {
+  return rateLimitSubject(clientIp(c));
+}
 
 export function rateLimit(options: RateLimitOptions): MiddlewareHandler<AppEnv> {
   return async (c, next) => {

@@ -120,3 +120,17 @@ export function normalizeIp(text: string): string | undefined {
   for (let i = 0; i < 16; i += 2) words.push(((bytes[i]! << 8) | bytes[i + 1]!).toString(16));
   return words.join(':');
 }
+
+/**
+ * Whom a per-address limit counts: an IPv4 address itself, but an IPv6 address's /64 network. One home line, VM or
+ * container host is given a whole /64 (2^64 addresses) and may use any of them, so counting single IPv6 addresses gave
+ * such a client a new allowance with every address (found by a review: 12 sign-ups under a limit of 3). Anything that
+ * is not an address is counted as itself.
+ */
+export function rateLimitSubject(address: string): string {
+  const bytes = parseIp(address);
+  if (!bytes || bytes.length === 4) return address;
+  const words: string[] = [];
+  for (let i = 0; i < 8; i += 2) words.push(((bytes[i]! << 8) | bytes[i + 1]!).toString(16));
+  return `${words.join(':')}::/64`;
+}

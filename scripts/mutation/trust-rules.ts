@@ -825,7 +825,23 @@ export const mutations: Mutation[] = [
     file: 'functions/http/rate-limit.ts',
     find: '  if (!verdict.allowed) throw rateLimited(verdict.retryAfterSec, message, { limitPerDay: limit });',
     replace: '  return;',
-    tests: ['tests/billing/checkout.test.ts', 'tests/catalog/engagement.test.ts'],
+    tests: ['tests/billing/checkout.test.ts', 'tests/catalog/engagement.test.ts', 'tests/billing/allowances.test.ts'],
+  },
+  {
+    rule: 7,
+    name: 'an IPv6 client is counted by its full address (a new allowance for every address of its /64)',
+    file: 'functions/platform/ip-ranges.ts',
+    find: '  return `${words.join(\':\')}::/64`;',
+    replace: '  return address;',
+    tests: ['tests/identity/rate-limit-ipv6.test.ts'],
+  },
+  {
+    rule: 25,
+    name: "an agent's token spends the user's own billing allowance",
+    file: 'functions/billing/allowances.ts',
+    find: "  await enforceDailyAllowance(deps, `billing-${kind}|${asker.userId}|${asker.agentId ?? 'own'}`, limit, message);",
+    replace: '  await enforceDailyAllowance(deps, `billing-${kind}|${asker.userId}`, limit, message);',
+    tests: ['tests/billing/allowances.test.ts'],
   },
 ];
 

@@ -84,7 +84,7 @@ export function engagementRoutes() {
     await enforceRateLimit(c, 'demo-request', deps.config.authRateLimitPerMinute);
     const { agentId } = c.req.valid('param');
     const agent = await requireAgent(deps.database.db, agentId, user.role === 'platform_admin');
-    await enforceDailyAllowance(deps, `demo-request|${user.userId}`, DEMO_REQUESTS_PER_DAY, `You can request ${DEMO_REQUESTS_PER_DAY} demos a day; try again later`);
+    await enforceDailyAllowance(deps, `demo-request|${user.userId}|${user.agentId ?? 'own'}`, DEMO_REQUESTS_PER_DAY, `You can request ${DEMO_REQUESTS_PER_DAY} demos a day; try again later`);
     const { interaction } = await requestDemo(
       deps.database.db,
       deps.mailer,

@@ -7051,7 +7051,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -7129,7 +7129,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -8654,7 +8654,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16165,7 +16165,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16244,7 +16244,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16337,7 +16337,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16605,7 +16605,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16726,7 +16726,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a user's daily allowance of checkouts, portal sessions and demo requests); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16798,6 +16798,17 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds until the window ends */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RateLimitedError"];
                 };
             };
             /** @description Feature not configured or dependency unavailable */

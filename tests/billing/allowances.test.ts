@@ -1,0 +1,122 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  ANONYMOUS_CHECKOUTS_PER_DAY,
+  CHECKOUT_READS_PER_DAY,
+  CHECKOUTS_PER_DAY,
+  PORTAL_SESSIONS_PER_DAY,
+} from '../../functions/billing/allowances.ts';
+import { insertTier } from '../support/fixtures.ts';
+import { accessTokenFor } from '../support/oauth.ts';
+import { signUp } from '../support/users.ts';
+import { activeAgent, buyPaidTier, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+
+/**
+ * The daily allowances of what reaches Stripe or writes a subscription (functions/billing/allowances.ts), against the
+ * ways around them reviews found: an agent's token spending the allowance the user needs everywhere else (with
+ * requests it may make, or ones refused 403), the anonymous checkout as a second door, and checkout-session reads.
+ * The plain case (a user scripting checkouts and portal sessions) is in checkout.test.ts.
+ */
+
+let w: BillingWorld;
+beforeAll(async () => {
+  w = await startBillingWorld();
+});
+afterAll(() => w.close());
+
+describe("an agent's token has an allowance of its own for the user, and spends none on refused requests", () => {
+  it("attack: agent X's backend starts X's checkouts until its own allowance ends; the user still buys Y's tier, agent Y's token too", async () => {
+    const x = await activeAgent(w);
+    const xPaid = await paidTier(w, x.id);
+    const y = await activeAgent(w);
+    const yFree = await insertTier(w.t.db, y.id, { priceCents: 0 });
+    const user = await signUp(w.t);
+    const tokenX = (await accessTokenFor(w.t, user, { agentId: x.id })).accessToken;
+
+    for (let i = 0; i < CHECKOUTS_PER_DAY; i++) {
+      const started = await w.t.http.post('/me/checkout', { bearer: tokenX, json: { tierId: xPaid.id } });
+      expect(started.status, started.text).toBe(200);
+    }
+    const sessionsBefore = w.fake.sessions.size;
+    const past = await w.t.http.post('/me/checkout', { bearer: tokenX, json: { tierId: xPaid.id } });
+    expect([past.status, past.body.error?.code]).toEqual([429, 'RATE_LIMITED']);
+    expect(w.fake.sessions.size).toBe(sessionsBefore);
+
+    const mine = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: yFree.id } });
+    expect(mine.status, mine.text).toBe(201);
+  });
+
+  it("attack: agent X's backend opens its cancel portal until its allowance ends; the user still opens their billing portal", async () => {
+    const x = await activeAgent(w);
+    const xPaid = await paidTier(w, x.id);
+    const user = await signUp(w.t);
+    await buyPaidTier(w, user, xPaid.id);
+    const tokenX = (await accessTokenFor(w.t, user, { agentId: x.id })).accessToken;
+
+    for (let i = 0; i < PORTAL_SESSIONS_PER_DAY; i++) {
+      const opened = await w.t.http.post('/me/billing-portal', { bearer: tokenX, json: { flow: 'cancel', agentId: x.id } });
+      expect(opened.status, opened.text).toBe(200);
+    }
+    expect((await w.t.http.post('/me/billing-portal', { bearer: tokenX, json: { flow: 'cancel', agentId: x.id } })).status).toBe(429);
+    const mine = await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'overview' } });
+    expect(mine.status, mine.text).toBe(200);
+  });
+
+  it("attack: agent X's token asking for agent Y's tier (403 each time) spends nothing, not even its own allowance", async () => {
+    const x = await activeAgent(w);
+    const xFree = await insertTier(w.t.db, x.id, { priceCents: 0 });
+    const y = await activeAgent(w);
+    const yFree = await insertTier(w.t.db, y.id, { priceCents: 0 });
+    const user = await signUp(w.t);
+    const tokenX = (await accessTokenFor(w.t, user, { agentId: x.id })).accessToken;
+
+    for (let i = 0; i < CHECKOUTS_PER_DAY + 5; i++) {
+      const refused = await w.t.http.post('/me/checkout', { bearer: tokenX, json: { tierId: yFree.id } });
+      expect([refused.status, refused.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+    }
+    const own = await w.t.http.post('/me/checkout', { bearer: tokenX, json: { tierId: xFree.id } });
+    expect(own.status, own.text).toBe(201);
+    const mine = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: yFree.id } });
+    expect(mine.status, mine.text).toBe(201);
+    expect(mine.body.data.subscription).toMatchObject({ userId: user.userId, agentId: y.id, tierId: yFree.id });
+  });
+});
+
+describe('checkout-session reads', () => {
+  it(`attack: reading made-up checkout sessions in a loop stops reaching Stripe after ${CHECKOUT_READS_PER_DAY} a day`, async () => {
+    // The read asks Stripe before it can tell whose session it is: each made-up id cost the marketplace's shared Stripe
+    // rate limit a call (found by a review).
+    const user = await signUp(w.t);
+    const reads = () => w.fake.requests.filter((r) => r.method === 'GET' && r.path.startsWith('/v1/checkout/sessions/')).length;
+    const before = reads();
+    const statuses: number[] = [];
+    for (let i = 0; i < CHECKOUT_READS_PER_DAY + 10; i++) {
+      statuses.push((await w.t.http.get(`/me/checkout/cs_test_${randomBytes(12).toString('hex')}`, { cookie: user.cookie })).status);
+    }
+    expect(statuses.slice(0, CHECKOUT_READS_PER_DAY).every((s) => s === 404)).toBe(true);
+    expect(statuses.slice(CHECKOUT_READS_PER_DAY).every((s) => s === 429)).toBe(true);
+    expect(reads() - before).toBe(CHECKOUT_READS_PER_DAY);
+  });
+});
+
+describe('the anonymous checkout is no way around the daily bound', () => {
+  const PER_MINUTE = 30; // the production default of AUTH_RATE_LIMIT_PER_MINUTE (tests run with 0: no limit)
+  let limited: BillingWorld;
+  beforeAll(async () => {
+    limited = await startBillingWorld({ env: { AUTH_RATE_LIMIT_PER_MINUTE: String(PER_MINUTE) } });
+  });
+  afterAll(() => limited.close());
+
+  it(`attack: one address makes at most ${ANONYMOUS_CHECKOUTS_PER_DAY} Checkout Sessions a day without an account, a minute's worth at a time`, async () => {
+    // With only the per-minute limit, one address made 43,200 sessions a day at Stripe (found by a review).
+    const tier = await paidTier(limited, (await activeAgent(limited)).id);
+    const before = limited.fake.sessions.size;
+    const statuses: number[] = [];
+    for (let i = 0; i < ANONYMOUS_CHECKOUTS_PER_DAY + 20; i++) {
+      if (i % PER_MINUTE === 0) limited.t.clock.advance(61_000);
+      statuses.push((await limited.t.http.post('/checkout/anonymous', { json: { tierId: tier.id } })).status);
+    }
+    expect(limited.fake.sessions.size - before).toBe(ANONYMOUS_CHECKOUTS_PER_DAY);
+    expect(statuses.slice(ANONYMOUS_CHECKOUTS_PER_DAY)).toEqual(Array(20).fill(429));
+  });
+});
