@@ -1,7 +1,7 @@
 import type Stripe from 'stripe';
 import type { BillingDeps } from './billing-deps.ts';
 import { first, sql } from '../platform/db.ts';
-import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
+import { callStripe, isStripeMissing, isStripeRefusal, requirePayments } from './payments.ts';
 
 /**
  * A second paid subscription to an agent the user already pays for: the webhook answers it `conflict` and writes
@@ -74,14 +74,23 @@ export async function undoDuplicatePurchase(
  * refunded in full, then the subscription canceled at once. Refunds first: a redelivery after a failure between the
  * two still finds the subscription live and finishes. Each step can run again (a refunded payment is skipped, by its
  * idempotency key and by Stripe's `charge_already_refunded`; a canceled subscription stays canceled).
+ *
+ * A refund Stripe refuses (a 4xx: a disputed charge, `charge_disputed`) may be refused for weeks, and the buyer must
+ * not be charged another period meanwhile: the other payments are still refunded and the subscription still
+ * canceled, then the refusal is thrown, so that the caller fails and retries (found by a review: the refusal was
+ * thrown before the cancel, and Stripe went on charging). The unclaimed-purchase undo retries the refund; a webhook's
+ * undos meet only a live subscription, so their redelivery writes the canceled one and leaves the refund to the
+ * operator the warn line tells. Stripe not finding what it is asked to refund is no such refusal but a failure like
+ * any other: the subscription stays live and the redelivery finishes.
  */
 export async function refundAndCancel(
-  deps: Pick<BillingDeps, 'payments'>,
+  deps: Pick<BillingDeps, 'payments' | 'logger'>,
   subscription: Stripe.Subscription,
   why: { reason?: 'duplicate'; metadata: Record<string, string> },
 ): Promise<Array<{ invoiceId: string; amount: number }>> {
   const { stripe } = requirePayments(deps);
   const refunded: Array<{ invoiceId: string; amount: number }> = [];
+  let refused: unknown;
   const invoices = await callStripe(() => stripe.invoices.list({ subscription: subscription.id, status: 'paid', limit: 100 }));
   for (const invoice of invoices.data) {
     const payments = await callStripe(() => stripe.invoicePayments.list({ invoice: invoice.id!, limit: 100 }));
@@ -98,7 +107,17 @@ export async function refundAndCancel(
         );
         refunded.push({ invoiceId: invoice.id!, amount: payment.amount_paid ?? 0 });
       } catch (err) {
-        if ((err as { code?: string }).code !== 'charge_already_refunded') throw err;
+        const code = (err as { code?: string }).code;
+        if (code === 'charge_already_refunded') continue;
+        if (!isStripeRefusal(err) || isStripeMissing(err)) throw err;
+        // For an operator: a purchase whose refund Stripe keeps refusing shows up at each try. Ids and Stripe's code
+        // only: the subscription id leads to the buyer for whoever may see them.
+        deps.logger.warn('stripe refused a refund; the subscription is canceled all the same', {
+          stripeSubscriptionId: subscription.id,
+          invoiceId: invoice.id,
+          code,
+        });
+        refused ??= err;
       }
     }
   }
@@ -110,5 +129,6 @@ export async function refundAndCancel(
       if (!isStripeMissing(err)) throw err;
     }
   }
+  if (refused) throw refused;
   return refunded;
 }

@@ -21,7 +21,8 @@ import { readStripeSubscription } from './subscription-state.ts';
  *      Stripe no longer knowing the subscription leaves nothing to undo);
  *   3. the undo is marked done, and in the same transaction the mail to the address is queued; only the round whose
  *      conditional update returns the row queues it, so no two rounds mail twice.
- * A failure in step 2 leaves the claim abandoned but not undone; a later round finishes it.
+ * A failure in step 2 leaves the claim abandoned but not undone; a round after UNDO_RETRY_MS finishes it, taking it
+ * after every claim not yet tried, so one purchase Stripe keeps refusing holds back no other.
  */
 
 /** At most this many purchases undone per round: each is a few Stripe calls, and a round has other work. */
@@ -37,10 +38,20 @@ const UNDO_PER_ROUND = 5;
 const UNDO_LEASE_MS = 10 * 60_000;
 
 /**
- * After a failed undo the claim waits this long, and the round undoes no more (Stripe is likely failing for all of
- * them): a purchase Stripe keeps refusing is retried every minute without holding back the others.
+ * After a failed undo the claim waits this long before it is tried again, then goes behind every claim not yet tried
+ * (takeAbandonedClaim's order). An hour: what fails for one purchase is mostly Stripe refusing its refund (a disputed
+ * charge stays refused for weeks) or an outage, which an hour mostly outlasts; its subscription is canceled even when
+ * the refund is refused (refundAndCancel), so that wait charges the buyer nothing more (after an outage, an hour is
+ * still far less than a billing period), and a purchase refused for good costs a few Stripe calls and warn lines an
+ * hour rather than a minute.
  */
-export const UNDO_RETRY_MS = 60_000;
+export const UNDO_RETRY_MS = 60 * 60_000;
+
+/**
+ * A round goes on to the next claim after a failure, but stops after this many in a row: Stripe is then likely failing
+ * for all of them, and each try costs a few calls (each retried twice) under the rate limit every payment shares.
+ */
+export const UNDO_FAILURES_IN_A_ROW = 3;
 
 export interface UnclaimedPurchasesReport {
   /** claims given up this round (their links refused from now on) */
@@ -62,26 +73,36 @@ interface TakenClaim {
 export async function undoUnclaimedPurchases(deps: Deps): Promise<UnclaimedPurchasesReport> {
   const report: UnclaimedPurchasesReport = { abandoned: 0, undone: 0 };
   if (!deps.payments) return report;
-  for (let n = 0; n < UNDO_PER_ROUND; n++) {
+  let failuresInARow = 0;
+  for (let n = 0; n < UNDO_PER_ROUND && failuresInARow < UNDO_FAILURES_IN_A_ROW; n++) {
     const leasedUntil = new Date(deps.clock.now().getTime() + UNDO_LEASE_MS);
     const claim = await takeAbandonedClaim(deps, leasedUntil);
     if (!claim) break;
     if (claim.newlyAbandoned) report.abandoned += 1;
     try {
       if (await undo(deps, claim)) report.undone += 1;
+      failuresInARow = 0;
     } catch (err) {
       deps.logger.warn('could not undo an unclaimed purchase; a later round retries', { stripeSubscriptionId: claim.stripeSubscriptionId, err });
       await retryLater(deps, claim, leasedUntil).catch(() => {}); // else its lease runs out: retried then
-      break;
+      failuresInARow += 1;
     }
   }
   return report;
 }
 
 /**
- * Step 1, and the lease: the oldest claim to give up or to finish giving up that no round holds. SKIP LOCKED passes
+ * Step 1, and the lease: the next claim to give up or to finish giving up that no round holds. SKIP LOCKED passes
  * over a claim whose row a claim in progress holds (it is claimed, or refused once this marks it); the conditions are
  * checked again on the row as locked, so a claim used or a link renewed meanwhile is left alone.
+ *
+ * Claims are taken in the order of their lease's end if they had one, else their link's expiry. A claim not yet tried
+ * is due only once its link expired a week ago or more; one tried before (a failure, a round that died) sorts by when
+ * its lease ran out, recent whenever rounds run: so a failed claim comes after every claim not yet tried, rather than
+ * first again in every round (found by a review: the oldest claim, failing, was taken first by every round, which
+ * stopped there, and the buyers of the claims behind it went on being charged). Nor is it passed over for good:
+ * claims whose links expire after its retry come after it. The open claims are few (purchases waiting on a link), so
+ * sorting them is cheap.
  */
 async function takeAbandonedClaim(deps: Deps, leasedUntil: Date): Promise<TakenClaim | undefined> {
   const now = deps.clock.now();
@@ -94,7 +115,7 @@ async function takeAbandonedClaim(deps: Deps, leasedUntil: Date): Promise<TakenC
            where c.claimed_at is null and c.undone_at is null
              and (c.abandoned_at is not null or c.expires_at <= ${expiredBy})
              and (c.undo_leased_until is null or c.undo_leased_until <= ${now})
-           order by c.expires_at
+           order by coalesce(c.undo_leased_until, c.expires_at)
            limit 1
            for update skip locked
         )
@@ -138,7 +159,7 @@ async function undo(deps: Deps, claim: TakenClaim): Promise<boolean> {
   return true;
 }
 
-/** After a failure: the lease is shortened to UNDO_RETRY_MS, if this round still holds it (its end is the holder's mark). */
+/** After a failure: the lease ends UNDO_RETRY_MS from now, if this round still holds it (its end is the holder's mark). */
 async function retryLater(deps: Deps, claim: TakenClaim, leasedUntil: Date): Promise<void> {
   await sql`update public.purchase_claims set undo_leased_until = ${new Date(deps.clock.now().getTime() + UNDO_RETRY_MS)}
              where id = ${claim.id} and undone_at is null and undo_leased_until = ${leasedUntil}`.execute(deps.database.db);

@@ -843,6 +843,14 @@ export const mutations: Mutation[] = [
     replace: '  await enforceDailyAllowance(deps, `billing-${kind}|${asker.userId}`, limit, message);',
     tests: ['tests/billing/allowances.test.ts'],
   },
+  {
+    rule: 4,
+    name: 'an unclaimed purchase whose undo failed is taken first again by every round (the purchases behind it go on being charged)',
+    file: 'functions/billing/unclaimed-purchases.ts',
+    find: '           order by coalesce(c.undo_leased_until, c.expires_at)',
+    replace: '           order by c.expires_at',
+    tests: ['tests/billing/unclaimed-purchases.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

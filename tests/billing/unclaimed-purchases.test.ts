@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ABANDONED_AFTER_EXPIRY_MS, CLAIM_TTL_MS } from '../../functions/billing/purchase-claims.ts';
-import { UNDO_RETRY_MS } from '../../functions/billing/unclaimed-purchases.ts';
+import { UNDO_FAILURES_IN_A_ROW, UNDO_RETRY_MS } from '../../functions/billing/unclaimed-purchases.ts';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp } from '../support/app.ts';
 import { linkIn, mailsTo } from '../support/mail.ts';
@@ -20,6 +20,8 @@ const PRICE = 2900;
 /** From the claim mail to the round that gives the purchase up: the link's week, then the grace week. */
 const GIVEN_UP = CLAIM_TTL_MS + ABANDONED_AFTER_EXPIRY_MS;
 const DAY = 24 * 60 * 60 * 1000;
+/** The Node entry's loop drains this often where no scheduler calls the endpoint (docs/operations.md). */
+const NODE_LOOP_MS = 15 * 60_000;
 const UNDONE_SUBJECT = 'Your Agent Marketplace purchase was canceled and refunded';
 const CLAIM_SUBJECT = 'Confirm your Agent Marketplace purchase';
 
@@ -181,7 +183,7 @@ describe('an anonymous purchase nobody claims', () => {
       expect(w.t.logs.some((l) => l.msg === 'could not undo an unclaimed purchase; a later round retries' && l.stripeSubscriptionId === p.stripeSubscriptionId)).toBe(true);
       expect((await claim(p.token)).body.error).toMatchObject({ code: 'INVALID_STATE', details: { reason: 'abandoned' } });
 
-      // It waits a minute (a purchase Stripe keeps refusing holds back no other), then the next round finishes it.
+      // It waits UNDO_RETRY_MS (behind every claim not yet tried), then the next round finishes it.
       expect((await drain()).purchases).toEqual({ abandoned: 0, undone: 0 });
       w.t.clock.advance(UNDO_RETRY_MS);
       expect((await drain()).purchases).toEqual({ abandoned: 0, undone: 1 });
@@ -214,6 +216,113 @@ describe('an anonymous purchase nobody claims', () => {
         expect(refundsOf(p.stripeSubscriptionId)).toHaveLength(1);
         expect(await mailsWith(p.email, UNDONE_SUBJECT)).toHaveLength(1);
       }
+    }));
+});
+
+/** Stripe refuses the cancel of these subscriptions for good (a 4xx, not an outage that ends) until `recover()`. */
+const refuseCancelOf = (stripeSubscriptionIds: string[]) => {
+  for (const id of stripeSubscriptionIds) w.fake.outage(`DELETE /v1/subscriptions/${id}`, { status: 400, type: 'invalid_request_error' });
+};
+/** Undone in the end: canceled, refunded once, its address told once. */
+async function expectUndoneOnce(p: { email: string; stripeSubscriptionId: string }) {
+  expect(stripeStatus(p.stripeSubscriptionId)).toBe('canceled');
+  expect(refundsOf(p.stripeSubscriptionId)).toHaveLength(1);
+  expect(await mailsWith(p.email, UNDONE_SUBJECT)).toHaveLength(1);
+}
+
+describe('an unclaimed purchase Stripe keeps refusing', () => {
+  // Found by a review: rounds took the oldest claim first and stopped at the first failure, and the failed claim was
+  // due again a minute later; so every round a minute or more after the last (the Node loop every 15 minutes, a cron
+  // every minute) took the stuck purchase first again and stopped. The purchases behind it were never undone: Stripe
+  // went on charging their buyers every period for subscriptions no account held. A disputed first charge, whose
+  // refund Stripe refuses (`charge_disputed`), is enough to get there; here Stripe refuses the stuck one's cancel.
+  it('attack: holds back the undo of no later unclaimed purchase, round after round; it is finished once Stripe accepts', () =>
+    atItsTime(async () => {
+      const stuck = await unclaimedPurchase('stuck');
+      w.t.clock.advance(60_000); // its link is a minute older
+      const behind = await unclaimedPurchase('behind');
+      w.t.clock.advance(GIVEN_UP + 60_000);
+
+      refuseCancelOf([stuck.stripeSubscriptionId]);
+      try {
+        // the round goes on past the failure: the purchase behind it is undone in the same round
+        expect((await drain()).purchases).toEqual({ abandoned: 2, undone: 1 });
+        for (let round = 1; round < 4; round++) {
+          w.t.clock.advance(NODE_LOOP_MS);
+          await drain();
+        }
+      } finally {
+        w.fake.recover();
+      }
+      await expectUndoneOnce(behind);
+      expect(stripeStatus(stuck.stripeSubscriptionId)).toBe('active');
+      expect(await mailsWith(stuck.email, UNDONE_SUBJECT)).toEqual([]);
+
+      w.t.clock.advance(UNDO_RETRY_MS);
+      expect((await drain()).purchases).toEqual({ abandoned: 0, undone: 1 });
+      await expectUndoneOnce(stuck);
+      await expectUndoneOnce(behind);
+    }));
+
+  it('goes behind every claim not yet tried: a round stopped by failures in a row takes the others first next time', () =>
+    atItsTime(async () => {
+      const stuck = [];
+      for (let n = 0; n < UNDO_FAILURES_IN_A_ROW; n++) {
+        stuck.push(await unclaimedPurchase(`stuck-${n}`));
+        w.t.clock.advance(60_000);
+      }
+      const behind = await unclaimedPurchase('behind-many');
+      w.t.clock.advance(GIVEN_UP + 60_000);
+
+      refuseCancelOf(stuck.map((p) => p.stripeSubscriptionId));
+      try {
+        // failures in a row: Stripe is likely failing for all, so the round stops before the last purchase
+        expect((await drain()).purchases).toEqual({ abandoned: UNDO_FAILURES_IN_A_ROW, undone: 0 });
+        // when the failed ones are due again, the one not yet tried comes first, although its link is the newest
+        w.t.clock.advance(UNDO_RETRY_MS);
+        expect((await drain()).purchases).toEqual({ abandoned: 1, undone: 1 });
+      } finally {
+        w.fake.recover();
+      }
+      await expectUndoneOnce(behind);
+
+      w.t.clock.advance(UNDO_RETRY_MS);
+      expect((await drain()).purchases).toEqual({ abandoned: 0, undone: UNDO_FAILURES_IN_A_ROW });
+      for (const p of [...stuck, behind]) await expectUndoneOnce(p);
+    }));
+
+  it('a refund Stripe refuses (a disputed charge) still cancels the subscription; the refund is retried later, one mail', () =>
+    atItsTime(async () => {
+      const p = await unclaimedPurchase('disputed');
+      w.t.clock.advance(GIVEN_UP + 60_000);
+      w.fake.outage('POST /v1/refunds', { status: 400, type: 'invalid_request_error', code: 'charge_disputed' });
+      try {
+        expect((await drain()).purchases).toEqual({ abandoned: 1, undone: 0 });
+      } finally {
+        w.fake.recover();
+      }
+      // no further period is charged while the refund waits; nothing told yet, the link refused already
+      expect(stripeStatus(p.stripeSubscriptionId)).toBe('canceled');
+      expect(refundsOf(p.stripeSubscriptionId)).toEqual([]);
+      expect(await mailsWith(p.email, UNDONE_SUBJECT)).toEqual([]);
+      expect((await claim(p.token)).body.error).toMatchObject({ code: 'INVALID_STATE', details: { reason: 'abandoned' } });
+      // an operator sees the refusal, with Stripe's code; never the address or the token
+      const lines = w.t.logs.filter(
+        (l) => l.msg === 'stripe refused a refund; the subscription is canceled all the same' && l.stripeSubscriptionId === p.stripeSubscriptionId,
+      );
+      expect(lines).toEqual([expect.objectContaining({ level: 'warn', code: 'charge_disputed', invoiceId: expect.any(String) })]);
+      expect(JSON.stringify(lines)).not.toContain(p.email);
+      expect(JSON.stringify(w.t.logs)).not.toContain(p.token);
+
+      // Stripe's events about the cancel write nothing for anyone
+      await deliver(w, w.fake.takeEvents());
+      expect(await localSubscription(p.stripeSubscriptionId)).toBeUndefined();
+
+      expect((await drain()).purchases).toEqual({ abandoned: 0, undone: 0 });
+      w.t.clock.advance(UNDO_RETRY_MS);
+      expect((await drain()).purchases).toEqual({ abandoned: 0, undone: 1 });
+      expect(refundsOf(p.stripeSubscriptionId).map((r) => r.amount)).toEqual([PRICE]);
+      await expectUndoneOnce(p);
     }));
 });
 
