@@ -11,12 +11,18 @@ import { APIError } from '@better-auth/core/error';
  *     `platform_admin` (the library joins a list of roles with commas, which the user_role_known check refused),
  *     a user's `data` names only the user's own fields, each of its type, dates that are dates (the driver threw on
  *     "garbage"), never a new `id` (the sessions and accounts pointing at the old one refused it), and a ban ends
- *     within 100 years (a larger banExpiresIn made no date at all).
+ *     within 100 years (a larger banExpiresIn made no date at all);
+ *   * free text the library stores and shows back is bounded (a later review stored 900 KB in each, returned by every
+ *     get-session or kept 50 times per account): a user's `image` and an organization's `logo` at most 2,048
+ *     characters (a URL), an organization's `name` and `slug` at most 200 (as a user's name), its `metadata` at most
+ *     4 KiB as JSON and nested at most 5 levels (100,000 levels made the library's JSON.stringify throw, a 500);
+ *     on sign-up, update-user, the admin's create-user and update-user, and organization create and update.
  * Called from the library's before hook (better-auth.ts) with the endpoint's path, body and query.
  */
 export function refuseBadLibraryInput(path: string, body: unknown, query: unknown): void {
   if (path === '/admin/set-role' && isRecord(body)) refuseUnknownRole('role', body.role);
   if (path === '/admin/create-user' && isRecord(body) && body.role !== undefined) refuseUnknownRole('role', body.role);
+  if (path === '/admin/create-user' && isRecord(body) && !USER_FIELDS.name!(body.name)) throw invalid('name', NAME_RULE);
   if ((path === '/admin/update-user' || path === '/admin/create-user') && isRecord(body) && body.data !== undefined) {
     if (!isRecord(body.data)) throw invalid('data', 'data must be an object of user fields');
     refuseBadUserData(body.data);
@@ -30,10 +36,12 @@ export function refuseBadLibraryInput(path: string, body: unknown, query: unknow
   // Sign-up too: it stored "", "   " and a name of 300,000 characters, shown back everywhere (found by a review).
   if ((path === '/update-user' || path === '/sign-up/email') && isRecord(body)) {
     if ((path === '/sign-up/email' || 'name' in body) && !USER_FIELDS.name!(body.name)) {
-      throw invalid('name', 'name must be a non-empty string of at most 200 characters');
+      throw invalid('name', NAME_RULE);
     }
-    if ('image' in body && body.image !== null && typeof body.image !== 'string') throw invalid('image', 'image must be a URL string or null');
+    if ('image' in body && !USER_FIELDS.image!(body.image)) throw invalid('image', IMAGE_RULE);
   }
+  if (path === '/organization/create' && isRecord(body)) refuseBadOrganization(body, '');
+  if (path === '/organization/update' && isRecord(body) && isRecord(body.data)) refuseBadOrganization(body.data, 'data.');
   if (path === '/organization/list-members' && isRecord(query)) {
     for (const key of ['limit', 'offset'] as const) {
       const value = query[key];
@@ -64,7 +72,7 @@ const USER_FIELDS: Record<string, (value: unknown) => boolean> = {
   name: (v) => typeof v === 'string' && v.trim() !== '' && v.length <= 200,
   email: (v) => typeof v === 'string' && v.length <= 320 && /^[^\s@]+@[^\s@]+$/.test(v),
   emailVerified: (v) => typeof v === 'boolean',
-  image: (v) => v === null || typeof v === 'string',
+  image: (v) => v === null || (typeof v === 'string' && v.length <= MAX_URL_LENGTH),
   role: (v) => typeof v === 'string' && USER_ROLES.has(v),
   banned: (v) => v === null || typeof v === 'boolean',
   banReason: (v) => v === null || typeof v === 'string',
@@ -72,6 +80,48 @@ const USER_FIELDS: Record<string, (value: unknown) => boolean> = {
   createdAt: isDate,
   updatedAt: isDate,
 };
+
+const NAME_RULE = 'name must be a non-empty string of at most 200 characters';
+/** An image or logo is a URL; 2,048 characters is the longest URL browsers and servers commonly take. */
+const MAX_URL_LENGTH = 2048;
+const IMAGE_RULE = `image must be a URL string of at most ${MAX_URL_LENGTH} characters, or null`;
+/** An organization's name and slug, as long as a user's name may be. */
+const MAX_ORGANIZATION_NAME_LENGTH = 200;
+/** An organization's metadata: a few settings, not storage. */
+const MAX_METADATA_JSON_LENGTH = 4096;
+const MAX_METADATA_DEPTH = 5;
+
+/**
+ * An organization's text fields (organization/create's body, or organization/update's `data`; `prefix` names where
+ * they sit). Non-strings are left to the library's own schema, which refuses them.
+ */
+function refuseBadOrganization(fields: Record<string, unknown>, prefix: string): void {
+  for (const [field, max] of [['name', MAX_ORGANIZATION_NAME_LENGTH], ['slug', MAX_ORGANIZATION_NAME_LENGTH], ['logo', MAX_URL_LENGTH]] as const) {
+    const value = fields[field];
+    if (typeof value === 'string' && value.length > max) throw invalid(`${prefix}${field}`, `${field} must be at most ${max} characters`);
+  }
+  const metadata = fields.metadata;
+  if (metadata === undefined || metadata === null) return;
+  // Depth first, without recursion: stringifying a deeply nested value is what overflows the stack.
+  if (!nestedAtMost(metadata, MAX_METADATA_DEPTH) || JSON.stringify(metadata).length > MAX_METADATA_JSON_LENGTH) {
+    throw invalid(
+      `${prefix}metadata`,
+      `metadata must be at most ${MAX_METADATA_JSON_LENGTH} characters as JSON, nested at most ${MAX_METADATA_DEPTH} levels`,
+    );
+  }
+}
+
+/** Whether objects and arrays in `value` nest at most `maxDepth` levels (the value itself is level 1), walked with a stack. */
+function nestedAtMost(value: unknown, maxDepth: number): boolean {
+  const pending: Array<{ value: unknown; depth: number }> = [{ value, depth: 1 }];
+  while (pending.length > 0) {
+    const next = pending.pop()!;
+    if (typeof next.value !== 'object' || next.value === null) continue;
+    if (next.depth > maxDepth) return false;
+    for (const child of Object.values(next.value)) pending.push({ value: child, depth: next.depth + 1 });
+  }
+  return true;
+}
 
 function refuseBadUserData(data: Record<string, unknown>): void {
   for (const [field, value] of Object.entries(data)) {

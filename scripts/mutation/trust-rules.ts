@@ -161,6 +161,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/billing/unclaimed-purchase-race.pg-only.test.ts'],
   },
   {
+    rule: 4,
+    name: 'an unclaimed purchase whose undo failed is taken first again by every round (the purchases behind it go on being charged)',
+    file: 'functions/billing/unclaimed-purchases.ts',
+    find: '           order by coalesce(c.undo_leased_until, c.expires_at)',
+    replace: '           order by c.expires_at',
+    tests: ['tests/billing/unclaimed-purchases.test.ts'],
+  },
+  {
     rule: 5,
     name: "an agent's token reads the email and name the user declined",
     file: 'functions/auth/routes.ts',
@@ -763,6 +771,38 @@ export const mutations: Mutation[] = [
     tests: ['tests/oauth/wrapper-reads.test.ts'],
   },
   {
+    rule: 24,
+    name: 'an authorization request of any size is stored whole as its code',
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: '  return oversized ? { refused: oversized } : read;',
+    replace: '  return read;',
+    tests: ['tests/oauth/abuse.test.ts'],
+  },
+  {
+    rule: 24,
+    name: 'a client refreshes one grant without limit',
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: '      if (!allowance.allowed) {',
+    replace: '      if (false) {',
+    tests: ['tests/oauth/refresh-allowance.test.ts'],
+  },
+  {
+    rule: 7,
+    name: "a user's image is stored at any length",
+    file: 'functions/auth/library-input.ts',
+    find: "  image: (v) => v === null || (typeof v === 'string' && v.length <= MAX_URL_LENGTH),",
+    replace: "  image: (v) => v === null || typeof v === 'string',",
+    tests: ['tests/identity/library-input.test.ts'],
+  },
+  {
+    rule: 7,
+    name: "an organization's name, slug, logo and metadata are stored at any length and depth",
+    file: 'functions/auth/library-input.ts',
+    find: "  if (path === '/organization/create' && isRecord(body)) refuseBadOrganization(body, '');",
+    replace: '',
+    tests: ['tests/identity/library-input.test.ts'],
+  },
+  {
     rule: 23,
     name: "a delivery's 24 hours begin at its own first attempt (a dead endpoint's backlog grows for ever)",
     file: 'functions/webhooks/drain.ts',
@@ -842,14 +882,6 @@ export const mutations: Mutation[] = [
     find: "  await enforceDailyAllowance(deps, `billing-${kind}|${asker.userId}|${asker.agentId ?? 'own'}`, limit, message);",
     replace: '  await enforceDailyAllowance(deps, `billing-${kind}|${asker.userId}`, limit, message);',
     tests: ['tests/billing/allowances.test.ts'],
-  },
-  {
-    rule: 4,
-    name: 'an unclaimed purchase whose undo failed is taken first again by every round (the purchases behind it go on being charged)',
-    file: 'functions/billing/unclaimed-purchases.ts',
-    find: '           order by coalesce(c.undo_leased_until, c.expires_at)',
-    replace: '           order by c.expires_at',
-    tests: ['tests/billing/unclaimed-purchases.test.ts'],
   },
 ];
 

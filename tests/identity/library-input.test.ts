@@ -124,3 +124,88 @@ describe('the admin endpoints (a platform admin\'s input)', () => {
     expect((await asAdmin('/api/auth/admin/unban-user', { userId: victim.userId })).status).toBe(200);
   });
 });
+
+describe('free text the library stores and shows back (review 52: 900 KB in each, from one cheap account)', () => {
+  const big = 'x'.repeat(900_000);
+  const asOwner = (path: string, json: unknown) => t.http.post(path, { cookie: owner.cookie, headers: { origin: t.baseUrl }, json });
+  const organizations = async () => (await sql<{ id: string; name: string; slug: string; logo: string | null; metadata: string | null }>`
+    select id, name, slug, logo, metadata from organization order by id`.execute(t.db)).rows;
+  const slug = () => `org-${randomUUID().slice(0, 8)}`;
+
+  it('update-user and sign-up refuse an image over 2,048 characters (400), and store nothing', async () => {
+    const imageOf = async () => (await sql<{ image: string | null }>`select image from "user" where id = ${owner.userId}`.execute(t.db)).rows[0]!.image;
+    const before = await imageOf();
+    for (const image of [`https://img.example/${big}`, `https://img.example/${'x'.repeat(2049 - 'https://img.example/'.length)}`]) {
+      const res = await asOwner('/api/auth/update-user', { image });
+      expect([image.length, res.status, res.body.code]).toEqual([image.length, 400, 'VALIDATION_ERROR']);
+    }
+    expect(await imageOf()).toBe(before);
+    const email = `image-${randomUUID().slice(0, 8)}@example.test`;
+    const signUpRes = await t.http.post('/api/auth/sign-up/email', {
+      headers: { origin: t.baseUrl },
+      json: { email, password: 'pw-1234567890', name: 'Image', image: `https://img.example/${big}` },
+    });
+    expect([signUpRes.status, signUpRes.body.code]).toEqual([400, 'VALIDATION_ERROR']);
+    expect((await sql`select 1 from "user" where email = ${email}`.execute(t.db)).rows).toHaveLength(0);
+
+    const image = `https://img.example/${'x'.repeat(2048 - 'https://img.example/'.length)}`;
+    expect((await asOwner('/api/auth/update-user', { image })).status).toBe(200);
+    expect((await t.http.get('/api/auth/get-session', { cookie: owner.cookie })).body.user.image).toBe(image);
+  });
+
+  it.each([
+    ['a 900 KB name', () => ({ name: big, slug: slug() })],
+    ['a 201-character slug', () => ({ name: 'Acme', slug: `s${'x'.repeat(200)}` })],
+    ['a 900 KB logo', () => ({ name: 'Acme', slug: slug(), logo: `https://img.example/${big}` })],
+    ['900 KB of metadata', () => ({ name: 'Acme', slug: slug(), metadata: { notes: big } })],
+    ['metadata nested 6 levels', () => ({ name: 'Acme', slug: slug(), metadata: { a: { b: { c: { d: { e: {} } } } } } })],
+  ])('organization/create and organization/update refuse %s (400), and store nothing', async (_what, fields) => {
+    const before = await organizations();
+    const created = await asOwner('/api/auth/organization/create', fields());
+    expect([created.status, created.body.code]).toEqual([400, 'VALIDATION_ERROR']);
+    const updated = await asOwner('/api/auth/organization/update', { organizationId, data: fields() });
+    expect([updated.status, updated.body.code]).toEqual([400, 'VALIDATION_ERROR']);
+    expect(await organizations()).toEqual(before);
+  });
+
+  it('organization/create with metadata nested 100,000 deep is a 400, not a 500, and the service still answers', async () => {
+    const before = await organizations();
+    const deep = `${'{"a":'.repeat(100_000)}1${'}'.repeat(100_000)}`;
+    const res = await t.http.post('/api/auth/organization/create', {
+      cookie: owner.cookie,
+      headers: { origin: t.baseUrl, 'content-type': 'application/json' },
+      body: `{"name":"Deep","slug":"${slug()}","metadata":${deep}}`,
+    });
+    expect([res.status, res.body?.code]).toEqual([400, 'VALIDATION_ERROR']);
+    expect(await organizations()).toEqual(before);
+    expect((await t.http.get('/health')).status).toBe(200);
+  });
+
+  it("the admin's create-user and update-user refuse a name over 200 or an image over 2,048 characters, and change nothing", async () => {
+    const email = `admin-made-${randomUUID().slice(0, 8)}@example.test`;
+    for (const body of [{ name: big }, { name: 'n', data: { image: `https://img.example/${big}` } }, { name: 'n', data: { name: big } }]) {
+      const res = await asAdmin('/api/auth/admin/create-user', { email, password: 'pw-1234567890', ...body });
+      expect([res.status, res.body.code]).toEqual([400, 'VALIDATION_ERROR']);
+    }
+    expect((await sql`select 1 from "user" where email = ${email}`.execute(t.db)).rows).toHaveLength(0);
+    const before = (await sql`select name, image from "user" where id = ${victim.userId}`.execute(t.db)).rows;
+    const res = await asAdmin('/api/auth/admin/update-user', { userId: victim.userId, data: { image: `https://img.example/${big}` } });
+    expect([res.status, res.body.code]).toEqual([400, 'VALIDATION_ERROR']);
+    expect((await sql`select name, image from "user" where id = ${victim.userId}`.execute(t.db)).rows).toEqual(before);
+  });
+
+  it('an organization at the bounds is created and updated', async () => {
+    const fields = {
+      name: 'n'.repeat(200),
+      slug: `s${'x'.repeat(199)}`,
+      logo: `https://img.example/${'x'.repeat(2048 - 'https://img.example/'.length)}`,
+      metadata: { a: { b: { c: { d: 'deep enough' } } }, notes: 'x'.repeat(3000) },
+    };
+    const created = await asOwner('/api/auth/organization/create', fields);
+    expect(created.status, created.text).toBe(200);
+    expect(created.body.metadata).toEqual(fields.metadata);
+    const updated = await asOwner('/api/auth/organization/update', { organizationId: created.body.id, data: { ...fields, name: 'Renamed' } });
+    expect(updated.status, updated.text).toBe(200);
+    expect(updated.body.name).toBe('Renamed');
+  });
+});

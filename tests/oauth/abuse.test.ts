@@ -2,8 +2,10 @@ import { request as httpRequest } from 'node:http';
 import { SignJWT, decodeJwt, decodeProtectedHeader, exportJWK, generateKeyPair } from 'jose';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requestingClientId } from '../../functions/auth/oauth/protocol-gaps.ts';
+import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import {
+  ALL_SCOPES,
   accessTokenFor,
   authorizeInBrowser,
   authorizeUrl,
@@ -71,6 +73,78 @@ describe('authorize', () => {
     const landing = await followAuthorize(t, url, user.cookie);
     expect(landing.origin).toBe(t.baseUrl);
     expect(landing.searchParams.get('error')).toBe('invalid_client');
+  });
+});
+
+describe('authorize: a request is bounded before the library stores it', () => {
+  // The library keeps the whole authorization request as the code's `verification` row: a posted request with a 900 KB
+  // state stored 900 KB, ten of them 9 MB, from one consented account (review 52).
+  const storedCodes = async () =>
+    (await first<{ n: number; bytes: number }>(
+      t.db,
+      sql`select count(*)::int as n, coalesce(sum(octet_length(value)), 0)::bigint as bytes from verification
+           where value like '{"type":"authorization_code"%'`,
+    ))!;
+  const authorizeQuery = (extra: Record<string, string>) => {
+    const query = new URLSearchParams({
+      response_type: 'code',
+      client_id: agent.clientId,
+      redirect_uri: agent.redirectUri,
+      scope: ALL_SCOPES,
+      code_challenge: pkcePair().challenge,
+      code_challenge_method: 'S256',
+    });
+    for (const [name, value] of Object.entries(extra)) query.set(name, value);
+    return query;
+  };
+  let consented: TestUser;
+  beforeAll(async () => {
+    consented = await signUp(t);
+    await accessTokenFor(t, consented, { client: agent });
+  });
+
+  test('ten posted requests with a 900 KB state are each refused with invalid_request and store no code', async () => {
+    const before = await storedCodes();
+    const body = authorizeQuery({ state: 's'.repeat(900_000) }).toString();
+    for (let i = 0; i < 10; i++) {
+      const res = await t.http.post('/api/auth/oauth2/authorize', {
+        cookie: consented.cookie,
+        headers: { origin: t.baseUrl, 'content-type': 'application/x-www-form-urlencoded' },
+        body,
+      });
+      expect(res.status).toBe(200);
+      const landing = new URL(res.body.url);
+      expect([landing.origin, landing.searchParams.get('error')]).toEqual([t.baseUrl, 'invalid_request']);
+    }
+    expect(await storedCodes()).toEqual(before);
+  });
+
+  test('a GET with a state or nonce over 1,024 characters, or parameters over 4 KiB together, is refused', async () => {
+    const before = await storedCodes();
+    const oversized: Array<Record<string, string>> = [{ state: 's'.repeat(1025) }, { state: 's', nonce: 'n'.repeat(1025) }, { state: 's', login_hint: 'h'.repeat(10_000) }];
+    for (const extra of oversized) {
+      const landing = await followAuthorize(t, `/api/auth/oauth2/authorize?${authorizeQuery(extra)}`, consented.cookie);
+      expect([Object.keys(extra).join(), landing.origin, landing.searchParams.get('error')]).toEqual([Object.keys(extra).join(), t.baseUrl, 'invalid_request']);
+    }
+    expect(await storedCodes()).toEqual(before);
+  });
+
+  test('a request just within the bounds still gets its code, through consent too, with its state back whole', async () => {
+    const query = authorizeQuery({ state: 's'.repeat(1024), nonce: 'n'.repeat(1024) });
+    query.set('login_hint', 'h'.repeat(4096 - query.toString().length - '&login_hint='.length));
+    expect(query.toString().length).toBe(4096);
+    const fresh = await signUp(t);
+    let landing = await followAuthorize(t, `/api/auth/oauth2/authorize?${query}`, fresh.cookie);
+    expect(landing.pathname).toBe('/consent');
+    const consent = await t.http.post('/api/auth/oauth2/consent', {
+      cookie: fresh.cookie,
+      headers: { origin: t.baseUrl },
+      json: { accept: true, consent_code: landing.searchParams.get('consent_code') },
+    });
+    expect(consent.status, consent.text).toBe(200);
+    landing = new URL(consent.body.url);
+    expect(landing.searchParams.get('code')).toBeTruthy();
+    expect(landing.searchParams.get('state')).toBe('s'.repeat(1024));
   });
 });
 

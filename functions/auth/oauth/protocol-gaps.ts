@@ -5,6 +5,7 @@ import { first, sql, type Db } from '../../platform/db.ts';
 import type { Config } from '../../platform/config.ts';
 import { basicCredentials } from '../../http/basic-credentials.ts';
 import { ApiError, pgCode } from '../../http/errors.ts';
+import { takeToken } from '../../platform/rate-limits.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience, oauthPagesOrigin } from './provider-options.ts';
 import {
@@ -35,9 +36,9 @@ import {
  *
  * | route | gap closed |
  * |---|---|
- * | GET/POST oauth2/authorize | redirect_uri matched exactly (the library lets loopback ports vary); the consent redirect carries `consent_code` instead of the library's loose signed query |
+ * | GET/POST oauth2/authorize | redirect_uri matched exactly (the library lets loopback ports vary); the consent redirect carries `consent_code` instead of the library's loose signed query; parameters bounded (the library stores the whole request as the code) |
  * | POST oauth2/consent | body `{ accept, consent_code }` (JSON or form); 302 for a browser form post, 200 `{ redirect, url }` for fetch |
- * | POST oauth2/token | `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; a reused code or refresh token also revokes the live access tokens of its grant / family; a code or refresh whose scopes the user's consent no longer covers ends its grant |
+ * | POST oauth2/token | `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; a reused code or refresh token also revokes the live access tokens of its grant / family; a code or refresh whose scopes the user's consent no longer covers ends its grant; at most REFRESHES_PER_HOUR refreshes per client and user |
  * | POST oauth2/revoke | JWT access tokens revoked through the revocation list (the library refuses); revoking a refresh token also revokes its family's access tokens; unknown tokens -> 200 |
  * | POST oauth2/introspect, GET/POST oauth2/userinfo | a revoked token, revoked grant or banned user is inactive / 401, as on every other route (userinfo: our authenticator's check, signature first) |
  * | every form and query we read | each parameter at most once (`resource` may repeat): we read the first of a repeated field, the library the last |
@@ -180,6 +181,16 @@ export function oauthProtocolRoutes() {
     const codeId = code ? await sha256Base64Url(code) : null;
     const presented = grantType === 'refresh_token' ? form.get('refresh_token') : null;
     const before = presented ? await findRefreshToken(database.db, presented) : undefined;
+    if (before && !before.revoked && before.expiresAt > clock.now()) {
+      // Counted before the library rotates anything: a refused refresh writes no row. Only a live token counts (a
+      // revoked or expired one is refused and writes nothing, and a reused one must still reach the reuse detection).
+      const allowance = await takeToken(c.var.deps, refreshAllowanceKey(before), REFRESHES_PER_HOUR, HOUR_MS);
+      if (!allowance.allowed) {
+        return oauthError(429, 'invalid_request', `More than ${REFRESHES_PER_HOUR} refreshes of this grant in an hour; try again later`, {
+          'retry-after': String(allowance.retryAfterSec),
+        });
+      }
+    }
     // Read now: the library consumes the code before it writes the tokens
     const grantUserId = before?.userId ?? (codeId ? await codeUserId(database.db, codeId) : undefined);
     const response = await library(c, formRequest(request, form));
@@ -426,7 +437,31 @@ async function readParams(request: Request): Promise<{ params: URLSearchParams; 
     read = { params: new URL(request.url).searchParams, forwarded: request };
   }
   const repeated = repeatedParameter(read.params.keys(), ['resource']);
-  return repeated ? { refused: `${repeated} is sent more than once` } : read;
+  if (repeated) return { refused: `${repeated} is sent more than once` };
+  const oversized = oversizedParameter(read.params);
+  return oversized ? { refused: oversized } : read;
+}
+
+/**
+ * Longest authorization request we pass on, its parameters form-encoded as the library receives them. The library
+ * keeps the whole request as the code's `verification` row (and signs it into the consent code): without a bound one
+ * posted request stored up to the 1 MiB body limit, as often as a signed-in user sent it (found by a review). 4 KiB
+ * signed and base64-encoded still fits the consent code's own bound (MAX_CONSENT_CODE_LENGTH, 8,192 characters), so
+ * no request we take makes a consent code we then refuse; a real one is well under 1 KiB.
+ */
+const MAX_AUTHORIZE_PARAMS_LENGTH = 4096;
+/** The client's opaque round-trip values: a random value is some 43 characters; 1,024 leaves room for a return path. */
+const MAX_STATE_LENGTH = 1024;
+
+/** Why an authorization request is too large to store, or undefined. */
+function oversizedParameter(params: URLSearchParams): string | undefined {
+  for (const name of ['state', 'nonce']) {
+    if ((params.get(name) ?? '').length > MAX_STATE_LENGTH) return `${name} is longer than ${MAX_STATE_LENGTH} characters`;
+  }
+  if (params.toString().length > MAX_AUTHORIZE_PARAMS_LENGTH) {
+    return `the authorization request's parameters are longer than ${MAX_AUTHORIZE_PARAMS_LENGTH} characters together`;
+  }
+  return undefined;
 }
 
 /** 400 invalid_request naming the first parameter sent more than once (repeatedParameter), or undefined. */
@@ -486,9 +521,22 @@ function safeJson(text: string): unknown {
   }
 }
 
-function oauthError(status: 400 | 401, error: string, description: string): Response {
-  return Response.json({ error, error_description: description }, { status, headers: NO_STORE });
+function oauthError(status: 400 | 401 | 429, error: string, description: string, headers: Record<string, string> = {}): Response {
+  return Response.json({ error, error_description: description }, { status, headers: { ...NO_STORE, ...headers } });
 }
+
+/**
+ * Refreshes of one client's grants of one user per hour. Each refresh keeps a refresh-token row for 30 days and an
+ * issued-access-token row for 10 hours, so an agent refreshing in a loop grew the shared tables by two rows a request
+ * for a month (found by a review). A well-behaved agent refreshes when its access token runs out (10 hours,
+ * ACCESS_TOKEN_TTL_SECONDS), or on a 401, a retry after a lost answer, a restart: a few times an hour at worst. 60 an
+ * hour (one a minute) leaves that ten times over and keeps one client's refreshes of one user to 1,440 a day.
+ */
+const REFRESHES_PER_HOUR = 60;
+const HOUR_MS = 60 * 60 * 1000;
+
+/** The allowance's key: the client and user of the presented token's row, never the token itself. */
+const refreshAllowanceKey = (token: { clientId: string; userId: string }) => `oauth-refresh|${token.clientId}|${token.userId}`;
 
 /**
  * A browser navigation (a form post, a link) gets a 302; a script (fetch / XHR: Sec-Fetch-Mode cors, or no
