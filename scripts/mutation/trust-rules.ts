@@ -883,6 +883,14 @@ export const mutations: Mutation[] = [
     replace: '  await enforceDailyAllowance(deps, `billing-${kind}|${asker.userId}`, limit, message);',
     tests: ['tests/billing/allowances.test.ts'],
   },
+  {
+    rule: 24,
+    name: "a refresh the library refuses for the client's credentials spends the grant's allowance",
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: '    if (counted && response.status === 401) await refundToken(c.var.deps, counted);',
+    replace: '',
+    tests: ['tests/oauth/refresh-allowance.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

@@ -60,4 +60,14 @@ describe('attack: an agent refreshing one grant in a loop', () => {
     const later = await refresh(client, refreshToken);
     expect(later.status, later.text).toBe(200);
   });
+
+  test('attack: a refresh token sent without the client secret spends none of the grant\'s allowance', async () => {
+    // Whoever held a live refresh token but not the agent's secret used up the agent's hour with 401s.
+    const user = await signUp(t);
+    const { refreshToken } = await accessTokenFor(t, user, { client });
+    const wrong = { ...client, clientSecret: 'not-the-secret' };
+    for (let i = 0; i < 70; i++) expect((await refresh(wrong, refreshToken)).status).toBe(401);
+    const real = await refresh(client, refreshToken);
+    expect(real.status, real.text).toBe(200);
+  });
 });

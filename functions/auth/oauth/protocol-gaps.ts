@@ -5,7 +5,7 @@ import { first, sql, type Db } from '../../platform/db.ts';
 import type { Config } from '../../platform/config.ts';
 import { basicCredentials } from '../../http/basic-credentials.ts';
 import { ApiError, pgCode } from '../../http/errors.ts';
-import { takeToken } from '../../platform/rate-limits.ts';
+import { refundToken, takeToken } from '../../platform/rate-limits.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience, oauthPagesOrigin } from './provider-options.ts';
 import {
@@ -181,10 +181,11 @@ export function oauthProtocolRoutes() {
     const codeId = code ? await sha256Base64Url(code) : null;
     const presented = grantType === 'refresh_token' ? form.get('refresh_token') : null;
     const before = presented ? await findRefreshToken(database.db, presented) : undefined;
-    if (before && !before.revoked && before.expiresAt > clock.now()) {
+    const counted = before && !before.revoked && before.expiresAt > clock.now() ? refreshAllowanceKey(before) : undefined;
+    if (counted) {
       // Counted before the library rotates anything: a refused refresh writes no row. Only a live token counts (a
       // revoked or expired one is refused and writes nothing, and a reused one must still reach the reuse detection).
-      const allowance = await takeToken(c.var.deps, refreshAllowanceKey(before), REFRESHES_PER_HOUR, HOUR_MS);
+      const allowance = await takeToken(c.var.deps, counted, REFRESHES_PER_HOUR, HOUR_MS);
       if (!allowance.allowed) {
         return oauthError(429, 'invalid_request', `More than ${REFRESHES_PER_HOUR} refreshes of this grant in an hour; try again later`, {
           'retry-after': String(allowance.retryAfterSec),
@@ -194,6 +195,9 @@ export function oauthProtocolRoutes() {
     // Read now: the library consumes the code before it writes the tokens
     const grantUserId = before?.userId ?? (codeId ? await codeUserId(database.db, codeId) : undefined);
     const response = await library(c, formRequest(request, form));
+    // The library refused the client's credentials (401 invalid_client): whoever sent it without the secret spent
+    // none of the grant's allowance (found by a review: a refresh token alone used up the agent's hour).
+    if (counted && response.status === 401) await refundToken(c.var.deps, counted);
     if (response.status >= 500 && grantUserId && !(await userExists(database.db, grantUserId))) {
       // The user was deleted while the library was writing the new refresh token: the foreign key refused the write.
       // For the agent's backend that is a grant that ended, as any other end answers.
