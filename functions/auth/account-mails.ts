@@ -1,4 +1,4 @@
-import type { Config } from '../platform/config.ts';
+import { pagesOrigin, type Config } from '../platform/config.ts';
 import type { Mail } from '../platform/mailer.ts';
 
 /**
@@ -7,10 +7,6 @@ import type { Mail } from '../platform/mailer.ts';
  * subject, where mail clients show it as if the marketplace said it; in a body it appears quoted, as what it is.
  */
 
-/** Where people land from mails: the front end when there is one, else the service's own pages. */
-export function pagesOrigin(config: Config): string {
-  return config.frontendUrl ?? config.publicBaseUrl;
-}
 
 /**
  * The verification link: the library's `GET /api/auth/verify-email?token=...`, which verifies and then redirects

@@ -12,7 +12,6 @@ import type { Mailer } from '../platform/mailer.ts';
 import {
   existingAccountSignUpMail,
   invitationMail,
-  pagesOrigin,
   passwordResetLink,
   verificationLink,
   verificationMail,
@@ -24,7 +23,6 @@ import { mayMailRecipient } from './recipient-allowance.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
 import { CLOSED_ENDPOINTS } from './oauth/closed-endpoints.ts';
 
-export { pagesOrigin };
 
 /**
  * Better Auth: email/password sessions, the admin and organization plugins, the jwt plugin (our signing keys,

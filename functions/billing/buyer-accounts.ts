@@ -1,6 +1,7 @@
 import type { BillingDeps } from './billing-deps.ts';
 import { first, sql } from '../platform/db.ts';
 import { claimOfSubscription, ensureClaimMailed } from './purchase-claims.ts';
+import { pagesOrigin } from '../platform/config.ts';
 
 /**
  * Who gets an anonymous purchase (contract.md, "Anonymous purchases (revision 2)"). The buyer typed an email on
@@ -126,7 +127,7 @@ export async function linkCustomer(deps: BillingDeps, userId: string, stripeCust
 
 /** The "welcome, choose your password" mail: the library's password reset, to the buyer's address. */
 async function sendSetPasswordMail(deps: BillingDeps, email: string, userId: string): Promise<void> {
-  const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
+  const origin = pagesOrigin(deps.config);
   try {
     await deps.auth.api.requestPasswordReset({ body: { email, redirectTo: `${origin}/reset-password` } });
   } catch (err) {

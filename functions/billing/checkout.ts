@@ -13,6 +13,7 @@ import { startFreeSubscription, type SubscriptionDto } from './subscriptions.ts'
 import { findSubscriptionByStripeId, liveSubscription } from './subscription-queries.ts';
 import { requireWithinAgent } from '../http/access.ts';
 import { ensureTierPrice, invalidState, isPaid, purchasableTier, type BillingTier } from './tiers.ts';
+import { pagesOrigin } from '../platform/config.ts';
 
 /**
  * Checkout: free tiers start at once; paid tiers go through Stripe's hosted Checkout in subscription mode and
@@ -207,7 +208,7 @@ export async function verifyCheckoutSession(deps: BillingDeps, principal: Princi
  * so a checkout link cannot be turned into a redirect to somewhere else.
  */
 function checkoutUrls(deps: BillingDeps, urls: CheckoutUrls): { success_url: string; cancel_url: string } {
-  const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
+  const origin = pagesOrigin(deps.config);
   return {
     success_url: ownUrl(deps, urls.successUrl, 'successUrl') ?? `${origin}/checkout/success?session_id={CHECKOUT_SESSION_ID}`,
     cancel_url: ownUrl(deps, urls.cancelUrl, 'cancelUrl') ?? `${origin}/checkout/canceled`,

@@ -7,6 +7,7 @@ import { askStripe, requirePayments } from './payments.ts';
 import { liveSubscription } from './subscription-queries.ts';
 import { grantsAccess } from './subscriptions.ts';
 import { invalidState } from './tiers.ts';
+import { pagesOrigin } from '../platform/config.ts';
 
 /**
  * Stripe's customer portal for the signed-in user: `overview` lands on the portal's home (invoices, cards, all
@@ -19,7 +20,7 @@ export async function createPortalSession(
 ): Promise<{ url: string }> {
   const { userId } = asker;
   const { stripe } = requirePayments(deps);
-  const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
+  const origin = pagesOrigin(deps.config);
   const returnUrl = ownUrl(deps, input.returnUrl, 'returnUrl') ?? `${origin}/account/billing`;
 
   if (input.flow === 'cancel') {

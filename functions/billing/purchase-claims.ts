@@ -1,6 +1,7 @@
 import type { BillingDeps } from './billing-deps.ts';
 import { ApiError } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
+import { pagesOrigin } from '../platform/config.ts';
 
 /**
  * Claims of anonymous purchases (contract.md, "Anonymous purchases (revision 2)"). When the buyer's email belongs
@@ -112,7 +113,7 @@ export async function ensureClaimMailed(deps: BillingDeps, request: ClaimRequest
 
 /** The link goes to the page that posts the token (the front end's `/claim`, or the service's own). */
 function claimMail(deps: BillingDeps, email: string, purchase: string, token: string) {
-  const origin = deps.config.frontendUrl ?? deps.config.publicBaseUrl;
+  const origin = pagesOrigin(deps.config);
   const link = `${origin}/claim?token=${encodeURIComponent(token)}`;
   return {
     to: email,

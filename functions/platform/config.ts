@@ -209,8 +209,16 @@ function stripSlash(url: string): string {
   return url.replace(/\/+$/, '');
 }
 
+/**
+ * Where people land from the links the service sends (mails, Stripe's return addresses, sign-in and consent): the front
+ * end when there is one, else the service's own built-in pages.
+ */
+export function pagesOrigin(config: Pick<Config, 'frontendUrl' | 'publicBaseUrl'>): string {
+  return config.frontendUrl ?? config.publicBaseUrl;
+}
+
 /** Where signed-out users are sent: the front end when there is one, else the built-in pages. */
 export function signInUrls(config: Config): { signInUrl: string; signUpUrl: string } {
-  const origin = config.frontendUrl ?? config.publicBaseUrl;
+  const origin = pagesOrigin(config);
   return { signInUrl: `${origin}/sign-in`, signUpUrl: `${origin}/sign-up` };
 }

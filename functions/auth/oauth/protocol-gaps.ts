@@ -2,12 +2,12 @@ import { parseAccessTokenAuthorization } from '@better-auth/core/oauth2';
 import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../../platform/app-types.ts';
 import { first, sql, type Db } from '../../platform/db.ts';
-import type { Config } from '../../platform/config.ts';
+import { pagesOrigin, type Config } from '../../platform/config.ts';
 import { basicCredentials } from '../../http/basic-credentials.ts';
 import { ApiError, pgCode } from '../../http/errors.ts';
 import { refundToken, takeToken } from '../../platform/rate-limits.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
-import { ADMIN_SCOPE, agentAudience, apiAudience, oauthPagesOrigin } from './provider-options.ts';
+import { ADMIN_SCOPE, agentAudience, apiAudience } from './provider-options.ts';
 import {
   codeUserId,
   endRefreshTokenFamily,
@@ -100,7 +100,7 @@ export function oauthProtocolRoutes() {
       }
     }
     const response = await library(c, forwarded);
-    return withConsentCode(response, `${oauthPagesOrigin(config)}/consent`);
+    return withConsentCode(response, `${pagesOrigin(config)}/consent`);
   });
 
   // RP-initiated logout ends the session an id_token_hint names only from the user's own browser, the one holding

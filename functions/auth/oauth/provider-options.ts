@@ -1,5 +1,5 @@
 import type { OAuthOptions, Scope } from '@better-auth/oauth-provider';
-import type { Config } from '../../platform/config.ts';
+import { pagesOrigin, type Config } from '../../platform/config.ts';
 
 /**
  * Options of the OAuth 2.1 / OIDC provider plugin (@better-auth/oauth-provider), imported by better-auth.ts.
@@ -38,13 +38,9 @@ export const apiAudience = (config: Config) => config.publicBaseUrl;
 /** The audience (RFC 8707 resource) of an agent's tokens: they act only within that agent. */
 export const agentAudience = (config: Config, agentId: string) => `${config.publicBaseUrl}/agents/${agentId}`;
 
-/** Where the browser goes to sign in / consent: the front end, or our built-in pages. */
-export function oauthPagesOrigin(config: Config): string {
-  return config.frontendUrl ?? config.publicBaseUrl;
-}
 
 export function oauthProviderOptions(config: Config): OAuthOptions<Scope[]> {
-  const pages = oauthPagesOrigin(config);
+  const pages = pagesOrigin(config);
   return {
     loginPage: `${pages}/sign-in`,
     consentPage: `${pages}/consent`,
