@@ -4,7 +4,7 @@ import { startingHandler } from '../functions/health/starting.ts';
 import { ConfigError, loadConfig, type Config } from '../functions/platform/config.ts';
 import type { Database } from '../functions/platform/db.ts';
 import { createLogger } from '../functions/platform/logger.ts';
-import { localDocsScript, openConfiguredDatabase, surviveLostDatabaseConnections, withPersistedSecret } from '../functions/platform/node-runtime.ts';
+import { answerRefusedRequestsInEnvelope, localDocsScript, openConfiguredDatabase, surviveLostDatabaseConnections, withPersistedSecret } from '../functions/platform/node-runtime.ts';
 import { withDemoAdmin } from './demo-admin.ts';
 
 /**
@@ -42,6 +42,7 @@ async function main() {
     console.log(`\n  Agent Marketplace API listening on ${config.publicBaseUrl}  (docs: ${config.publicBaseUrl}/docs)`);
     console.log(`  Preparing the database: ${databaseKind} ...\n`);
   });
+  answerRefusedRequestsInEnvelope(server, logger);
   server.on('error', (err) => {
     console.error(`Cannot listen on port ${config.port}: ${err.message}`);
     process.exit(1);

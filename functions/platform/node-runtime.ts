@@ -2,7 +2,10 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { failure } from '../http/envelope.ts';
 import { isConnectionLost, openPostgres, type Database } from './db.ts';
 import type { Config } from './config.ts';
 import type { Logger } from './logger.ts';
@@ -88,5 +91,37 @@ export function surviveLostDatabaseConnections(logger: Logger): void {
     }
     logger.error('unhandled promise rejection: exiting', { err: reason });
     process.exit(1);
+  });
+}
+
+/**
+ * What Node's HTTP parser refuses before any handler runs gets the envelope too. Headers past Node's limit
+ * (16 KiB, `--max-http-header-size`) answer 431, a request whose headers do not arrive in time 408, anything the
+ * parser cannot read (a bad request line, a bad chunk) 400; Node's own answers have no body, so a client that
+ * parses every error as the envelope broke on exactly these. Each answer carries a new X-Request-Id, also in the
+ * one warning it logs (the parser's error code and the peer's address, never the request's bytes: they may hold
+ * a credential). A socket that is already gone is just closed.
+ */
+export function answerRefusedRequestsInEnvelope(server: { on(event: 'clientError', listener: (err: Error, socket: Duplex) => void): unknown }, logger: Logger): void {
+  server.on('clientError', (err, socket) => {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ECONNRESET' || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    const [status, reason, errorCode, message] =
+      code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'Request Header Fields Too Large', 'HEADERS_TOO_LARGE', 'The request headers are over 16 KiB; send fewer or shorter ones']
+        : code === 'ERR_HTTP_REQUEST_TIMEOUT' || code === 'HPE_HEADERS_TIMEOUT'
+          ? [408, 'Request Timeout', 'REQUEST_TIMEOUT', 'The request headers did not arrive in time']
+          : [400, 'Bad Request', 'VALIDATION_ERROR', 'The request is not valid HTTP/1.1'];
+    const requestId = randomUUID();
+    const details = errorCode === 'VALIDATION_ERROR' ? { issues: [{ path: 'request', message }], requestId } : { requestId };
+    const body = JSON.stringify(failure(errorCode, message, details));
+    logger.warn('request refused by the HTTP parser', { status, parserCode: code, remoteAddress: (socket as Socket).remoteAddress, requestId });
+    socket.end(
+      `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+        `X-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
+    );
   });
 }

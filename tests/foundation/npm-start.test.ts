@@ -1,6 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startingHandler } from '../../functions/health/starting.ts';
@@ -68,6 +69,24 @@ async function stop(running: Running): Promise<number | null> {
   if (pid) process.kill(pid, 'SIGTERM');
   else running.child.kill('SIGTERM');
   return exited;
+}
+
+/** One request written byte for byte on a fresh connection (fetch would refuse to send these). */
+async function rawRequest(baseUrl: string, bytes: string): Promise<{ status: number; requestId: string; body: any }> {
+  const { hostname, port } = new URL(baseUrl);
+  const text = await new Promise<string>((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => socket.write(bytes));
+    let answer = '';
+    socket.on('data', (d) => (answer += d));
+    socket.on('end', () => resolve(answer));
+    socket.on('error', reject);
+  });
+  const [head, body] = text.split('\r\n\r\n');
+  return {
+    status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1]),
+    requestId: /^x-request-id: (\S+)$/im.exec(head)?.[1] ?? '',
+    body: JSON.parse(body),
+  };
 }
 
 describe('npm start', () => {
@@ -168,6 +187,20 @@ describe('npm start', () => {
       expect(lines.find((l) => l.msg === 'database ready')?.appliedMigrations).toBe(0);
       expect(running.output()).toMatch(/Demo admin: \S+@\S+ {2}\(password in /);
       expect(running.output()).not.toContain('Demo admin created');
+
+      // What Node's HTTP parser refuses before the app runs answers the envelope too, and logs one warning
+      // without the request's bytes (here a bearer token in the oversized header).
+      const huge = await rawRequest(running.baseUrl, `GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${'t'.repeat(20_000)}\r\n\r\n`);
+      expect(huge.status).toBe(431);
+      expect(huge.body).toMatchObject({ status: 'error', data: null, error: { code: 'HEADERS_TOO_LARGE', details: { requestId: huge.requestId } } });
+      const garbage = await rawRequest(running.baseUrl, 'HELLO /health\r\n\r\n');
+      expect(garbage.status).toBe(400);
+      expect(garbage.body).toMatchObject({ status: 'error', error: { code: 'VALIDATION_ERROR', details: { issues: [{ path: 'request' }] } } });
+      await until('the warnings', running, async () =>
+        running.output().includes(`"requestId":"${garbage.requestId}"`) && running.output().includes(`"requestId":"${huge.requestId}"`) ? true : undefined,
+      );
+      expect(running.output()).toContain('"msg":"request refused by the HTTP parser","status":431');
+      expect(running.output()).not.toContain('tttttttt');
     } finally {
       expect(await stop(running)).toBe(0);
     }
