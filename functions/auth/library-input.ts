@@ -16,7 +16,9 @@ import { APIError } from '@better-auth/core/error';
  *     get-session or kept 50 times per account): a user's `image` and an organization's `logo` at most 2,048
  *     characters (a URL), an organization's `name` and `slug` at most 200 (as a user's name), its `metadata` at most
  *     4 KiB as JSON and nested at most 5 levels (100,000 levels made the library's JSON.stringify throw, a 500);
- *     on sign-up, update-user, the admin's create-user and update-user, and organization create and update.
+ *     on sign-up, update-user, the admin's create-user and update-user, and organization create and update; an
+ *     email address the library stores at most 320 characters (sign-up, create-user, and an organization
+ *     invitation, which is also mailed), and a ban's reason at most 1,000 (ban-user, update-user).
  * Called from the library's before hook (better-auth.ts) with the endpoint's path, body and query.
  */
 export function refuseBadLibraryInput(path: string, body: unknown, query: unknown): void {
@@ -26,6 +28,14 @@ export function refuseBadLibraryInput(path: string, body: unknown, query: unknow
   if ((path === '/admin/update-user' || path === '/admin/create-user') && isRecord(body) && body.data !== undefined) {
     if (!isRecord(body.data)) throw invalid('data', 'data must be an object of user fields');
     refuseBadUserData(body.data);
+  }
+  if (path === '/admin/ban-user' && isRecord(body) && body.banReason !== undefined && !USER_FIELDS.banReason!(body.banReason)) {
+    throw invalid('banReason', BAN_REASON_RULE);
+  }
+  const emailField = EMAIL_FIELDS[path];
+  const address = emailField && isRecord(body) ? body[emailField] : undefined;
+  if (emailField && typeof address === 'string' && address.length > MAX_EMAIL_LENGTH) {
+    throw invalid(emailField, `${emailField} must be at most ${MAX_EMAIL_LENGTH} characters`);
   }
   if (path === '/admin/ban-user' && isRecord(body) && body.banExpiresIn !== undefined && body.banExpiresIn !== null) {
     const seconds = body.banExpiresIn;
@@ -70,18 +80,32 @@ function refuseUnknownRole(path: string, role: unknown): void {
 /** What each user field an admin may write holds: the user table's own columns, `id` excepted. */
 const USER_FIELDS: Record<string, (value: unknown) => boolean> = {
   name: (v) => typeof v === 'string' && v.trim() !== '' && v.length <= 200,
-  email: (v) => typeof v === 'string' && v.length <= 320 && /^[^\s@]+@[^\s@]+$/.test(v),
+  email: (v) => typeof v === 'string' && v.length <= MAX_EMAIL_LENGTH && /^[^\s@]+@[^\s@]+$/.test(v),
   emailVerified: (v) => typeof v === 'boolean',
   image: (v) => v === null || (typeof v === 'string' && v.length <= MAX_URL_LENGTH),
   role: (v) => typeof v === 'string' && USER_ROLES.has(v),
   banned: (v) => v === null || typeof v === 'boolean',
-  banReason: (v) => v === null || typeof v === 'string',
+  banReason: (v) => v === null || (typeof v === 'string' && v.length <= MAX_BAN_REASON_LENGTH),
   banExpires: (v) => v === null || isDate(v),
   createdAt: isDate,
   updatedAt: isDate,
 };
 
 const NAME_RULE = 'name must be a non-empty string of at most 200 characters';
+/**
+ * An address the library stores (and mails): its own schema checks only the shape, so sign-up stored, and an
+ * invitation mailed and listed, an address of 900 KB. 320 characters: a 64-character local part, `@`, a 255-character domain.
+ */
+const MAX_EMAIL_LENGTH = 320;
+/** The body field holding the address each endpoint stores. */
+const EMAIL_FIELDS: Record<string, string> = {
+  '/sign-up/email': 'email',
+  '/admin/create-user': 'email',
+  '/organization/invite-member': 'email',
+};
+/** A ban's reason, shown back to admins with the user: a sentence or a paragraph, not storage. */
+const MAX_BAN_REASON_LENGTH = 1000;
+const BAN_REASON_RULE = `banReason must be a string of at most ${MAX_BAN_REASON_LENGTH} characters`;
 /** An image or logo is a URL; 2,048 characters is the longest URL browsers and servers commonly take. */
 const MAX_URL_LENGTH = 2048;
 const IMAGE_RULE = `image must be a URL string of at most ${MAX_URL_LENGTH} characters, or null`;

@@ -194,6 +194,48 @@ describe('free text the library stores and shows back (review 52: 900 KB in each
     expect((await sql`select name, image from "user" where id = ${victim.userId}`.execute(t.db)).rows).toEqual(before);
   });
 
+  it('sign-up, the admin\'s create-user and an organization invitation refuse an email address over 320 characters (400), and store and mail nothing', async () => {
+    const tooLong = (n: number) => `${'x'.repeat(n - '@example.test'.length)}@example.test`;
+    const invitations = async () => (await sql`select email from invitation where "organizationId" = ${organizationId}`.execute(t.db)).rows;
+    const mails = async () => (await sql`select count(*)::int as n from mail_outbox`.execute(t.db)).rows;
+    const before = await invitations();
+    const mailsBefore = await mails();
+    for (const email of [tooLong(321), tooLong(900_000)]) {
+      const up = await t.http.post('/api/auth/sign-up/email', { headers: { origin: t.baseUrl }, json: { email, password: 'pw-1234567890', name: 'Long' } });
+      expect([up.status, up.body.code]).toEqual([400, 'VALIDATION_ERROR']);
+      const made = await asAdmin('/api/auth/admin/create-user', { email, password: 'pw-1234567890', name: 'Long' });
+      expect([made.status, made.body.code]).toEqual([400, 'VALIDATION_ERROR']);
+      const invited = await asOwner('/api/auth/organization/invite-member', { organizationId, email, role: 'member' });
+      expect([invited.status, invited.body.code]).toEqual([400, 'VALIDATION_ERROR']);
+      expect((await sql`select 1 from "user" where email = ${email}`.execute(t.db)).rows).toHaveLength(0);
+    }
+    expect(await invitations()).toEqual(before);
+    expect(await mails()).toEqual(mailsBefore);
+
+    const longest = tooLong(320);
+    const up = await t.http.post('/api/auth/sign-up/email', { headers: { origin: t.baseUrl }, json: { email: longest, password: 'pw-1234567890', name: 'Long' } });
+    expect(up.status, up.text).toBe(200);
+    const invited = await asOwner('/api/auth/organization/invite-member', { organizationId, email: tooLong(319), role: 'member' });
+    expect(invited.status, invited.text).toBe(200);
+  });
+
+  it('ban-user and the admin\'s update-user refuse a ban reason over 1,000 characters (400), and ban no one', async () => {
+    for (const [path, json] of [
+      ['/api/auth/admin/ban-user', { userId: victim.userId, banReason: big }],
+      ['/api/auth/admin/ban-user', { userId: victim.userId, banReason: 'x'.repeat(1001) }],
+      ['/api/auth/admin/update-user', { userId: victim.userId, data: { banReason: big } }],
+    ] as const) {
+      const res = await asAdmin(path, json);
+      expect([path, res.status, res.body.code]).toEqual([path, 400, 'VALIDATION_ERROR']);
+    }
+    const row = (await sql<{ banned: boolean | null; reason: string | null }>`select banned, "banReason" as reason from "user" where id = ${victim.userId}`.execute(t.db)).rows[0]!;
+    expect(row.banned).not.toBe(true);
+    expect(row.reason?.length ?? 0).toBeLessThanOrEqual(1000);
+    const ban = await asAdmin('/api/auth/admin/ban-user', { userId: victim.userId, banReason: 'r'.repeat(1000), banExpiresIn: 60 });
+    expect(ban.status, ban.text).toBe(200);
+    expect((await asAdmin('/api/auth/admin/unban-user', { userId: victim.userId })).status).toBe(200);
+  });
+
   it('an organization at the bounds is created and updated', async () => {
     const fields = {
       name: 'n'.repeat(200),
