@@ -81,7 +81,7 @@ async function rawRequest(baseUrl: string, bytes: string): Promise<{ status: num
     socket.on('end', () => resolve(answer));
     socket.on('error', reject);
   });
-  const [head, body] = text.split('\r\n\r\n');
+  const [head = '', body = ''] = text.split('\r\n\r\n');
   return {
     status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1]),
     requestId: /^x-request-id: (\S+)$/im.exec(head)?.[1] ?? '',
