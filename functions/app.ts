@@ -19,7 +19,7 @@ import { adminRoutes } from './admin/index.ts';
 import { webhookRoutes } from './webhooks/index.ts';
 import { internalRoutes } from './internal/index.ts';
 import { signInUrls, type Config } from './platform/config.ts';
-import { isConnectionLost } from './platform/db.ts';
+import { isConnectionLost, isTransientConflict } from './platform/db.ts';
 
 /**
  * Composition root. Everything the application needs arrives as an argument (AppDeps, http/context.ts), so the same
@@ -144,6 +144,16 @@ function errorResponse(err: unknown, c: Context<AppEnv>, deps: AppDeps): Respons
     // The database restarted, failed over or dropped the connection: the client can retry (contract: 503).
     deps.logger.warn('database connection lost during the request', { requestId, method: c.req.method, path: loggedUrl(c).path, err });
     return c.json(failure('UNAVAILABLE', 'The database is not reachable right now; retry shortly', { requestId }), 503, { 'Retry-After': '1' });
+  }
+  if (isTransientConflict(err)) {
+    // PostgreSQL ended the transaction to break a deadlock or a serialization conflict with another request, and
+    // kept nothing of it: the same request, sent again, is expected to pass (contract: 503 means retry).
+    deps.logger.warn('a concurrent change ended the request\'s transaction', { requestId, method: c.req.method, path: loggedUrl(c).path, err });
+    return c.json(
+      failure('UNAVAILABLE', 'The request met a concurrent change and was undone; send it again', { requestId, reason: 'concurrent_change' }),
+      503,
+      { 'Retry-After': '1' },
+    );
   }
   deps.logger.error('unhandled error', { requestId, method: c.req.method, path: loggedUrl(c).path, err });
   return c.json(failure('INTERNAL', 'Internal error', { requestId }), 500);

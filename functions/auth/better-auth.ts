@@ -6,7 +6,7 @@ import { createAccessControl } from 'better-auth/plugins/access';
 import { oauthProvider } from '@better-auth/oauth-provider';
 import type { Clock } from '../platform/clock.ts';
 import type { Config } from '../platform/config.ts';
-import { isConnectionLost, sql, type Database } from '../platform/db.ts';
+import { isConnectionLost, isTransientConflict, sql, type Database } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import type { Mailer } from '../platform/mailer.ts';
 import {
@@ -99,12 +99,13 @@ export function authOptions(deps: AuthDeps) {
       log: (level, message, ...args) =>
         logger.log(level, `better-auth: ${message}`, args.length ? { args: args.map(String) } : {}),
     },
-    // A lost database connection inside the library goes on to the app's error handler, which answers 503
-    // UNAVAILABLE with Retry-After as on every other route (the library itself would answer a bare 500). Other
+    // A lost database connection inside the library, or a transaction PostgreSQL ended in a deadlock or a
+    // serialization conflict, goes on to the app's error handler, which answers 503 UNAVAILABLE with Retry-After
+    // as on every other route (the library itself would answer a bare 500). Other
     // failures are logged as the library logs them; its own 4xx answers are unchanged.
     onAPIError: {
       onError: (err) => {
-        if (isConnectionLost(err)) throw err;
+        if (isConnectionLost(err) || isTransientConflict(err)) throw err;
         if (isAPIError(err) && err.status !== 'INTERNAL_SERVER_ERROR') return;
         logger.error('better-auth: request failed', { err });
       },
