@@ -22,8 +22,8 @@ let other: postgres.Sql;
 beforeAll(async () => {
   const testDatabase = await createTestDatabase();
   other = postgres(testDatabase.url!, { max: 1, onnotice: () => {} });
-  const [{ name }] = await other<{ name: string }[]>`select current_database() as name`;
-  await other.unsafe(`alter database ${name} set deadlock_timeout = '3s'`);
+  const [row] = await other<{ name: string }[]>`select current_database() as name`;
+  await other.unsafe(`alter database ${row!.name} set deadlock_timeout = '3s'`);
   t = await startTestApp({ testDatabase });
   agent = await createOAuthClient(t, { name: 'Deadlock Agent' });
 });
