@@ -5,6 +5,7 @@ import { escapeHtml, randomNonce } from '../../http/html.ts';
 import type { Config } from '../../platform/config.ts';
 import { first, sql } from '../../platform/db.ts';
 import { authorizeParamsOf, decodeConsentCode } from './consent-code.ts';
+import { ADMIN_SCOPE, OAUTH_SCOPES } from './provider-options.ts';
 
 /**
  * The minimal built-in /sign-in, /sign-up and /consent pages, served when there is no FRONTEND_URL so that the
@@ -24,6 +25,8 @@ const SCOPE_TEXT: Record<string, string> = {
   email: 'See your email address',
   offline_access: 'Keep access while you are away',
 };
+
+const GRANTABLE_SCOPES = new Set<string>([...OAUTH_SCOPES, ADMIN_SCOPE]);
 
 export function oauthPages(config: Config) {
   const router = new Hono<AppEnv>();
@@ -49,8 +52,15 @@ export function oauthPages(config: Config) {
             left join public.agents a on a.id = ac.agent_id
            where c."clientId" = ${clientId}`,
     );
-    const appName = client?.name || clientId;
     const scopes = (params.get('scope') ?? '').split(' ').filter(Boolean);
+    // The signature is checked only when the consent is posted, so anyone can write a code of this shape: the page
+    // shows nothing a link wrote. A client we do not have, or a scope no client may be granted (the authorize
+    // endpoint refuses both before it makes a code), is no consent we sent anyone to; showing it put a stranger's
+    // words on this page as the application's name or as what it may do.
+    if (!client || scopes.some((s) => !GRANTABLE_SCOPES.has(s))) {
+      return page(c, 400, 'Consent link not valid', '<p>This consent link is not one we made. Start again from the application.</p>');
+    }
+    const appName = client.name || clientId;
     const items = scopes.map((s) => `<li>${escapeHtml(SCOPE_TEXT[s] ?? s)}</li>`).join('');
     const body = `
       <p><strong id="client-name">${escapeHtml(appName)}</strong> wants to use your Agent Marketplace account.</p>
@@ -86,9 +96,12 @@ function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
     kind === 'sign-up'
       ? '<label for="name">Name</label><input id="name" name="name" autocomplete="name" required maxlength="100">'
       : '';
+  // The script below posts the form with fetch. Without it (scripts off or blocked) the browser submits the form
+  // itself: as a POST, so the password never goes into a URL (address bar, history, proxy logs); a GET, the
+  // default of a form without a method, put it there.
   const body = `
     ${notice}
-    <form id="credentials" data-endpoint="/api/auth/${kind}/email" data-continue="${escapeHtml(continueUrl)}">
+    <form id="credentials" method="post" data-endpoint="/api/auth/${kind}/email" data-continue="${escapeHtml(continueUrl)}">
       ${nameField}
       <label for="email">Email</label>
       <input id="email" name="email" type="email" autocomplete="email" required>
