@@ -16,13 +16,21 @@ import { enforceDailyAllowance } from '../http/rate-limit.ts';
  *   - taken once the request is known to be allowed (the tier found and within the token's agent, the portal's
  *     subscription or customer found), so refused requests spend nothing (an agent's token asking for another agent's
  *     tier, 403, used to spend the user's allowance);
- *   - anonymous checkouts per client address (an IPv6 client's /64), beside the per-minute limit.
+ *   - anonymous checkouts, and their completions, per client address (an IPv6 client's /64), beside the per-minute
+ *     limit.
  */
 export const CHECKOUTS_PER_DAY = 50;
 export const PORTAL_SESSIONS_PER_DAY = 50;
 /** Reads of one's checkout sessions (GET /me/checkout/{sessionId}); a success page polls a few times. */
 export const CHECKOUT_READS_PER_DAY = 100;
 export const ANONYMOUS_CHECKOUTS_PER_DAY = 50;
+/**
+ * Completions of anonymous checkouts (the success page's POST /checkout/anonymous/complete) per address: each reads
+ * the session at Stripe before anything can tell whether the id is anyone's, so made-up ids were 43,200 Stripe reads a
+ * day from one address under the per-minute limit alone (found by a review), the way around both allowances above.
+ * A success page completes once or twice per purchase, and an address makes at most 50 of those a day.
+ */
+export const ANONYMOUS_COMPLETIONS_PER_DAY = 100;
 
 const allowances = {
   checkout: { limit: CHECKOUTS_PER_DAY, message: `You can start ${CHECKOUTS_PER_DAY} checkouts a day; try again later` },
@@ -42,12 +50,23 @@ export async function takeBillingAllowance(deps: Pick<AppDeps, 'database' | 'clo
   await enforceDailyAllowance(deps, `billing-${kind}|${asker.userId}|${asker.agentId ?? 'own'}`, limit, message);
 }
 
-/** Counts one anonymous checkout for this client address (`clientSubject`), or throws 429 RATE_LIMITED. */
-export async function takeAnonymousCheckoutAllowance(deps: Pick<AppDeps, 'database' | 'clock'>, clientSubject: string): Promise<void> {
-  await enforceDailyAllowance(
-    deps,
-    `billing-anonymous-checkout|${clientSubject}`,
-    ANONYMOUS_CHECKOUTS_PER_DAY,
-    `This address can start ${ANONYMOUS_CHECKOUTS_PER_DAY} checkouts without an account a day; sign in, or try again later`,
-  );
+const anonymousAllowances = {
+  checkout: {
+    limit: ANONYMOUS_CHECKOUTS_PER_DAY,
+    message: `This address can start ${ANONYMOUS_CHECKOUTS_PER_DAY} checkouts without an account a day; sign in, or try again later`,
+  },
+  completion: {
+    limit: ANONYMOUS_COMPLETIONS_PER_DAY,
+    message: `This address can complete ${ANONYMOUS_COMPLETIONS_PER_DAY} checkouts without an account a day; try again later`,
+  },
+} as const;
+
+/** Counts one anonymous checkout start or completion for this client address (`clientSubject`), or throws 429 RATE_LIMITED. */
+export async function takeAnonymousAllowance(
+  deps: Pick<AppDeps, 'database' | 'clock'>,
+  clientSubject: string,
+  kind: keyof typeof anonymousAllowances,
+): Promise<void> {
+  const { limit, message } = anonymousAllowances[kind];
+  await enforceDailyAllowance(deps, `billing-anonymous-${kind}|${clientSubject}`, limit, message);
 }

@@ -8,7 +8,7 @@ import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { purchaseAbandoned } from './purchase-claims.ts';
 import { ensureCustomer } from './customers.ts';
 import { askStripe, callStripe, isStripeMissing, requirePayments } from './payments.ts';
-import { syncStripeSubscription } from './subscription-state.ts';
+import { readPurchaseToPlace, syncStripeSubscription } from './subscription-state.ts';
 import { startFreeSubscription, type SubscriptionDto } from './subscriptions.ts';
 import { findSubscriptionByStripeId, liveSubscription } from './subscription-queries.ts';
 import { requireWithinAgent } from '../http/access.ts';
@@ -149,6 +149,8 @@ export async function completeAnonymousCheckout(deps: BillingDeps, sessionId: st
   const email = session.customer_details?.email;
   const customerId = typeof session.customer === 'string' ? session.customer : session.customer?.id;
   if (!email || !customerId) throw invalidState('Stripe has no buyer email for this checkout', { sessionId });
+  // A subscription Stripe no longer has is 422 `gone` before an account is made or a mail sent (it was a 500 after both).
+  await readPurchaseToPlace(deps, stripeSubscriptionId);
   const placement = await placeAnonymousPurchase(
     deps,
     {

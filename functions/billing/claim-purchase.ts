@@ -3,7 +3,7 @@ import { ApiError, notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { createBuyerAccount, findUserByEmail, randomPassword } from './buyer-accounts.ts';
 import { claimOfToken, hashToken, purchaseAbandoned } from './purchase-claims.ts';
-import { readToApply, writeStripeRead } from './subscription-state.ts';
+import { readPurchaseToPlace, writeStripeRead } from './subscription-state.ts';
 import { billingSubscription, findSubscriptionByStripeId } from './subscription-queries.ts';
 import type { SubscriptionDto } from './subscriptions.ts';
 import { invalidState } from './tiers.ts';
@@ -20,7 +20,8 @@ import { invalidState } from './tiers.ts';
  *      account already pays for (refunded in full and canceled; the answer shows the subscription it keeps);
  *   3. the set-password step: a password-reset token of the library for that account, in the answer (it goes to
  *      whoever proved the mailbox, as a reset mail would) for POST /api/auth/reset-password.
- * Stripe is read first, so when it is unreachable the claim stays unused and the link can be followed again.
+ * Stripe is read first, so when it is unreachable the claim stays unused and the link can be followed again, and a
+ * purchase Stripe no longer has is 422 INVALID_STATE `gone` with nothing used up.
  */
 export interface ClaimedPurchase {
   subscription: SubscriptionDto;
@@ -34,7 +35,7 @@ export async function claimPurchase(deps: BillingDeps, token: string): Promise<C
   if (!claim) throw notFound('Purchase claim');
   refuseUnusable(claim.claimedAt ? 'used' : claim.abandonedAt ? 'abandoned' : claim.expiresAt <= deps.clock.now() ? 'expired' : 'ok');
 
-  const read = await readToApply(deps, claim.stripeSubscriptionId);
+  const read = await readPurchaseToPlace(deps, claim.stripeSubscriptionId);
   let user = await findUserByEmail(deps, claim.email);
   if (!user) {
     // The account that held the address is gone: the purchase gets a new one, like any anonymous buyer's.
@@ -57,9 +58,18 @@ export async function claimPurchase(deps: BillingDeps, token: string): Promise<C
   // decided under the claim row's lock, so the purchase is refunded or claimed, never both.
   refuseUnusable(outcome === 'claimed' ? 'ok' : (outcome as 'used' | 'abandoned' | 'expired'));
 
-  // The same write, with the same undos, as the webhook's. Should Stripe fail during an undo, the claim is used but
-  // the purchase is not lost: the next event about it, or the buyer's return to the success page, runs it again.
-  const written = await writeStripeRead(deps, read, user.id);
+  // The same write, with the same undos, as the webhook's, of a read made now the claim is used: an event about the
+  // purchase that arrived after the first read found the claim pending and wrote nothing, so no newer read was kept
+  // to refuse that first one, and a cancellation at Stripe in between was written back as active, for good (Stripe
+  // sends nothing more about a canceled subscription; found by a review). Should Stripe fail now, the first read is
+  // written and the next event about the purchase corrects it. Should Stripe fail during an undo, the claim is used
+  // but the purchase is not lost: the next event about it, or the buyer's return to the success page, runs it again.
+  const latest = await readPurchaseToPlace(deps, claim.stripeSubscriptionId).catch((err: unknown) => {
+    if (err instanceof ApiError && err.code === 'INVALID_STATE') throw err;
+    deps.logger.warn('claim: Stripe could not be read again; the first read is written', { stripeSubscriptionId: claim.stripeSubscriptionId, err });
+    return read;
+  });
+  const written = await writeStripeRead(deps, latest, user.id);
   // No row of its own: a duplicate (undone) or a first payment pending beside a free subscription (deferred). The
   // account's subscription to the agent is what the answer shows.
   const subscription =

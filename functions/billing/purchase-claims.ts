@@ -49,6 +49,16 @@ export function purchaseAbandoned(): ApiError {
   );
 }
 
+/**
+ * The answer to a claim link, or a return to the success page, of a purchase Stripe no longer has (deleted at
+ * Stripe, or of another account or mode): nothing can be added to an account, and nothing is used up or made.
+ */
+export function purchaseGone(): ApiError {
+  return new ApiError('INVALID_STATE', 'Stripe no longer has this purchase, so there is nothing to add to an account; contact support', {
+    reason: 'gone',
+  });
+}
+
 export async function claimOfSubscription(deps: BillingDeps, stripeSubscriptionId: string): Promise<PurchaseClaim | undefined> {
   return first<PurchaseClaim>(
     deps.database.db,

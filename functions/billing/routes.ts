@@ -4,7 +4,7 @@ import { otherAgent, requireAdmin, requireUser, requireWithinAgent } from '../ht
 import { envelopeOf, ok } from '../http/envelope.ts';
 import { notFound } from '../http/errors.ts';
 import { clientSubject, enforceRateLimit } from '../http/rate-limit.ts';
-import { takeAnonymousCheckoutAllowance } from './allowances.ts';
+import { takeAnonymousAllowance } from './allowances.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../http/router.ts';
 import { cancelMySubscription, cancelSubscription } from './cancel-subscription.ts';
 import {
@@ -391,13 +391,14 @@ export function billingRoutes() {
   router.openapi(startAnonymousCheckoutRoute, async (c) => {
     // Public: the buyer has no account yet. Limited per client IP like the other public writes.
     await enforceRateLimit(c, 'checkout-anonymous', c.var.deps.config.authRateLimitPerMinute);
-    await takeAnonymousCheckoutAllowance(c.var.deps, clientSubject(c));
+    await takeAnonymousAllowance(c.var.deps, clientSubject(c), 'checkout');
     return c.json(ok(await startAnonymousCheckout(c.var.deps, c.req.valid('json'))), 200);
   });
 
   router.openapi(completeAnonymousCheckoutRoute, async (c) => {
     // Public (the success page): the unguessable Checkout Session id, re-read from Stripe, is the credential.
     await enforceRateLimit(c, 'checkout-anonymous-complete', c.var.deps.config.authRateLimitPerMinute);
+    await takeAnonymousAllowance(c.var.deps, clientSubject(c), 'completion');
     const { sessionId } = c.req.valid('json');
     const result = await completeAnonymousCheckout(c.var.deps, sessionId);
     if (result.kind === 'claim') return c.json(ok({ claim: 'mailed' as const }), 202);

@@ -2,6 +2,7 @@ import type Stripe from 'stripe';
 import type { BillingDeps } from './billing-deps.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
+import { purchaseGone } from './purchase-claims.ts';
 import { refundAndCancel, undoDuplicatePurchase } from './duplicate-purchases.ts';
 import { grantsAccess } from './subscriptions.ts';
 import { callStripe, isStripeMissing, requirePayments } from './payments.ts';
@@ -117,6 +118,19 @@ export async function readToApply(deps: BillingDeps, stripeSubscriptionId: strin
   return { subscription: await readStripeSubscription(deps, stripeSubscriptionId), read: numbered!.read };
 }
 
+/**
+ * readToApply for a purchase someone is adding to an account (a claim link, the success page): one Stripe no longer
+ * has answers 422 INVALID_STATE `gone` (it answered 500 on every use of the link), before anything is made or used up.
+ */
+export async function readPurchaseToPlace(deps: BillingDeps, stripeSubscriptionId: string): Promise<StripeRead> {
+  try {
+    return await readToApply(deps, stripeSubscriptionId);
+  } catch (err) {
+    if (isStripeMissing(err)) throw purchaseGone();
+    throw err;
+  }
+}
+
 /** Reads a subscription from Stripe with what the local state needs. */
 export async function readStripeSubscription(deps: Pick<BillingDeps, 'payments'>, stripeSubscriptionId: string): Promise<Stripe.Subscription> {
   const { stripe } = requirePayments(deps);
@@ -165,9 +179,14 @@ export async function subscriberOf(deps: BillingDeps, sub: Stripe.Subscription):
     return named.ours ? { userId: named.userId, removed: true } : undefined;
   }
   if (sub.metadata?.anonymous !== 'true') return undefined;
-  // An anonymous purchase Stripe has ended and nobody holds is placed with nobody: no account is made and no claim
-  // link mailed for it (the cancellation of a removed user's purchase would otherwise make them a new account).
-  if (!isLive(sub)) return undefined;
+  // An anonymous purchase is placed once it is paid (or in Stripe's retries of a later payment), never before: no
+  // account is made, no claim link mailed and no row written on a verified holder's account for a purchase nobody
+  // paid for. Stripe's next event after the payment places it. Before, an unpaid (`incomplete`) purchase typed with
+  // a verified stranger's address sat on their account and blocked every purchase of that agent by them for a day,
+  // and one typed with any address made an account or mailed a claim link, for free and without end (found by a
+  // review). An ended one is placed with nobody too (the cancellation of a removed user's purchase would otherwise
+  // make them a new account).
+  if (!grantsAccess(localStatus(sub.status))) return undefined;
   const { stripe } = requirePayments(deps);
   const customer = await callStripe(() => stripe.customers.retrieve(customerId));
   const email = 'deleted' in customer && customer.deleted ? undefined : (customer as Stripe.Customer).email;

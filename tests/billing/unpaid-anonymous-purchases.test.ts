@@ -1,0 +1,92 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, rows, sql } from '../../functions/platform/db.ts';
+import { insertTier } from '../support/fixtures.ts';
+import { mailsTo } from '../support/mail.ts';
+import { signUp } from '../support/users.ts';
+import { activeAgent, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+
+/**
+ * An anonymous checkout whose first payment is not made (Stripe:
+ * `incomplete`; a bank debit still under way, 3-D Secure left unanswered, a debit from a made-up IBAN that will fail)
+ * costs the attacker nothing. The success page refuses such a session (422 "not complete yet"), but the webhook
+ * places it all the same (subscriberOf: only an *ended* purchase is placed with nobody), with whatever address was
+ * typed on Stripe's page:
+ *   - a verified stranger gets an `incomplete` row, which blocks every purchase of that agent by them (checkout 422,
+ *     free start 409) and which they cannot cancel (404), until Stripe expires the unpaid subscription;
+ *   - an address without an account gets an account made for it and a set-password mail;
+ *   - an unverified account's address gets a claim mail, one per unpaid purchase.
+ * Nothing of it should happen before the purchase is paid: once it is, Stripe's next event places it as usual.
+ */
+let w: BillingWorld;
+beforeAll(async () => {
+  w = await startBillingWorld();
+});
+afterAll(() => w.close());
+
+/** The attacker checks out anonymously, types `email`, and never pays: only the webhook's events follow. */
+async function unpaidAnonymousPurchase(email: string, tierId: string) {
+  const start = await w.t.http.post('/checkout/anonymous', { json: { tierId } });
+  expect(start.status).toBe(200);
+  w.fake.takeEvents();
+  const stripeSub = w.fake.completeCheckout(start.body.data.sessionId, { email, name: 'Not The Owner', payment: 'pending' });
+  expect(stripeSub.status).toBe('incomplete');
+  await deliver(w, w.fake.takeEvents());
+  return { sessionId: start.body.data.sessionId as string, stripeSubscriptionId: stripeSub.id as string };
+}
+
+describe('an anonymous purchase nobody paid for', () => {
+  it('attack: typed with a verified stranger\'s address, it does not lock the stranger out of buying the agent', async () => {
+    const agent = await activeAgent(w);
+    const pro = await paidTier(w, agent.id, { name: 'Pro', priceCents: 4000 });
+    const free = await insertTier(w.t.db, agent.id, { name: 'Free' });
+    const victim = await signUp(w.t, { verified: true });
+
+    const { sessionId, stripeSubscriptionId } = await unpaidAnonymousPurchase(victim.email, pro.id);
+    // the success page itself refuses it: nothing is paid
+    expect((await w.t.http.post('/checkout/anonymous/complete', { json: { sessionId } })).status).toBe(422);
+
+    // The stranger, who bought nothing, can still buy the agent: its paid tier, or its free one.
+    const checkout = await w.t.http.post('/me/checkout', { cookie: victim.cookie, json: { tierId: pro.id } });
+    expect(checkout.status, checkout.text).toBe(200);
+    const freeStart = await w.t.http.post('/me/checkout', { cookie: victim.cookie, json: { tierId: free.id } });
+    expect(freeStart.status, freeStart.text).toBe(201);
+    // and nothing the stranger never bought sits on their account
+    const theirs = await first<{ n: number }>(
+      w.t.db,
+      sql`select count(*)::int as n from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`,
+    );
+    expect(theirs!.n).toBe(0);
+  });
+
+  it('attack: typed with an address that has no account, it makes no account and mails nobody', async () => {
+    const agent = await activeAgent(w);
+    const pro = await paidTier(w, agent.id, { priceCents: 4000 });
+    const email = `nobody-${Date.now()}@example.test`;
+    await unpaidAnonymousPurchase(email, pro.id);
+    expect(await rows(w.t.db, sql`select id from "user" where lower(email) = ${email}`)).toEqual([]);
+    expect(await mailsTo(w.t, email)).toEqual([]);
+  });
+
+  it('attack: typed again and again with an unverified account\'s address, it mails no claim link', async () => {
+    const agent = await activeAgent(w);
+    const pro = await paidTier(w, agent.id, { priceCents: 4000 });
+    const holder = await signUp(w.t); // unverified: its owner never confirmed the address
+    for (let i = 0; i < 3; i++) await unpaidAnonymousPurchase(holder.email, pro.id);
+    const claimMails = (await mailsTo(w.t, holder.email)).filter((m) => m.subject === 'Confirm your Agent Marketplace purchase');
+    expect(claimMails).toHaveLength(0);
+  });
+
+  it('once paid, it is placed as any anonymous purchase (the new account made then)', async () => {
+    const agent = await activeAgent(w);
+    const pro = await paidTier(w, agent.id, { priceCents: 4000 });
+    const email = `pays-later-${Date.now()}@example.test`;
+    const { stripeSubscriptionId } = await unpaidAnonymousPurchase(email, pro.id);
+    w.fake.payInvoice(w.fake.subscriptions.get(stripeSubscriptionId)!.latest_invoice);
+    await deliver(w, w.fake.takeEvents());
+    const row = await first<{ email: string; status: string }>(
+      w.t.db,
+      sql`select u.email, s.status from subscriptions s join "user" u on u.id = s.user_id where s.stripe_subscription_id = ${stripeSubscriptionId}`,
+    );
+    expect(row).toEqual({ email, status: 'active' });
+  });
+});
