@@ -23,6 +23,8 @@ export const CHECKOUTS_PER_DAY = 50;
 export const PORTAL_SESSIONS_PER_DAY = 50;
 /** Reads of one's checkout sessions (GET /me/checkout/{sessionId}); a success page polls a few times. */
 export const CHECKOUT_READS_PER_DAY = 100;
+/** Cancels of one's paid subscriptions (POST /me/subscriptions/{agentId}/cancel): each reads Stripe, a repeat too. */
+export const CANCELS_PER_DAY = 50;
 export const ANONYMOUS_CHECKOUTS_PER_DAY = 50;
 /**
  * Completions of anonymous checkouts (the success page's POST /checkout/anonymous/complete) per address: each reads
@@ -36,6 +38,7 @@ const allowances = {
   checkout: { limit: CHECKOUTS_PER_DAY, message: `You can start ${CHECKOUTS_PER_DAY} checkouts a day; try again later` },
   portal: { limit: PORTAL_SESSIONS_PER_DAY, message: `You can open the billing portal ${PORTAL_SESSIONS_PER_DAY} times a day; try again later` },
   'checkout-read': { limit: CHECKOUT_READS_PER_DAY, message: `You can read checkout sessions ${CHECKOUT_READS_PER_DAY} times a day; try again later` },
+  cancel: { limit: CANCELS_PER_DAY, message: `You can cancel paid subscriptions ${CANCELS_PER_DAY} times a day; try again later` },
 } as const;
 
 /** Who asks: the user, and the agent whose token asks for them (none for the user's own credentials). */

@@ -1,5 +1,6 @@
 import type { BillingDeps } from './billing-deps.ts';
 import type { OnUserBanned } from '../auth/index.ts';
+import { takeBillingAllowance, type Asker } from './allowances.ts';
 import { notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { callStripe, isStripeRefusal, requirePayments, stripeRefused } from './payments.ts';
@@ -20,12 +21,18 @@ export async function cancelSubscription(deps: BillingDeps, subscriptionId: stri
   return cancel(deps, sub, immediate);
 }
 
-/** The signed-in user's own cancel: paid tiers at period end, free tiers now. 404 when none is active. */
-export async function cancelMySubscription(deps: BillingDeps, userId: string, agentId: string): Promise<SubscriptionDto> {
-  const sub = await liveSubscription(deps, userId, agentId);
+/**
+ * The signed-in user's own cancel: paid tiers at period end, free tiers now. 404 when none is active. A paid one
+ * reaches Stripe every time (a repeat re-reads the subscription, so the answer says what Stripe says), so it takes the
+ * asker's daily allowance of cancels (allowances.ts): one subscriber sent Stripe a request per call, as fast as it
+ * liked, under the marketplace's one Stripe account (found by a review).
+ */
+export async function cancelMySubscription(deps: BillingDeps, asker: Asker, agentId: string): Promise<SubscriptionDto> {
+  const sub = await liveSubscription(deps, asker.userId, agentId);
   if (!sub || !grantsAccess(sub.status)) {
     throw notFound('Active subscription', { agentId });
   }
+  if (sub.stripeSubscriptionId) await takeBillingAllowance(deps, asker, 'cancel');
   return cancel(deps, sub, false);
 }
 

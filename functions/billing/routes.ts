@@ -191,7 +191,7 @@ const cancelMySubscriptionRoute = createRoute({
   summary: 'Cancel: a paid tier at period end (access kept until then), a free tier now',
   security,
   request: { params: z.object({ agentId: uuidParam('agentId') }) },
-  responses: { 200: jsonResponse(envelopeOf(subscriptionSchema), 'The subscription'), ...errors(400, 401, 403, 404, 422, 503) },
+  responses: { 200: jsonResponse(envelopeOf(subscriptionSchema), 'The subscription'), ...errors(400, 401, 403, 404, 422, 429, 503) },
 });
 
 const createPortalSessionRoute = createRoute({
@@ -375,7 +375,7 @@ export function billingRoutes() {
   router.openapi(cancelMySubscriptionRoute, async (c) => {
     const user = await requireUser(c);
     const { agentId } = c.req.valid('param');
-    return c.json(ok(await cancelMySubscription(c.var.deps, user.userId, agentId)), 200);
+    return c.json(ok(await cancelMySubscription(c.var.deps, user, agentId)), 200);
   });
 
   router.openapi(createPortalSessionRoute, async (c) => {

@@ -1,4 +1,6 @@
 import type { Db } from '../platform/db.ts';
+import type { AppDeps } from '../platform/app-types.ts';
+import { enforceDailyAllowance } from '../http/rate-limit.ts';
 import type { Interaction } from './interactions.ts';
 import { recordInteraction } from './interactions.ts';
 import { recipientEmails } from './notification-recipients.ts';
@@ -17,6 +19,30 @@ import { recipientEmails } from './notification-recipients.ts';
  * the user's own allowance); then 429 RATE_LIMITED.
  */
 export const DEMO_REQUESTS_PER_DAY = 10;
+/**
+ * Enterprise inquiries one user may send in a day (all agents together), counted the same way. Each stores up to
+ * 5,000 characters in the staff's interaction feed; bounded only per address, one account stored 43,200 a day (some
+ * 216 MB) and buried every real inquiry (found by a review). A buyer asks about an agent's Enterprise tier once or twice.
+ */
+export const ENTERPRISE_INQUIRIES_PER_DAY = 10;
+
+const engagementAllowances = {
+  'demo-request': { limit: DEMO_REQUESTS_PER_DAY, message: `You can request ${DEMO_REQUESTS_PER_DAY} demos a day; try again later` },
+  'enterprise-inquiry': {
+    limit: ENTERPRISE_INQUIRIES_PER_DAY,
+    message: `You can send ${ENTERPRISE_INQUIRIES_PER_DAY} enterprise inquiries a day; try again later`,
+  },
+} as const;
+
+/** Counts one demo request or enterprise inquiry for this user and credential, or throws 429 RATE_LIMITED. */
+export async function takeEngagementAllowance(
+  deps: Pick<AppDeps, 'database' | 'clock'>,
+  kind: keyof typeof engagementAllowances,
+  asker: { userId: string; agentId?: string | null | undefined },
+): Promise<void> {
+  const { limit, message } = engagementAllowances[kind];
+  await enforceDailyAllowance(deps, `${kind}|${asker.userId}|${asker.agentId ?? 'own'}`, limit, message);
+}
 
 export interface MailQueue {
   enqueue(db: Db, mail: { to: string; subject: string; text: string }): Promise<unknown>;

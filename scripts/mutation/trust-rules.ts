@@ -917,11 +917,11 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 25,
-    name: "a user's checkouts, portal sessions and demo requests are not counted",
+    name: "a user's checkouts, portal sessions, cancels, demo requests and enterprise inquiries are not counted",
     file: 'functions/http/rate-limit.ts',
     find: '  if (!verdict.allowed) throw rateLimited(verdict.retryAfterSec, message, { limitPerDay: limit });',
     replace: '  return;',
-    tests: ['tests/billing/checkout.test.ts', 'tests/catalog/engagement.test.ts', 'tests/billing/allowances.test.ts'],
+    tests: ['tests/billing/checkout.test.ts', 'tests/catalog/engagement.test.ts', 'tests/billing/allowances.test.ts', 'tests/billing/cancel-allowance.test.ts'],
   },
   {
     rule: 7,

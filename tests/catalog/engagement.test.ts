@@ -5,7 +5,7 @@ import { insertAgent, insertTier } from '../support/fixtures.ts';
 import { mailsTo } from '../support/mail.ts';
 import { createAdmin, signUp, verifyEmail, type TestUser } from '../support/users.ts';
 import { createAgent, expectError, walk } from './helpers.ts';
-import { DEMO_REQUESTS_PER_DAY } from '../../functions/catalog/engagement-requests.ts';
+import { DEMO_REQUESTS_PER_DAY, ENTERPRISE_INQUIRIES_PER_DAY } from '../../functions/catalog/engagement-requests.ts';
 
 let t: TestApp;
 let admin: TestUser;
@@ -116,6 +116,29 @@ describe('demo requests', () => {
     expect(await mailsTo(t, 'staff-flood@example.test')).toHaveLength(DEMO_REQUESTS_PER_DAY);
     // Another user is not held back by this one's count.
     expect((await request(await signUp(t))).status).toBe(202);
+  });
+
+  it(`attack: one user's enterprise inquiries stop at ${ENTERPRISE_INQUIRIES_PER_DAY} a day, so the staff's feed is not buried`, async () => {
+    // Each stores up to 5,000 characters in the staff's interaction feed; only the per-address limit stood, and one
+    // account stored 43,200 a day (found by a review). Counted per user and credential, as demo requests are.
+    const spammer = await signUp(t);
+    const agent = await createAgent(t, admin);
+    const inquire = (who: TestUser) =>
+      t.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie: who.cookie, json: { message: 'x'.repeat(5000), companySize: '1' } });
+    for (let i = 0; i < ENTERPRISE_INQUIRIES_PER_DAY; i++) expect((await inquire(spammer)).status).toBe(202);
+    const refused = await inquire(spammer);
+    expect([refused.status, refused.body.error.code, refused.body.error.details.limitPerDay]).toEqual([
+      429,
+      'RATE_LIMITED',
+      ENTERPRISE_INQUIRIES_PER_DAY,
+    ]);
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    const recorded = await rows(t.db, sql`select 1 from interactions where type = 'enterprise_inquiry' and user_id = ${spammer.userId}`);
+    expect(recorded).toHaveLength(ENTERPRISE_INQUIRIES_PER_DAY);
+    // Another user is not held back, and the next day the spammer may ask again.
+    expect((await inquire(await signUp(t))).status).toBe(202);
+    t.clock.advance(24 * 60 * 60 * 1000 + 1000);
+    expect((await inquire(spammer)).status).toBe(202);
   });
 
   it('needs a signed-in user and a published agent; nothing recorded otherwise', async () => {

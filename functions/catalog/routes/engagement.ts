@@ -3,10 +3,10 @@ import { requireUser } from '../../http/access.ts';
 import { viewer } from './viewer.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
 import { ApiError } from '../../http/errors.ts';
-import { enforceDailyAllowance, enforceRateLimit } from '../../http/rate-limit.ts';
+import { enforceRateLimit } from '../../http/rate-limit.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
 import { requireAgent } from '../agents.ts';
-import { createEnterpriseInquiry, DEMO_REQUESTS_PER_DAY, requestDemo } from '../engagement-requests.ts';
+import { createEnterpriseInquiry, requestDemo, takeEngagementAllowance } from '../engagement-requests.ts';
 import { demoRequestBody, enterpriseInquiryBody, joinWaitlistBody, waitlistEntrySchema } from '../schemas.ts';
 import { joinWaitlist, waitlistStatus } from '../waitlist.ts';
 import { security } from './agents.ts';
@@ -84,7 +84,7 @@ export function engagementRoutes() {
     await enforceRateLimit(c, 'demo-request', deps.config.authRateLimitPerMinute);
     const { agentId } = c.req.valid('param');
     const agent = await requireAgent(deps.database.db, agentId, user.role === 'platform_admin');
-    await enforceDailyAllowance(deps, `demo-request|${user.userId}|${user.agentId ?? 'own'}`, DEMO_REQUESTS_PER_DAY, `You can request ${DEMO_REQUESTS_PER_DAY} demos a day; try again later`);
+    await takeEngagementAllowance(deps, 'demo-request', user);
     const { interaction } = await requestDemo(
       deps.database.db,
       deps.mailer,
@@ -100,6 +100,7 @@ export function engagementRoutes() {
     await enforceRateLimit(c, 'enterprise-inquiry', deps.config.authRateLimitPerMinute);
     const { agentId } = c.req.valid('param');
     await requireAgent(deps.database.db, agentId, user.role === 'platform_admin');
+    await takeEngagementAllowance(deps, 'enterprise-inquiry', user);
     const interaction = await createEnterpriseInquiry(
       deps.database.db,
       { agentId, requester: user, ...c.req.valid('json') },

@@ -16980,6 +16980,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds until the window ends */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
             /** @description Feature not configured or dependency unavailable */
             503: {
                 headers: {
