@@ -4,7 +4,8 @@ import { systemClock, type Clock } from './platform/clock.ts';
 import type { Config } from './platform/config.ts';
 import type { Database } from './platform/db.ts';
 import type { Logger } from './platform/logger.ts';
-import { createAuth, createAuthenticator, ensureAdmin, ensureSigningKey, startRevocationListPruning } from './auth/index.ts';
+import { createAuth, createAuthenticator, ensureAdmin, ensureSigningKey } from './auth/index.ts';
+import { startHousekeeping } from './internal/index.ts';
 import { startUnclaimedPurchaseUndo } from './billing/index.ts';
 import { createPayments } from './platform/stripe.ts';
 import { createMailer, type MailFiles, type MailTransport } from './platform/mailer.ts';
@@ -32,7 +33,7 @@ export interface BuildOptions {
   /** Disk for local uploads when no S3 is configured (Node entry and tests; the edge has none). */
   fileStore?: FileStore;
   /**
-   * Whether startup() starts the in-process loops (mail, webhooks, revocation pruning, unclaimed purchases). Default:
+   * Whether startup() starts the in-process loops (mail, webhooks, housekeeping, unclaimed purchases). Default:
    * outside tests. The edge entry passes false: an isolate lives for a request or a few minutes, so its work is run by
    * the scheduler (POST /internal/drain, functions/internal/), never by a loop.
    */
@@ -43,7 +44,7 @@ export interface BuiltDeps extends AppDeps {
   /** Work to do once before serving (ensure the admin account, seed demo data). */
   startup?: () => Promise<void>;
   /**
-   * Stops what startup started (the mail and webhook loops, revocation-list pruning, the undo of unclaimed purchases)
+   * Stops what startup started (the mail and webhook loops, the housekeeping, the undo of unclaimed purchases)
    * and waits for work in flight. Call it before closing the database: a loop still polling a closed or dropped
    * database fails noisily.
    */
@@ -66,7 +67,7 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
   // Agent webhooks: drainWebhookOutbox does the work; this loop only calls it (tests call it themselves).
   const webhookWorker = createWebhookWorker({ database, clock, logger, config });
   const payments = await createPayments(config);
-  let stopPruning: (() => void) | undefined;
+  let stopHousekeeping: (() => Promise<void>) | undefined;
   let stopUndo: (() => Promise<void>) | undefined;
   return {
     config,
@@ -85,14 +86,15 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
       if (options.backgroundLoops ?? config.env !== 'test') {
         mailer.start();
         webhookWorker.start();
-        stopPruning = startRevocationListPruning(database.db, () => clock.now(), logger);
+        // Expired sessions, tokens and codes, done mails, webhook history: what pg_cron's job does, where it runs too.
+        stopHousekeeping = startHousekeeping({ database, clock, logger });
         // Anonymous purchases nobody claimed, refunded and canceled (what POST /internal/drain also does).
         if (payments) stopUndo = startUnclaimedPurchaseUndo({ config, database, logger, clock, mailer, payments });
       }
     },
     shutdown: async () => {
-      stopPruning?.();
-      stopPruning = undefined;
+      await stopHousekeeping?.();
+      stopHousekeeping = undefined;
       await stopUndo?.();
       stopUndo = undefined;
       await mailer.stop();

@@ -12,7 +12,6 @@ export { createAuth, type Auth } from './better-auth.ts';
 export { createAuthenticator } from './authenticator.ts';
 export { ensureAdmin } from './ensure-admin.ts';
 export { ensureSigningKey } from './signing-key.ts';
-export { startRevocationListPruning } from './revocation-list.ts';
 export { postLogoutRedirectUrisSchema, provisionAgentClient, redirectUrisSchema } from './agent-clients.ts';
 export { bannedUserSchema, getUser, toUserDto, type UserRow } from './users.ts';
 export type { OnUserBanned } from './ban-user.ts';

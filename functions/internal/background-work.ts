@@ -77,6 +77,31 @@ export async function runHousekeeping(deps: Pick<AppDeps, 'database' | 'clock'>)
   return JSON.parse(String(row!.report)) as HousekeepingReport;
 }
 
+/**
+ * The Node entry's housekeeping (functions/deps.ts starts it beside the mail and webhook loops): the same SQL as the
+ * pg_cron job and the drain, once at start and then every `everyMs`, one round at a time. Where neither pg_cron nor a
+ * cron calling the drain runs it (a plain PostgreSQL server, PGlite under `npm start`), only the revocation list used
+ * to be pruned: expired sessions, verification rows (reset tokens, authorization codes) and refresh tokens, done mails
+ * and webhook history were never deleted (found by a review). Each round is bounded per kind, so a backlog is worked
+ * off over minutes; any number of instances may run it, as any number of drains may. Failures are logged and the
+ * next round tries again.
+ */
+export function startHousekeeping(deps: Pick<AppDeps, 'database' | 'clock' | 'logger'>, everyMs = 60_000): () => Promise<void> {
+  let running: Promise<unknown> | undefined;
+  const round = () => {
+    running ??= runHousekeeping(deps)
+      .catch((err) => deps.logger.warn('housekeeping failed; the next round retries', { err }))
+      .finally(() => (running = undefined));
+  };
+  round();
+  const timer = setInterval(round, everyMs);
+  (timer as { unref?: () => void }).unref?.();
+  return async () => {
+    clearInterval(timer);
+    await Promise.race([running, new Promise((r) => setTimeout(r, 5_000).unref?.())]);
+  };
+}
+
 /** Whether `presented` is the configured token, compared in constant time (digests of equal length). */
 export async function isDrainToken(presented: string, expected: string): Promise<boolean> {
   const encoder = new TextEncoder();

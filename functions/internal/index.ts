@@ -4,3 +4,4 @@
  * rule and `npm test` checks it (tests/foundation/architecture.once.test.ts).
  */
 export { internalRoutes } from './routes.ts';
+export { startHousekeeping } from './background-work.ts';

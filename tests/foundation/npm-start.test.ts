@@ -6,6 +6,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startingHandler } from '../../functions/health/starting.ts';
 import { memoryLogger } from '../../functions/platform/logger.ts';
+import { openPostgres, rows, sql, type Db } from '../../functions/platform/db.ts';
+import { openPGlite } from '../../functions/platform/pglite.ts';
 import { freePort } from '../../scripts/postgres-server.ts';
 import { createEmptyPostgresDatabase, testTier } from '../support/databases.ts';
 import { HttpClient } from '../support/http.ts';
@@ -69,6 +71,16 @@ async function stop(running: Running): Promise<number | null> {
   if (pid) process.kill(pid, 'SIGTERM');
   else running.child.kill('SIGTERM');
   return exited;
+}
+
+/** The service's database while it is stopped: the PostgreSQL one of DATABASE_URL, or the embedded one in DATA_DIR. */
+async function withServiceDatabase<T>(env: Record<string, string>, use: (db: Db) => Promise<T>): Promise<T> {
+  const database = env.DATABASE_URL ? openPostgres(env.DATABASE_URL, { max: 1 }) : await openPGlite(join(env.DATA_DIR!, 'pglite'));
+  try {
+    return await use(database.db);
+  } finally {
+    await database.close();
+  }
 }
 
 /** One request written byte for byte on a fresh connection (fetch would refuse to send these). */
@@ -175,7 +187,14 @@ describe('npm start', () => {
     }
   }, STARTUP_LIMIT + 30_000);
 
-  it('second run on the same data: nothing to migrate, the same admin, ready again', async () => {
+  it('second run on the same data: nothing to migrate, the same admin, ready again; it runs the housekeeping', async () => {
+    // An expired password-reset row and a live one, left by the first run: the service deletes the expired one on its
+    // own (no pg_cron here, no cron calling the drain), as the pg_cron job would.
+    await withServiceDatabase(env, (db) =>
+      sql`insert into "verification" (id, identifier, value, "expiresAt")
+          values ('housekeeping-expired', 'reset-password:housekeeping', 'x', now() - interval '1 minute'),
+                 ('housekeeping-live', 'reset-password:housekeeping', 'y', now() + interval '1 hour')`.execute(db),
+    );
     const running = await start(env);
     try {
       await until('/ready', running, async () => ((await running.http.get('/ready')).status === 200 ? true : undefined));
@@ -204,6 +223,10 @@ describe('npm start', () => {
     } finally {
       expect(await stop(running)).toBe(0);
     }
+    const left = await withServiceDatabase(env, (db) =>
+      rows<{ id: string }>(db, sql`select id from "verification" where identifier = 'reset-password:housekeeping' order by id`),
+    );
+    expect(left.map((r) => r.id)).toEqual(['housekeeping-live']);
   }, STARTUP_LIMIT + 30_000);
 });
 

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWTPayload } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
-import { pruneRevokedTokens } from '../../functions/auth/revocation-list.ts';
+import { runHousekeeping } from '../../functions/internal/background-work.ts';
 import { KEY_RECHECK_MS } from '../../functions/auth/authenticator.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
@@ -239,7 +239,7 @@ describe('bearer access tokens', () => {
     await sql`insert into revoked_tokens (key, expires_at) values
                 (${`jti:${jti}`}, ${new Date(now.getTime() + 3600_000)}),
                 (${`jti:${randomUUID()}`}, ${new Date(now.getTime() - 1000)})`.execute(t.db);
-    expect(await pruneRevokedTokens(t.db, now)).toBeGreaterThanOrEqual(1);
+    expect((await runHousekeeping(t.deps)).revokedTokensPruned).toBeGreaterThanOrEqual(1);
     const left = await first<{ n: number }>(t.db, sql`select count(*)::int as n from revoked_tokens where expires_at < ${now}`);
     expect(left!.n).toBe(0);
     expect((await me(live)).status).toBe(401);
