@@ -947,6 +947,22 @@ export const mutations: Mutation[] = [
     replace: '',
     tests: ['tests/oauth/refresh-allowance.test.ts'],
   },
+  {
+    rule: 24,
+    name: 'a consented user gets authorization codes (and their refresh tokens) without limit',
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: '  if (!grant) return issue();',
+    replace: '  return issue();',
+    tests: ['tests/oauth/code-allowance.test.ts'],
+  },
+  {
+    rule: 24,
+    name: 'an authorization that issues no code (sign-in or consent page, an error) spends the code allowance',
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: '  if (!(await issuedCode(response, grant.redirectUri))) await refundToken(c.var.deps, key);',
+    replace: '',
+    tests: ['tests/oauth/code-allowance.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

@@ -36,8 +36,9 @@ import {
  *
  * | route | gap closed |
  * |---|---|
- * | GET/POST oauth2/authorize | redirect_uri matched exactly (the library lets loopback ports vary); the consent redirect carries `consent_code` instead of the library's loose signed query; parameters bounded (the library stores the whole request as the code) |
- * | POST oauth2/consent | body `{ accept, consent_code }` (JSON or form); 302 for a browser form post, 200 `{ redirect, url }` for fetch |
+ * | GET/POST oauth2/authorize | redirect_uri matched exactly (the library lets loopback ports vary); the consent redirect carries `consent_code` instead of the library's loose signed query; parameters bounded (the library stores the whole request as the code); at most CODES_PER_HOUR codes per client and user |
+ * | POST oauth2/consent | body `{ accept, consent_code }` (JSON or form); 302 for a browser form post, 200 `{ redirect, url }` for fetch; the code it issues spends the code allowance |
+ * | POST oauth2/continue | the code it issues spends the code allowance |
  * | POST oauth2/token | `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; a reused code or refresh token also revokes the live access tokens of its grant / family; a code or refresh whose scopes the user's consent no longer covers ends its grant; at most REFRESHES_PER_HOUR refreshes per client and user |
  * | POST oauth2/revoke | JWT access tokens revoked through the revocation list (the library refuses); revoking a refresh token also revokes its family's access tokens; unknown tokens -> 200 |
  * | POST oauth2/introspect, GET/POST oauth2/userinfo | a revoked token, revoked grant or banned user is inactive / 401, as on every other route (userinfo: our authenticator's check, signature first) |
@@ -69,37 +70,31 @@ export function oauthProtocolRoutes() {
     const { params, forwarded } = read;
     const clientId = params.get('client_id');
     const redirectUri = params.get('redirect_uri');
+    let grant: CodeGrant | undefined;
     if (clientId && redirectUri !== null && !params.has('request_uri')) {
-      const client = await first<{ redirectUris: unknown }>(
-        database.db,
-        sql`select "redirectUris" as "redirectUris" from "oauthClient" where "clientId" = ${clientId}`,
-      );
+      const registered = await registeredRedirectUris(database.db, clientId);
       // The library would also accept another port on a loopback host (RFC 8252 native apps); our contract
       // says "matched exactly". Same answer as the library gives for an unregistered URI.
-      if (client && !jsonStrings(client.redirectUris).includes(redirectUri)) {
+      if (registered && !registered.includes(redirectUri)) {
         const error = new URL(`${config.publicBaseUrl}/api/auth/error`);
         error.searchParams.set('error', 'invalid_redirect');
         error.searchParams.set('error_description', 'redirect_uri is not registered for this client (exact match required)');
         return redirectOrJson(request, error.toString());
       }
+      // Signed-out callers go on to sign in and come back here.
+      const session = registered ? await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null) : null;
       // Only a platform admin may grant the admin scope (only the first-party client may ask for it: the library
-      // checks the client's registered scopes). Signed-out callers go on to sign in and come back here. The
-      // redirect_uri is the client's registered one (checked just above), so the error goes back to it.
-      if (client && (params.get('scope') ?? '').split(/\s+/).includes(ADMIN_SCOPE)) {
-        const session = await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null);
+      // checks the client's registered scopes). The redirect_uri is the client's registered one (checked just above),
+      // so the error goes back to it.
+      if (registered && (params.get('scope') ?? '').split(/\s+/).includes(ADMIN_SCOPE)) {
         if (session && (session.user as { role?: string | null }).role !== 'platform_admin') {
-          const denied = new URL(redirectUri);
-          denied.searchParams.set('error', 'access_denied');
-          denied.searchParams.set('error_description', 'The admin scope can only be granted by a platform admin');
-          const state = params.get('state');
-          if (state) denied.searchParams.set('state', state);
-          // RFC 9207, as the library's own error redirects (discovery says authorization responses carry it)
-          denied.searchParams.set('iss', `${config.publicBaseUrl}/api/auth`);
-          return redirectOrJson(request, denied.toString());
+          const denied = authorizationError(config, { redirectUri, state: params.get('state') }, 'access_denied', 'The admin scope can only be granted by a platform admin');
+          return redirectOrJson(request, denied);
         }
       }
+      if (session) grant = { clientId, userId: session.user.id, redirectUri, state: params.get('state') };
     }
-    const response = await library(c, forwarded);
+    const response = await underCodeAllowance(c, request, grant, () => library(c, forwarded));
     return withConsentCode(response, `${pagesOrigin(config)}/consent`);
   });
 
@@ -152,12 +147,38 @@ export function oauthProtocolRoutes() {
     const headers = forwardHeaders(request.headers);
     headers.set('content-type', 'application/json');
     headers.set('accept', 'application/json');
-    const response = await library(c, new Request(request.url, { method: 'POST', headers, body: JSON.stringify(body) }));
+    // An accepted consent issues the code at once: it spends the code allowance as an authorization does.
+    const grant = accept ? await signedQueryGrant(c, request, signedQuery) : undefined;
+    const response = await underCodeAllowance(c, request, grant, () =>
+      library(c, new Request(request.url, { method: 'POST', headers, body: JSON.stringify(body) })),
+    );
     if (response.status !== 200) return response;
     const result = (await response.clone().json().catch(() => undefined)) as { url?: unknown; redirect_uri?: unknown } | undefined;
     const url = typeof result?.url === 'string' ? result.url : typeof result?.redirect_uri === 'string' ? result.redirect_uri : undefined;
     if (!url) return response;
     return redirectOrJson(request, url, response.headers);
+  });
+
+  // The library's continue endpoint (after an account selection, a sign-up or a post-login step) runs the authorization
+  // of a signed query again and issues a code when the user has consented, so it spends the code allowance too (our
+  // pages never call it: they continue at the authorize endpoint). The library reads the body we counted: the flags
+  // and the signed query, as JSON.
+  router.post('/api/auth/oauth2/continue', async (c) => {
+    const request = c.req.raw;
+    const fields = await readFields(request);
+    if (!fields) return oauthError(400, 'invalid_request', 'Send the request as JSON or as a form');
+    const body: Record<string, unknown> = {};
+    for (const flag of ['selected', 'created', 'postLogin']) {
+      const value = toBoolean(fields[flag]);
+      if (value !== undefined) body[flag] = value;
+    }
+    if (typeof fields.oauth_query === 'string') body.oauth_query = fields.oauth_query;
+    const headers = forwardHeaders(request.headers);
+    headers.set('content-type', 'application/json');
+    const grant = typeof body.oauth_query === 'string' ? await signedQueryGrant(c, request, body.oauth_query) : undefined;
+    return underCodeAllowance(c, request, grant, () =>
+      library(c, new Request(request.url, { method: 'POST', headers, body: JSON.stringify(body) })),
+    );
   });
 
   router.post('/api/auth/oauth2/token', async (c) => {
@@ -541,6 +562,116 @@ const HOUR_MS = 60 * 60 * 1000;
 
 /** The allowance's key: the client and user of the presented token's row, never the token itself. */
 const refreshAllowanceKey = (token: { clientId: string; userId: string }) => `oauth-refresh|${token.clientId}|${token.userId}`;
+
+/**
+ * Authorization codes issued for one client's authorizations of one user per hour, by the same allowance (its own key)
+ * as refreshes. Once a user has consented, every authorization of theirs issued a new code: a `verification` row
+ * holding the whole request (up to 4 KiB) for 10 minutes, and, exchanged by the agent that owns the client, a
+ * refresh-token row for 30 days. Nothing counted them, so an agent seller with one account of its own minted
+ * refresh tokens without limit by authorizing again instead of refreshing (found by a review: 100 in a minute). A user
+ * signs in to an agent a few times a day; 60 an hour is the refresh allowance's bound.
+ */
+const CODES_PER_HOUR = 60;
+
+const codeAllowanceKey = (grant: { clientId: string; userId: string }) => `oauth-code|${grant.clientId}|${grant.userId}`;
+
+/** A signed-in user's authorization of a client that may end in a code, and where its answer may be sent. */
+interface CodeGrant {
+  clientId: string;
+  userId: string;
+  /** Registered for the client, matched exactly: an error may be sent there. */
+  redirectUri: string;
+  state: string | null;
+}
+
+/**
+ * The library's answer to an authorization that may issue a code (`issue`), under the code allowance of its client
+ * and user: taken before the library stores anything, given back when the answer is not the code (the sign-in or
+ * consent page, an error), so only issued codes count. Used up: the error RFC 6749 §4.1.2.1 has for an authorization
+ * server that cannot answer now, sent to the redirect_uri with the state and issuer, as the library sends its own;
+ * nothing is stored. No grant (signed out, no client): nothing to count.
+ */
+async function underCodeAllowance(
+  c: Context<AppEnv>,
+  request: Request,
+  grant: CodeGrant | undefined,
+  issue: () => Promise<Response>,
+): Promise<Response> {
+  if (!grant) return issue();
+  const key = codeAllowanceKey(grant);
+  const allowance = await takeToken(c.var.deps, key, CODES_PER_HOUR, HOUR_MS);
+  if (!allowance.allowed) {
+    const minutes = Math.ceil(allowance.retryAfterSec / 60);
+    const description = `More than ${CODES_PER_HOUR} authorizations of this client in an hour; try again in ${minutes} minute${minutes === 1 ? '' : 's'}`;
+    return redirectOrJson(request, authorizationError(c.var.deps.config, grant, 'temporarily_unavailable', description));
+  }
+  let response: Response;
+  try {
+    response = await issue();
+  } catch (error) {
+    await refundToken(c.var.deps, key);
+    throw error;
+  }
+  if (!(await issuedCode(response, grant.redirectUri))) await refundToken(c.var.deps, key);
+  return response;
+}
+
+/** Whether an authorization answer (a redirect, or the JSON a script gets) sends the user back with a code. */
+async function issuedCode(response: Response, redirectUri: string): Promise<boolean> {
+  let target: unknown = response.headers.get('location');
+  if (!target && response.status === 200) {
+    const body = (await response.clone().json().catch(() => undefined)) as { url?: unknown; redirect_uri?: unknown } | undefined;
+    target = body?.url ?? body?.redirect_uri;
+  }
+  if (typeof target !== 'string' || !URL.canParse(target) || !URL.canParse(redirectUri)) return false;
+  const landing = new URL(target);
+  const registered = new URL(redirectUri);
+  return (
+    landing.origin === registered.origin &&
+    landing.pathname === registered.pathname &&
+    landing.searchParams.has('code') &&
+    !landing.searchParams.has('error')
+  );
+}
+
+/**
+ * An authorization error sent to the client's redirect_uri (RFC 6749 §4.1.2.1), with the request's state and the
+ * issuer (RFC 9207), as the library's own error redirects (discovery says authorization responses carry it). Only for
+ * a redirect_uri registered for the client and matched exactly.
+ */
+function authorizationError(config: Config, to: { redirectUri: string; state: string | null }, error: string, description: string): string {
+  const url = new URL(to.redirectUri);
+  url.searchParams.set('error', error);
+  url.searchParams.set('error_description', description);
+  if (to.state) url.searchParams.set('state', to.state);
+  url.searchParams.set('iss', `${config.publicBaseUrl}/api/auth`);
+  return url.toString();
+}
+
+/** The redirect URIs registered for a client, or undefined when there is no such client. */
+async function registeredRedirectUris(db: Db, clientId: string): Promise<string[] | undefined> {
+  const client = await first<{ redirectUris: unknown }>(
+    db,
+    sql`select "redirectUris" as "redirectUris" from "oauthClient" where "clientId" = ${clientId}`,
+  );
+  return client ? jsonStrings(client.redirectUris) : undefined;
+}
+
+/**
+ * The grant a signed authorization query (a consent code's, or the body of the library's continue endpoint) may issue a
+ * code for, for the signed-in user. Its signature is the library's to check, after this: the redirect_uri is used only
+ * when it is registered for the client and matched exactly, as the authorize endpoint requires of every query the
+ * library signs (so a forged one cannot send the allowance's error anywhere else).
+ */
+async function signedQueryGrant(c: Context<AppEnv>, request: Request, signedQuery: string): Promise<CodeGrant | undefined> {
+  const query = new URLSearchParams(signedQuery);
+  const clientId = query.get('client_id');
+  const redirectUri = query.get('redirect_uri');
+  if (!clientId || !redirectUri) return undefined;
+  if (!(await registeredRedirectUris(c.var.deps.database.db, clientId))?.includes(redirectUri)) return undefined;
+  const session = await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null);
+  return session ? { clientId, userId: session.user.id, redirectUri, state: query.get('state') } : undefined;
+}
 
 /**
  * A browser navigation (a form post, a link) gets a 302; a script (fetch / XHR: Sec-Fetch-Mode cors, or no
