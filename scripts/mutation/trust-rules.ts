@@ -963,6 +963,15 @@ export const mutations: Mutation[] = [
     replace: '',
     tests: ['tests/oauth/code-allowance.test.ts'],
   },
+  {
+    rule: 24,
+    name: 'a sign-in carrying the signed query issues codes without spending the code allowance',
+    file: 'functions/auth/mount.ts',
+    find: "  router.post('/api/auth/sign-in/email', limitCodesIssuedAtSignIn());",
+    replace: '',
+    also: [{ find: "import { limitCodesIssuedAtSignIn } from './oauth/protocol-gaps.ts';", replace: '' }],
+    tests: ['tests/oauth/code-allowance.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

@@ -20,7 +20,8 @@ import { signUp, type TestUser } from '../support/users.ts';
  * authorize+exchange rounds in 3.5 s), so an agent seller with its client's secret and one account of its own minted
  * refresh tokens without limit by authorizing again instead of refreshing, past the 60-an-hour refresh allowance
  * (refresh-allowance.test.ts), faster than the housekeeping prunes. Now one client's codes for one user are at most 60
- * an hour, whichever endpoint issues them (authorize, the consent post, the library's continue endpoint); the 61st
+ * an hour, whichever endpoint issues them (authorize, the consent post, the library's continue endpoint, a sign-in
+ * carrying the signed query); the 61st
  * authorization is sent back to the redirect_uri with `error=temporarily_unavailable` and stores nothing, and an
  * authorization that issues no code (the consent or sign-in page, an error) spends nothing.
  */
@@ -254,5 +255,30 @@ describe('the other endpoints that issue a code take from the same allowance', (
     expect(refused.status).toBe(200);
     expectRefusal(new URL(refused.body.url), client, 'continue-state');
     expect(await storedCodes(user)).toBe(stored);
+  });
+
+  test('a sign-in carrying the signed query issues a code in its answer: it spends the allowance, and is refused (429) once it is used up', async () => {
+    const client = await createOAuthClient(t);
+    const user = await consentedUser(client); // code 1 of the hour
+    const signIn = await followAuthorize(t, authorizeUrl(client, { challenge: pkcePair().challenge, state: 'sign-in-state' }));
+    expect(signIn.pathname).toBe('/sign-in');
+    const oauthQuery = signIn.search.slice(1);
+    const signInWith = (password: string) =>
+      t.http.post('/api/auth/sign-in/email', { headers: { origin: t.baseUrl }, json: { email: user.email, password, oauth_query: oauthQuery } });
+
+    const first = await signInWith(user.password);
+    expect(first.status, first.text).toBe(200);
+    expect(new URL(first.body.url).searchParams.has('code')).toBe(true); // code 2
+    // wrong passwords issue nothing and spend nothing
+    for (let i = 0; i < 3; i++) expect((await signInWith('not the password')).status).toBe(401);
+    expect(codes(await authorizeTimes(user, client, 58))).toBe(58); // codes 3..60
+
+    const stored = await storedCodes(user);
+    const refused = await signInWith(user.password);
+    expect([refused.status, refused.body.error?.code]).toEqual([429, 'RATE_LIMITED']);
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(await storedCodes(user)).toBe(stored);
+    // a sign-in without the signed query is not this allowance's business
+    expect((await t.http.post('/api/auth/sign-in/email', { headers: { origin: t.baseUrl }, json: { email: user.email, password: user.password } })).status).toBe(200);
   });
 });

@@ -6,6 +6,7 @@ import { pagesOrigin, type Config } from '../../platform/config.ts';
 import { basicCredentials } from '../../http/basic-credentials.ts';
 import { ApiError, pgCode } from '../../http/errors.ts';
 import { refundToken, takeToken } from '../../platform/rate-limits.ts';
+import { rateLimited } from '../../http/rate-limit.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience } from './provider-options.ts';
 import {
@@ -663,14 +664,55 @@ async function registeredRedirectUris(db: Db, clientId: string): Promise<string[
  * when it is registered for the client and matched exactly, as the authorize endpoint requires of every query the
  * library signs (so a forged one cannot send the allowance's error anywhere else).
  */
-async function signedQueryGrant(c: Context<AppEnv>, request: Request, signedQuery: string): Promise<CodeGrant | undefined> {
+async function signedQueryGrant(
+  c: Context<AppEnv>,
+  request: Request,
+  signedQuery: string,
+  userOf: () => Promise<string | undefined> = async () => (await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null))?.user.id,
+): Promise<CodeGrant | undefined> {
   const query = new URLSearchParams(signedQuery);
   const clientId = query.get('client_id');
   const redirectUri = query.get('redirect_uri');
   if (!clientId || !redirectUri) return undefined;
   if (!(await registeredRedirectUris(c.var.deps.database.db, clientId))?.includes(redirectUri)) return undefined;
-  const session = await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null);
-  return session ? { clientId, userId: session.user.id, redirectUri, state: query.get('state') } : undefined;
+  const userId = await userOf();
+  return userId ? { clientId, userId, redirectUri, state: query.get('state') } : undefined;
+}
+
+/**
+ * A sign-in carrying the signed query of a signed-out authorization (`oauth_query`, as the library's client plugin
+ * sends it) issues the code in the same answer when the user has consented before: the library's after-sign-in hook
+ * runs the authorization. It spends the code allowance of the account the email names, taken before the password is
+ * checked and given back unless a code was issued, so a wrong password spends nothing; used up, the sign-in is refused
+ * (429 RATE_LIMITED, as the other sign-in limits) before the library stores anything. Without this, signing in again
+ * and again was the way around the allowance (found by the helper that built it). Mounted after the sign-in limits
+ * (auth/mount.ts), so the body is JSON.
+ */
+export function limitCodesIssuedAtSignIn() {
+  return async (c: Context<AppEnv>, next: () => Promise<void>) => {
+    const body = (await c.req.raw.clone().json().catch(() => null)) as { email?: unknown; oauth_query?: unknown } | null;
+    const { email, oauth_query: signedQuery } = body ?? {};
+    if (typeof email !== 'string' || typeof signedQuery !== 'string') return next();
+    const grant = await signedQueryGrant(c, c.req.raw, signedQuery, async () => {
+      const user = await first<{ id: string }>(c.var.deps.database.db, sql`select id from "user" where lower(email) = lower(${email})`);
+      return user?.id;
+    });
+    if (!grant) return next();
+    const key = codeAllowanceKey(grant);
+    const allowance = await takeToken(c.var.deps, key, CODES_PER_HOUR, HOUR_MS);
+    if (!allowance.allowed) {
+      throw rateLimited(allowance.retryAfterSec, `More than ${CODES_PER_HOUR} authorizations of this application in an hour; try again later`, {
+        codesPerHour: CODES_PER_HOUR,
+      });
+    }
+    try {
+      await next();
+    } catch (error) {
+      await refundToken(c.var.deps, key);
+      throw error;
+    }
+    if (!(await issuedCode(c.res, grant.redirectUri))) await refundToken(c.var.deps, key);
+  };
 }
 
 /**
