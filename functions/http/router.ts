@@ -42,7 +42,7 @@ export function jsonResponse<T extends z.ZodType>(schema: T, description: string
 
 const errorResponse = (description: string) => ({ description, content: { 'application/json': { schema: errorBodySchema } } });
 
-const rateLimitedSchema = z
+export const rateLimitedSchema = z
   .object({
     status: z.literal('error'),
     data: z.null(),
@@ -53,7 +53,7 @@ const rateLimitedSchema = z
 /** The rate-limit 429 (the usage routes' 429 is QUOTA_EXCEEDED, a schema of its own: metering/routes/responses.ts). */
 const rateLimited = {
   description:
-    "RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds",
+    "RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds",
   headers: { 'Retry-After': { description: 'Seconds until the window ends', schema: { type: 'string' as const } } },
   content: { 'application/json': { schema: rateLimitedSchema } },
 };

@@ -1,5 +1,6 @@
 import type { BearerCheck, Principal } from '../http/context.ts';
 import { ApiError, notFound } from '../http/errors.ts';
+import { rateLimited } from '../http/rate-limit.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import type { OriginalRequest, Reservation, ReservationStatus } from './schemas.ts';
@@ -45,6 +46,7 @@ interface ReservationRow extends UsageColumns {
   outcome:
     | 'ok'
     | 'quota_exceeded'
+    | 'live_holds_limit'
     | 'subscription_required'
     | 'metric_not_found'
     | 'reservation_not_found'
@@ -117,6 +119,8 @@ function reservationOutcome(row: ReservationRow, operation: ReservationOperation
       return { reservation: toReservation(row), replayed: row.replayed };
     case 'quota_exceeded':
       throw quotaExceeded(usageRecord({ ...row, metric: row.metric! }), Number(row.requested ?? call.amount), row.replayed, now);
+    case 'live_holds_limit':
+      throw liveHoldsLimit(row, now);
     case 'subscription_required':
       throw new ApiError('SUBSCRIPTION_REQUIRED', 'An active subscription to this agent is required', { agentId: call.agentId });
     case 'metric_not_found':
@@ -147,6 +151,25 @@ function reservationOutcome(row: ReservationRow, operation: ReservationOperation
         reservation: toReservation(row),
       });
   }
+}
+
+/**
+ * 429 RATE_LIMITED: the counter already has the most live holds it may have (1,000, migration 20261126002100:
+ * every quota check of a counter reads its live holds, so their number is bounded). Nothing was held or recorded, so
+ * the same request, with the same clientReqId, may pass once a hold of the counter expires (`Retry-After`: the
+ * oldest one's expiry, at least 1 s) or is committed or released. The row carries the limit in `amount` and the
+ * oldest live hold's expiry in `expires_at`.
+ */
+function liveHoldsLimit(row: ReservationRow, now: Date): ApiError {
+  const maxLiveHolds = Number(row.amount);
+  const oldest = row.expires_at === null ? null : isoOf(row.expires_at);
+  const retryAfterSec = Math.max(1, oldest === null ? 1 : Math.ceil((Date.parse(oldest) - now.getTime()) / 1000));
+  return rateLimited(
+    retryAfterSec,
+    `${row.metric} already has ${maxLiveHolds} live holds for this subscription, the most one counter may have; nothing was held. ` +
+      `Commit or release holds that are done, or retry after ${retryAfterSec} s, when the oldest one expires (the same clientReqId may be sent again).`,
+    { maxLiveHolds, metric: row.metric, oldestHoldExpiresAt: oldest },
+  );
 }
 
 const iso = (v: Date | string | null) => isoOf(v!);

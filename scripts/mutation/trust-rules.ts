@@ -597,7 +597,8 @@ export const mutations: Mutation[] = [
   {
     rule: 17,
     name: "a reserve settles every expired hold of its counter (up to what is left of its transaction's count)",
-    file: 'supabase/migrations/20261126002000_expired_holds_settle_within_a_budget.sql',
+    // metering_reserve's current definition (restated by 20261126002100, so a mutation of 20261126002000 is overwritten)
+    file: 'supabase/migrations/20261126002100_live_holds_have_a_bound.sql',
     find: '      limit least(100, 1000 - coalesce(',
     replace: '      limit least(1000000, 1000 - coalesce(',
     tests: ['tests/metering/reservations.test.ts'],
@@ -605,7 +606,8 @@ export const mutations: Mutation[] = [
   {
     rule: 17,
     name: 'a batch of reserves settles 100 expired holds per reserve, with no bound per transaction',
-    file: 'supabase/migrations/20261126002000_expired_holds_settle_within_a_budget.sql',
+    // metering_reserve's current definition (restated by 20261126002100, so a mutation of 20261126002000 is overwritten)
+    file: 'supabase/migrations/20261126002100_live_holds_have_a_bound.sql',
     find: "      limit least(100, 1000 - coalesce(nullif(current_setting('metering.expired_settled', true), '')::integer, 0)));",
     replace: '      limit 100);',
     tests: ['tests/metering/expired-holds-stall.pg-only.test.ts'],
@@ -962,6 +964,14 @@ export const mutations: Mutation[] = [
     find: '  if (!(await issuedCode(response, grant.redirectUri))) await refundToken(c.var.deps, key);',
     replace: '',
     tests: ['tests/oauth/code-allowance.test.ts'],
+  },
+  {
+    rule: 17,
+    name: 'a counter takes live holds without limit (each quota check reads them all)',
+    file: 'supabase/migrations/20261126002100_live_holds_have_a_bound.sql',
+    find: '    if v_live_holds >= c_max_live_holds then',
+    replace: '    if false then',
+    tests: ['tests/metering/live-holds-limit.test.ts'],
   },
   {
     rule: 24,

@@ -34,11 +34,17 @@ describe('metering in /openapi.json', () => {
       expect(Object.keys(success.headers ?? {}), path).toEqual(expect.arrayContaining(['X-Quota-Limit', 'X-Quota-Remaining', 'X-Idempotent-Replay']));
     }
     const schemas = doc.components.schemas as Record<string, any>;
+    const tooManyOf = (id: string) => usageWrites.find(([, op]) => op.operationId === id)![1].responses['429'];
     for (const id of ['incrementUsage', 'reserveUsage']) {
-      const tooMany = usageWrites.find(([, op]) => op.operationId === id)![1].responses['429'];
-      expect(tooMany.content['application/json'].schema.$ref).toBe('#/components/schemas/QuotaExceededError');
-      expect(Object.keys(tooMany.headers)).toEqual(expect.arrayContaining(['X-Quota-Limit', 'X-Quota-Remaining', 'Retry-After']));
+      expect(Object.keys(tooManyOf(id).headers)).toEqual(expect.arrayContaining(['X-Quota-Limit', 'X-Quota-Remaining', 'Retry-After']));
     }
+    expect(tooManyOf('incrementUsage').content['application/json'].schema.$ref).toBe('#/components/schemas/QuotaExceededError');
+    // a reserve is also refused on a counter with 1,000 live holds: RATE_LIMITED, the other schema
+    const reserveSchema = tooManyOf('reserveUsage').content['application/json'].schema;
+    expect((reserveSchema.anyOf ?? reserveSchema.oneOf).map((s: { $ref: string }) => s.$ref).sort()).toEqual([
+      '#/components/schemas/QuotaExceededError',
+      '#/components/schemas/RateLimitedError',
+    ]);
     const quota = schemas.QuotaExceededError.properties.error.properties;
     expect(quota.code.enum).toEqual(['QUOTA_EXCEEDED']);
     expect(Object.keys(quota.details.properties)).toEqual(

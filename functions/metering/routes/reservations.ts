@@ -8,7 +8,7 @@ import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '
 import { callReservationAsBearer, type ReservationCall, type ReservationOperation, type ReservationResult } from '../reservations.ts';
 import { commitReservationBody, reservationSchema, reserveUsageBody } from '../schemas.ts';
 import { quotaHeaders } from '../usage.ts';
-import { idempotencyConflict409, quotaExceeded429, quotaHeaderDocs } from './responses.ts';
+import { idempotencyConflict409, quotaHeaderDocs, reserve429 } from './responses.ts';
 
 /**
  * Usage reservations (/me/usage/{agentId}/...): hold units, then commit what was used or release the hold.
@@ -39,13 +39,14 @@ const reserveRoute = createRoute({
     '(an increment and a hold never both pass the limit). The hold counts against the quota until it is committed, released, ' +
     'or `expiresAt` passes (then its units are free again by themselves). Idempotent on clientReqId: a replay answers the same ' +
     'reservation (`X-Idempotent-Replay: true`), a denied reserve replays its 429, and the same clientReqId with another amount or ttl ' +
-    '(or already used by an increment or decrement) is 409 IDEMPOTENCY_CONFLICT.',
+    '(or already used by an increment or decrement) is 409 IDEMPOTENCY_CONFLICT. A counter has at most 1,000 live holds: a reserve ' +
+    'beyond that is 429 RATE_LIMITED, with Retry-After until its oldest hold expires, and is not recorded (not replayed).',
   security: bearerOnly,
   request: { params: metricParams, body: jsonBody(reserveUsageBody) },
   responses: {
     201: { ...jsonResponse(envelopeOf(reservationSchema), 'Held (or the reservation of this clientReqId)'), headers: quotaHeaderDocs },
     ...errors(400, 401, 402, 403, 404, 415),
-    ...quotaExceeded429,
+    ...reserve429,
     ...conflict409,
   },
 });

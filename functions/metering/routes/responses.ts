@@ -1,10 +1,11 @@
 import { z } from '@hono/zod-openapi';
-import { errors } from '../../http/router.ts';
+import { errors, rateLimitedSchema } from '../../http/router.ts';
 
 /**
  * What every usage write answers besides its body, for the OpenAPI document: the quota headers (declared on every
  * usage response, the 429 included) and the 429 QUOTA_EXCEEDED, which is its own schema so that a client can tell
- * it from the RATE_LIMITED 429 of other routes (usage writes are never rate limited).
+ * it from the RATE_LIMITED 429 of other routes. Usage writes are not rate limited, except one bound: a reserve on a
+ * counter that already has 1,000 live holds answers 429 RATE_LIMITED (`reserve429`).
  */
 
 export const quotaHeaderDocs = {
@@ -49,6 +50,31 @@ export const quotaExceeded429 = {
       'Retry-After': { description: 'Seconds until the quota period ends (rolling metrics only)', schema: { type: 'string' as const } },
     },
     content: { 'application/json': { schema: quotaExceededSchema } },
+  },
+};
+
+/**
+ * The reserve's 429: QUOTA_EXCEEDED as above, or RATE_LIMITED when the counter already has 1,000 live holds
+ * (migration 20261126002100): either schema (QuotaExceededError or the RateLimitedError of other routes), told apart
+ * by `error.code`, so a generated client reads both.
+ */
+export const reserve429 = {
+  429: {
+    ...quotaExceeded429[429],
+    description:
+      quotaExceeded429[429].description +
+      '. Or RATE_LIMITED (`error.code`, the RateLimitedError body) when this counter already has 1,000 live holds, the most one ' +
+      'counter may have: nothing was held or recorded, `details` is `{ maxLiveHolds, metric, oldestHoldExpiresAt, retryAfterSec }` and ' +
+      '`Retry-After` the seconds until its oldest live hold expires; commit or release finished holds, or retry then (the same ' +
+      'clientReqId may be sent again: this answer is not replayed)',
+    headers: {
+      ...quotaExceeded429[429].headers,
+      'Retry-After': {
+        description: 'QUOTA_EXCEEDED: seconds until the quota period ends (rolling metrics only); RATE_LIMITED: seconds until the oldest live hold expires',
+        schema: { type: 'string' as const },
+      },
+    },
+    content: { 'application/json': { schema: z.union([quotaExceededSchema, rateLimitedSchema]) } },
   },
 };
 

@@ -2471,7 +2471,7 @@ export interface paths {
         put?: never;
         /**
          * Hold units before an action whose cost is known only afterwards
-         * @description Admits the hold only if used + live holds + amount stays within the effective quota, atomically with increments (an increment and a hold never both pass the limit). The hold counts against the quota until it is committed, released, or `expiresAt` passes (then its units are free again by themselves). Idempotent on clientReqId: a replay answers the same reservation (`X-Idempotent-Replay: true`), a denied reserve replays its 429, and the same clientReqId with another amount or ttl (or already used by an increment or decrement) is 409 IDEMPOTENCY_CONFLICT.
+         * @description Admits the hold only if used + live holds + amount stays within the effective quota, atomically with increments (an increment and a hold never both pass the limit). The hold counts against the quota until it is committed, released, or `expiresAt` passes (then its units are free again by themselves). Idempotent on clientReqId: a replay answers the same reservation (`X-Idempotent-Replay: true`), a denied reserve replays its 429, and the same clientReqId with another amount or ttl (or already used by an increment or decrement) is 409 IDEMPOTENCY_CONFLICT. A counter has at most 1,000 live holds: a reserve beyond that is 429 RATE_LIMITED, with Retry-After until its oldest hold expires, and is not recorded (not replayed).
          */
         post: operations["reserveUsage"];
         delete?: never;
@@ -7051,7 +7051,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -7129,7 +7129,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -8654,7 +8654,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16165,7 +16165,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16244,7 +16244,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16337,7 +16337,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16605,7 +16605,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16726,7 +16726,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16800,7 +16800,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -16980,7 +16980,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance: a user's checkouts, portal sessions, checkout reads and demo requests, an address's anonymous checkouts); retry after `Retry-After` seconds */
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds until the window ends */
@@ -17456,10 +17456,10 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description QUOTA_EXCEEDED: the call would pass the effective quota; nothing was counted. `Retry-After` (seconds) is set when the quota resets at a known time (rolling metrics: `details.periodEnd`); a fixed metric has none. Do not retry with the same clientReqId: it replays this answer */
+            /** @description QUOTA_EXCEEDED: the call would pass the effective quota; nothing was counted. `Retry-After` (seconds) is set when the quota resets at a known time (rolling metrics: `details.periodEnd`); a fixed metric has none. Do not retry with the same clientReqId: it replays this answer. Or RATE_LIMITED (`error.code`, the RateLimitedError body) when this counter already has 1,000 live holds, the most one counter may have: nothing was held or recorded, `details` is `{ maxLiveHolds, metric, oldestHoldExpiresAt, retryAfterSec }` and `Retry-After` the seconds until its oldest live hold expires; commit or release finished holds, or retry then (the same clientReqId may be sent again: this answer is not replayed) */
             429: {
                 headers: {
-                    /** @description Seconds until the quota period ends (rolling metrics only) */
+                    /** @description QUOTA_EXCEEDED: seconds until the quota period ends (rolling metrics only); RATE_LIMITED: seconds until the oldest live hold expires */
                     "Retry-After"?: string;
                     /** @description Present (`true`) when this answer is the stored result of an earlier call with the same clientReqId (or a repeated commit or release): nothing changed, and the X-Quota-* figures are the ones that call saw, not the counter now */
                     "X-Idempotent-Replay"?: "true";
@@ -17470,7 +17470,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["QuotaExceededError"];
+                    "application/json": components["schemas"]["QuotaExceededError"] | components["schemas"]["RateLimitedError"];
                 };
             };
         };
