@@ -147,10 +147,11 @@ function errorResponse(err: unknown, c: Context<AppEnv>, deps: AppDeps): Respons
   }
   if (isTransientConflict(err)) {
     // PostgreSQL ended the transaction to break a deadlock or a serialization conflict with another request, and
-    // kept nothing of it: the same request, sent again, is expected to pass (contract: 503 means retry).
+    // kept nothing of that transaction (a request of several may have kept its earlier steps, which every such
+    // request makes safe to repeat): the same request, sent again, is expected to pass (contract: 503 means retry).
     deps.logger.warn('a concurrent change ended the request\'s transaction', { requestId, method: c.req.method, path: loggedUrl(c).path, err });
     return c.json(
-      failure('UNAVAILABLE', 'The request met a concurrent change and was undone; send it again', { requestId, reason: 'concurrent_change' }),
+      failure('UNAVAILABLE', 'The request met a concurrent change and stopped; send it again', { requestId, reason: 'concurrent_change' }),
       503,
       { 'Retry-After': '1' },
     );

@@ -96,7 +96,8 @@ export function surviveLostDatabaseConnections(logger: Logger): void {
 
 /**
  * What Node's HTTP parser refuses before any handler runs gets the envelope too. Headers past Node's limit
- * (16 KiB, `--max-http-header-size`) answer 431, a request whose headers do not arrive in time 408, anything the
+ * (16 KiB, `--max-http-header-size`) answer 431, a request that does not arrive in time (Node's headersTimeout and
+ * requestTimeout) 408, anything the
  * parser cannot read (a bad request line, a bad chunk) 400; Node's own answers have no body, so a client that
  * parses every error as the envelope broke on exactly these. Each answer carries a new X-Request-Id, also in the
  * one warning it logs (the parser's error code and the peer's address, never the request's bytes: they may hold
@@ -105,7 +106,9 @@ export function surviveLostDatabaseConnections(logger: Logger): void {
 export function answerRefusedRequestsInEnvelope(server: { on(event: 'clientError', listener: (err: Error, socket: Duplex) => void): unknown }, logger: Logger): void {
   server.on('clientError', (err, socket) => {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ECONNRESET' || !socket.writable) {
+    // As Node's own handler: nothing is written into a response already under way on this connection (pipelining).
+    const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+    if (code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) {
       socket.destroy();
       return;
     }
@@ -113,7 +116,7 @@ export function answerRefusedRequestsInEnvelope(server: { on(event: 'clientError
       code === 'HPE_HEADER_OVERFLOW'
         ? [431, 'Request Header Fields Too Large', 'HEADERS_TOO_LARGE', 'The request headers are over 16 KiB; send fewer or shorter ones']
         : code === 'ERR_HTTP_REQUEST_TIMEOUT' || code === 'HPE_HEADERS_TIMEOUT'
-          ? [408, 'Request Timeout', 'REQUEST_TIMEOUT', 'The request headers did not arrive in time']
+          ? [408, 'Request Timeout', 'REQUEST_TIMEOUT', 'The request did not arrive in time']
           : [400, 'Bad Request', 'VALIDATION_ERROR', 'The request is not valid HTTP/1.1'];
     const requestId = randomUUID();
     const details = errorCode === 'VALIDATION_ERROR' ? { issues: [{ path: 'request', message }], requestId } : { requestId };

@@ -35,6 +35,17 @@ describe('the consent page', () => {
     expect(page.status).toBe(400);
   });
 
+  it("attack: a link naming a real agent with the admin scope, which only the first-party client may be granted, is refused", async () => {
+    const agent = await createOAuthClient(t, { name: 'Honest Agent' });
+    // authorize refuses the same request: the agent's client may not ask for admin
+    const user = await signUp(t);
+    const refused = await followAuthorize(t, authorizeUrl(agent, { challenge: pkcePair().challenge, scope: 'openid admin' }), user.cookie);
+    expect(refused.pathname).not.toBe('/consent');
+    const page = await t.http.get(`/consent?consent_code=${forgedCode(new URLSearchParams({ client_id: agent.clientId, scope: 'openid admin', sig: 'x' }).toString())}`);
+    expect(page.status).toBe(400);
+    expect(page.text).not.toContain('Honest Agent');
+  });
+
   it('the consent the library sends a signed-in user to still shows the agent and every scope asked', async () => {
     const agent = await createOAuthClient(t, { name: 'Listed Agent' });
     const user = await signUp(t);

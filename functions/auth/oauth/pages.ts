@@ -6,6 +6,7 @@ import type { Config } from '../../platform/config.ts';
 import { first, sql } from '../../platform/db.ts';
 import { authorizeParamsOf, decodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, OAUTH_SCOPES } from './provider-options.ts';
+import { jsonStrings } from './protocol-gaps.ts';
 
 /**
  * The minimal built-in /sign-in, /sign-up and /consent pages, served when there is no FRONTEND_URL so that the
@@ -28,6 +29,15 @@ const SCOPE_TEXT: Record<string, string> = {
 
 const GRANTABLE_SCOPES = new Set<string>([...OAUTH_SCOPES, ADMIN_SCOPE]);
 
+/**
+ * The scopes a client may be granted: those registered for it, within the grantable ones; a client with none
+ * registered may be granted the server's.
+ */
+function grantableTo(registered: unknown): Set<string> {
+  const own = jsonStrings(registered);
+  return own.length === 0 ? GRANTABLE_SCOPES : new Set(own.filter((s) => GRANTABLE_SCOPES.has(s)));
+}
+
 export function oauthPages(config: Config) {
   const router = new Hono<AppEnv>();
   if (config.frontendUrl) return router;
@@ -44,9 +54,9 @@ export function oauthPages(config: Config) {
     const params = new URLSearchParams(signedQuery);
     const clientId = params.get('client_id') ?? '';
     // The agent's current name (it may have been renamed since its client was created).
-    const client = await first<{ name: string | null }>(
+    const client = await first<{ name: string | null; scopes: unknown }>(
       c.var.deps.database.db,
-      sql`select coalesce(a.name, c.name) as name
+      sql`select coalesce(a.name, c.name) as name, c.scopes
             from "oauthClient" c
             left join public.agent_oauth_clients ac on ac.client_id = c."clientId"
             left join public.agents a on a.id = ac.agent_id
@@ -56,8 +66,9 @@ export function oauthPages(config: Config) {
     // The signature is checked only when the consent is posted, so anyone can write a code of this shape: the page
     // shows nothing a link wrote. A client we do not have, or a scope no client may be granted (the authorize
     // endpoint refuses both before it makes a code), is no consent we sent anyone to; showing it put a stranger's
-    // words on this page as the application's name or as what it may do.
-    if (!client || scopes.some((s) => !GRANTABLE_SCOPES.has(s))) {
+    // words on this page as the application's name or as what it may do. The scopes are this client's own: `admin`
+    // belongs to the first-party client only, and a link naming an agent with it is no request of that agent's.
+    if (!client || scopes.some((s) => !grantableTo(client.scopes).has(s))) {
       return page(c, 400, 'Consent link not valid', '<p>This consent link is not one we made. Start again from the application.</p>');
     }
     const appName = client.name || clientId;

@@ -9,6 +9,7 @@ import { refundToken, takeToken } from '../../platform/rate-limits.ts';
 import { rateLimited } from '../../http/rate-limit.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience } from './provider-options.ts';
+import { trustedOrigins } from '../better-auth.ts';
 import {
   codeUserId,
   endRefreshTokenFamily,
@@ -83,7 +84,8 @@ export function oauthProtocolRoutes() {
         return redirectOrJson(request, error.toString());
       }
       // Signed-out callers go on to sign in and come back here.
-      const session = registered ? await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null) : null;
+      const session =
+        registered && sessionMayAuthorize(request, config) ? await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null) : null;
       // Only a platform admin may grant the admin scope (only the first-party client may ask for it: the library
       // checks the client's registered scopes). The redirect_uri is the client's registered one (checked just above),
       // so the error goes back to it.
@@ -95,7 +97,8 @@ export function oauthProtocolRoutes() {
       }
       if (session) grant = { clientId, userId: session.user.id, redirectUri, state: params.get('state') };
     }
-    const response = await underCodeAllowance(c, request, grant, () => library(c, forwarded));
+    const toLibrary = sessionMayAuthorize(request, config) ? forwarded : withoutCookie(forwarded);
+    const response = await underCodeAllowance(c, request, grant, () => library(c, toLibrary));
     return withConsentCode(response, `${pagesOrigin(config)}/consent`);
   });
 
@@ -215,11 +218,27 @@ export function oauthProtocolRoutes() {
       }
     }
     // Read now: the library consumes the code before it writes the tokens
-    const grantUserId = before?.userId ?? (codeId ? await codeUserId(database.db, codeId) : undefined);
+    const codeUser = codeId ? await codeUserId(database.db, codeId) : undefined;
+    const grantUserId = before?.userId ?? codeUser;
+    // Every refresh token a code gives passes here, whichever endpoint issued the code (the library's hooks can issue
+    // one after any request that sets the session cookie): so its exchange is counted too, per client and user, on
+    // its own key, and given back when nothing was issued. The allowance on issuing (underCodeAllowance) bounds the
+    // stored codes; this one bounds the refresh tokens whatever path issued them.
+    const exchangeClient = codeUser ? requestingClientId(request, form) : undefined;
+    const exchange = codeUser && exchangeClient ? `oauth-code-exchange|${exchangeClient}|${codeUser}` : undefined;
+    if (exchange) {
+      const allowance = await takeToken(c.var.deps, exchange, CODES_PER_HOUR, HOUR_MS);
+      if (!allowance.allowed) {
+        return oauthError(429, 'invalid_request', `More than ${CODES_PER_HOUR} codes of this client exchanged for this user in an hour; try again later`, {
+          'retry-after': String(allowance.retryAfterSec),
+        });
+      }
+    }
     const response = await library(c, formRequest(request, form));
     // The library refused the client's credentials (401 invalid_client): whoever sent it without the secret spent
     // none of the grant's allowance (found by a review: a refresh token alone used up the agent's hour).
     if (counted && response.status === 401) await refundToken(c.var.deps, counted);
+    if (exchange && response.status !== 200) await refundToken(c.var.deps, exchange);
     if (response.status >= 500 && grantUserId && !(await userExists(database.db, grantUserId))) {
       // The user was deleted while the library was writing the new refresh token: the foreign key refused the write.
       // For the agent's backend that is a grant that ended, as any other end answers.
@@ -534,7 +553,8 @@ function toBoolean(value: unknown): boolean | undefined {
   return undefined;
 }
 
-function jsonStrings(value: unknown): string[] {
+/** A JSON array of strings as the library's adapter stores one (an array, or a JSON string inside the jsonb). */
+export function jsonStrings(value: unknown): string[] {
   const parsed = typeof value === 'string' ? safeJson(value) : value;
   return Array.isArray(parsed) ? parsed.filter((v): v is string => typeof v === 'string') : [];
 }
@@ -649,6 +669,34 @@ function authorizationError(config: Config, to: { redirectUri: string; state: st
   return url.toString();
 }
 
+/**
+ * Whether an authorization request may act on the browser's session. A page on another site can make the user's
+ * browser send one with the session cookie (production cookies are SameSite=None, for a front end on another
+ * origin): an `<img>`, a script, a frame or a fetch. Before the code allowance that issued a code nobody could use; with
+ * it, 60 images on any page spent a victim's allowance for an agent they use and locked them out of it for an hour
+ * (found by a review). What a real authorization is: a top-level navigation (the agent sends the user here), a
+ * request of our own origin or site, or a fetch from a trusted origin (a front end continuing at authorize). Anything
+ * else cross-site is taken as signed out: the library sends it to the sign-in page and nothing is issued or counted.
+ * A request without fetch metadata (not a browser, or an old one) is taken as it comes.
+ */
+function sessionMayAuthorize(request: Request, config: Config): boolean {
+  const site = request.headers.get('sec-fetch-site');
+  if (site === null || site === 'same-origin' || site === 'same-site' || site === 'none') return true;
+  const mode = request.headers.get('sec-fetch-mode');
+  const dest = request.headers.get('sec-fetch-dest');
+  if (mode === 'navigate' && (dest === null || dest === 'document')) return true;
+  const origin = request.headers.get('origin');
+  return mode === 'cors' && origin !== null && trustedOrigins(config).includes(origin);
+}
+
+/** The request without its cookies: the library sees a signed-out caller. */
+function withoutCookie(request: Request): Request {
+  if (!request.headers.has('cookie')) return request;
+  const headers = new Headers(request.headers);
+  headers.delete('cookie');
+  return new Request(request, { headers });
+}
+
 /** The redirect URIs registered for a client, or undefined when there is no such client. */
 async function registeredRedirectUris(db: Db, clientId: string): Promise<string[] | undefined> {
   const client = await first<{ redirectUris: unknown }>(
@@ -680,23 +728,31 @@ async function signedQueryGrant(
 }
 
 /**
- * A sign-in carrying the signed query of a signed-out authorization (`oauth_query`, as the library's client plugin
- * sends it) issues the code in the same answer when the user has consented before: the library's after-sign-in hook
- * runs the authorization. It spends the code allowance of the account the email names, taken before the password is
- * checked and given back unless a code was issued, so a wrong password spends nothing; used up, the sign-in is refused
- * (429 RATE_LIMITED, as the other sign-in limits) before the library stores anything. Without this, signing in again
- * and again was the way around the allowance (found by the helper that built it). Mounted after the sign-in limits
- * (auth/mount.ts), so the body is JSON.
+ * Any other auth-library request carrying the signed query of a signed-out authorization (`oauth_query`, which the
+ * library's client plugin adds to every POST of a page whose address has a query): the library's hooks run the
+ * authorization after every answer that sets the session cookie, and issue the code in that answer when the user has
+ * consented before. A sign-in does (the account the email names), and so do update-user, update-session or
+ * organization/set-active, which re-set the cookie (the signed-in user): each was a way around the code allowance
+ * (found by reviews). So every such request spends the allowance of its user, taken before the library runs (before
+ * a sign-in's password is checked) and given back unless a code was issued, so a wrong password or a request that
+ * issues nothing spends nothing; used up, the request is refused (429 RATE_LIMITED) before the library stores
+ * anything. The routes this file wraps (authorize, consent, continue) count on their own and never reach this.
+ * Mounted before the library in auth/mount.ts, after the sign-in limits.
  */
-export function limitCodesIssuedAtSignIn() {
+export function limitCodesIssuedOnTheWay() {
   return async (c: Context<AppEnv>, next: () => Promise<void>) => {
-    const body = (await c.req.raw.clone().json().catch(() => null)) as { email?: unknown; oauth_query?: unknown } | null;
-    const { email, oauth_query: signedQuery } = body ?? {};
-    if (typeof email !== 'string' || typeof signedQuery !== 'string') return next();
-    const grant = await signedQueryGrant(c, c.req.raw, signedQuery, async () => {
-      const user = await first<{ id: string }>(c.var.deps.database.db, sql`select id from "user" where lower(email) = lower(${email})`);
-      return user?.id;
-    });
+    const fields = await readFields(c.req.raw.clone());
+    const signedQuery = fields?.oauth_query;
+    if (typeof signedQuery !== 'string') return next();
+    const email = c.req.path === '/api/auth/sign-in/email' ? fields?.email : undefined;
+    const grant = await signedQueryGrant(
+      c,
+      c.req.raw,
+      signedQuery,
+      typeof email === 'string'
+        ? async () => (await first<{ id: string }>(c.var.deps.database.db, sql`select id from "user" where email = ${email.toLowerCase()}`))?.id
+        : undefined,
+    );
     if (!grant) return next();
     const key = codeAllowanceKey(grant);
     const allowance = await takeToken(c.var.deps, key, CODES_PER_HOUR, HOUR_MS);
