@@ -155,3 +155,28 @@ describe('the token endpoint counts the exchanges, whatever issued the codes', (
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
   });
 });
+
+describe('a crafted signed query is a 4xx, never a 500', () => {
+  // Its client id is read before the library checks the signature: `client_id=%00` decodes to a NUL, which PostgreSQL
+  // refuses in text, and every auth POST carrying such an oauth_query answered 500 (found by a review).
+  const nulQuery = 'client_id=%00&redirect_uri=http%3A%2F%2F127.0.0.1%3A9%2Fcallback';
+  const nulConsentCode = Buffer.from(`sig=x&${nulQuery}&scope=openid`).toString('base64url');
+  test.each(['/api/auth/update-user', '/api/auth/sign-up/email', '/api/auth/request-password-reset', '/api/auth/sign-in/email', '/api/auth/oauth2/continue'])(
+    '%s, signed out, with an oauth_query whose client_id is a percent-encoded NUL',
+    async (path) => {
+      const res = await t.http.post(path, {
+        headers: { origin: t.baseUrl },
+        json: { name: 'x', email: `nobody-${Date.now()}@example.com`, password: 'wrong-password-123', oauth_query: nulQuery },
+      });
+      expect(res.status, res.text).toBeGreaterThanOrEqual(400);
+      expect(res.status, res.text).toBeLessThan(500);
+    },
+  );
+  test('the consent post and the built-in consent page, with a consent code whose client_id is a percent-encoded NUL', async () => {
+    const posted = await t.http.post('/api/auth/oauth2/consent', { headers: { origin: t.baseUrl }, json: { accept: true, consent_code: nulConsentCode } });
+    expect(posted.status, posted.text).toBeGreaterThanOrEqual(400);
+    expect(posted.status, posted.text).toBeLessThan(500);
+    const page = await t.http.get(`/consent?consent_code=${nulConsentCode}`);
+    expect(page.status).toBe(400);
+  });
+});
