@@ -73,6 +73,7 @@ export function oauthProtocolRoutes() {
     const clientId = params.get('client_id');
     const redirectUri = params.get('redirect_uri');
     let grant: CodeGrant | undefined;
+    const signedIn = sessionMayAuthorize(request, config);
     if (clientId && redirectUri !== null && !params.has('request_uri')) {
       const registered = await registeredRedirectUris(database.db, clientId);
       // The library would also accept another port on a loopback host (RFC 8252 native apps); our contract
@@ -84,8 +85,7 @@ export function oauthProtocolRoutes() {
         return redirectOrJson(request, error.toString());
       }
       // Signed-out callers go on to sign in and come back here.
-      const session =
-        registered && sessionMayAuthorize(request, config) ? await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null) : null;
+      const session = registered && signedIn ? await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null) : null;
       // Only a platform admin may grant the admin scope (only the first-party client may ask for it: the library
       // checks the client's registered scopes). The redirect_uri is the client's registered one (checked just above),
       // so the error goes back to it.
@@ -97,8 +97,8 @@ export function oauthProtocolRoutes() {
       }
       if (session) grant = { clientId, userId: session.user.id, redirectUri, state: params.get('state') };
     }
-    const toLibrary = sessionMayAuthorize(request, config) ? forwarded : withoutCookie(forwarded);
-    const response = await underCodeAllowance(c, request, grant, () => library(c, toLibrary));
+    const toLibrary = signedIn ? forwarded : withoutCookie(forwarded);
+    const response = await underCodeAllowance(c, grant, () => library(c, toLibrary));
     return withConsentCode(response, `${pagesOrigin(config)}/consent`);
   });
 
@@ -153,7 +153,7 @@ export function oauthProtocolRoutes() {
     headers.set('accept', 'application/json');
     // An accepted consent issues the code at once: it spends the code allowance as an authorization does.
     const grant = accept ? await signedQueryGrant(c, request, signedQuery) : undefined;
-    const response = await underCodeAllowance(c, request, grant, () =>
+    const response = await underCodeAllowance(c, grant, () =>
       library(c, new Request(request.url, { method: 'POST', headers, body: JSON.stringify(body) })),
     );
     if (response.status !== 200) return response;
@@ -180,7 +180,7 @@ export function oauthProtocolRoutes() {
     const headers = forwardHeaders(request.headers);
     headers.set('content-type', 'application/json');
     const grant = typeof body.oauth_query === 'string' ? await signedQueryGrant(c, request, body.oauth_query) : undefined;
-    return underCodeAllowance(c, request, grant, () =>
+    return underCodeAllowance(c, grant, () =>
       library(c, new Request(request.url, { method: 'POST', headers, body: JSON.stringify(body) })),
     );
   });
@@ -611,24 +611,24 @@ interface CodeGrant {
 /**
  * The library's answer to an authorization that may issue a code (`issue`), under the code allowance of its client
  * and user: taken before the library stores anything, given back when the answer is not the code (the sign-in or
- * consent page, an error), so only issued codes count. Used up: the error RFC 6749 §4.1.2.1 has for an authorization
- * server that cannot answer now, sent to the redirect_uri with the state and issuer, as the library sends its own;
- * nothing is stored. No grant (signed out, no client): nothing to count.
+ * consent page, an error), so only issued codes count. Used up: `refused`, by default the error RFC 6749 §4.1.2.1 has
+ * for an authorization server that cannot answer now, sent to the redirect_uri with the state and issuer, as the
+ * library sends its own; nothing is stored. No grant (signed out, no client): nothing to count.
  */
 async function underCodeAllowance(
   c: Context<AppEnv>,
-  request: Request,
   grant: CodeGrant | undefined,
   issue: () => Promise<Response>,
+  refused: (grant: CodeGrant, retryAfterSec: number) => Response = (to, retryAfterSec) => {
+    const minutes = Math.ceil(retryAfterSec / 60);
+    const description = `More than ${CODES_PER_HOUR} authorizations of this client in an hour; try again in ${minutes} minute${minutes === 1 ? '' : 's'}`;
+    return redirectOrJson(c.req.raw, authorizationError(c.var.deps.config, to, 'temporarily_unavailable', description));
+  },
 ): Promise<Response> {
   if (!grant) return issue();
   const key = codeAllowanceKey(grant);
   const allowance = await takeToken(c.var.deps, key, CODES_PER_HOUR, HOUR_MS);
-  if (!allowance.allowed) {
-    const minutes = Math.ceil(allowance.retryAfterSec / 60);
-    const description = `More than ${CODES_PER_HOUR} authorizations of this client in an hour; try again in ${minutes} minute${minutes === 1 ? '' : 's'}`;
-    return redirectOrJson(request, authorizationError(c.var.deps.config, grant, 'temporarily_unavailable', description));
-  }
+  if (!allowance.allowed) return refused(grant, allowance.retryAfterSec);
   let response: Response;
   try {
     response = await issue();
@@ -759,21 +759,20 @@ export function limitCodesIssuedOnTheWay() {
         ? async () => (await first<{ id: string }>(c.var.deps.database.db, sql`select id from "user" where email = ${email.toLowerCase()}`))?.id
         : undefined,
     );
-    if (!grant) return next();
-    const key = codeAllowanceKey(grant);
-    const allowance = await takeToken(c.var.deps, key, CODES_PER_HOUR, HOUR_MS);
-    if (!allowance.allowed) {
-      throw rateLimited(allowance.retryAfterSec, `More than ${CODES_PER_HOUR} authorizations of this application in an hour; try again later`, {
-        codesPerHour: CODES_PER_HOUR,
-      });
-    }
-    try {
-      await next();
-    } catch (error) {
-      await refundToken(c.var.deps, key);
-      throw error;
-    }
-    if (!(await issuedCode(c.res, grant.redirectUri))) await refundToken(c.var.deps, key);
+    // The same allowance as the authorization endpoints; only the refusal differs: these are not redirects.
+    await underCodeAllowance(
+      c,
+      grant,
+      async () => {
+        await next();
+        return c.res;
+      },
+      (_grant, retryAfterSec) => {
+        throw rateLimited(retryAfterSec, `More than ${CODES_PER_HOUR} authorizations of this application in an hour; try again later`, {
+          codesPerHour: CODES_PER_HOUR,
+        });
+      },
+    );
   };
 }
 
