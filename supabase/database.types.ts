@@ -2577,6 +2577,10 @@ export type Database = {
         }[];
       };
       "agent_is_published": { Args: { "p_status": string }; Returns: boolean };
+      "authorization_code_grant": {
+        Args: { "p_value": string };
+        Returns: string;
+      };
       "background_housekeeping": { Args: { "p_now": string }; Returns: Json };
       "banned_at": {
         Args: { "p_at": string; "p_ban_expires": string; "p_banned": boolean };

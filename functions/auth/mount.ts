@@ -3,7 +3,6 @@ import type { AppDeps, AppEnv } from '../platform/app-types.ts';
 import { enforceRateLimit } from '../http/rate-limit.ts';
 import { verifyOnlyInTheAccountsSession } from './email-verification.ts';
 import { userExists } from './oauth/token-records.ts';
-import { limitCodesIssuedOnTheWay } from './oauth/protocol-gaps.ts';
 import { limitFailedPasswordChanges, limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
 
@@ -34,8 +33,6 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
   }
   // After the per-address limit: failed sign-ins per account, from any address (auth/failed-sign-ins.ts).
   router.post('/api/auth/sign-in/email', limitFailedSignIns());
-  // Any request carrying the signed query of an authorization may issue a code: the code allowance (oauth/protocol-gaps.ts).
-  router.post('/api/auth/*', limitCodesIssuedOnTheWay());
   router.post('/api/auth/change-password', limitFailedPasswordChanges());
   router.get('/api/auth/verify-email', verifyOnlyInTheAccountsSession());
   router.post('/api/auth/admin/set-role', refuseSelfDemotion((body) => ({ userId: body?.userId, role: body?.role, changesRole: true })));

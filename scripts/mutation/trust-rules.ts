@@ -957,22 +957,8 @@ export const mutations: Mutation[] = [
     replace: '',
     tests: ['tests/oauth/refresh-allowance.test.ts'],
   },
-  {
-    rule: 24,
-    name: 'a consented user gets authorization codes (and their refresh tokens) without limit',
-    file: 'functions/auth/oauth/protocol-gaps.ts',
-    find: '  if (!grant) return issue();',
-    replace: '  return issue();',
-    tests: ['tests/oauth/code-allowance.test.ts'],
-  },
-  {
-    rule: 24,
-    name: 'an authorization that issues no code (sign-in or consent page, an error) spends the code allowance',
-    file: 'functions/auth/oauth/protocol-gaps.ts',
-    find: '  if (!(await issuedCode(response, grant.redirectUri))) await refundToken(c.var.deps, key);',
-    replace: '',
-    tests: ['tests/oauth/code-allowance.test.ts'],
-  },
+
+
   {
     rule: 17,
     name: 'a counter takes live holds without limit (each quota check reads them all)',
@@ -981,22 +967,14 @@ export const mutations: Mutation[] = [
     replace: '    if false then',
     tests: ['tests/metering/live-holds-limit.test.ts'],
   },
+
   {
     rule: 24,
-    name: 'a sign-in or another request carrying the signed query issues codes without spending the code allowance',
-    file: 'functions/auth/mount.ts',
-    find: "  router.post('/api/auth/*', limitCodesIssuedOnTheWay());",
-    replace: '',
-    also: [{ find: "import { limitCodesIssuedOnTheWay } from './oauth/protocol-gaps.ts';", replace: '' }],
-    tests: ['tests/oauth/code-allowance.test.ts', 'tests/oauth/code-allowance-paths.test.ts'],
-  },
-  {
-    rule: 24,
-    name: "a page on another site spends a user's code allowance through their browser's cookie",
+    name: "a page on another site has the user's browser issue codes that push out the user's own",
     file: 'functions/auth/oauth/protocol-gaps.ts',
     find: "  if (site === null || site === 'same-origin' || site === 'same-site' || site === 'none') return true;",
     replace: '  return true;',
-    tests: ['tests/oauth/code-allowance-paths.test.ts'],
+    tests: ['tests/oauth/authorization-codes.test.ts'],
   },
   {
     rule: 24,
@@ -1004,7 +982,23 @@ export const mutations: Mutation[] = [
     file: 'functions/auth/oauth/protocol-gaps.ts',
     find: '    if (exchange) {',
     replace: '    if (false) {',
-    tests: ['tests/oauth/code-allowance-paths.test.ts'],
+    tests: ['tests/oauth/authorization-codes.test.ts'],
+  },
+  {
+    rule: 24,
+    name: 'a client keeps every authorization code issued for a user',
+    file: 'supabase/migrations/20261126002200_live_codes_have_a_bound.sql',
+    find: '        limit c_live_codes - 1);',
+    replace: '        limit 1000000);',
+    tests: ['tests/oauth/authorization-codes.test.ts'],
+  },
+  {
+    rule: 24,
+    name: 'a refused code exchange spends the hour',
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: '    if (exchange && response.status !== 200) await refundToken(c.var.deps, exchange);',
+    replace: '',
+    tests: ['tests/oauth/authorization-codes.test.ts'],
   },
 ];
 

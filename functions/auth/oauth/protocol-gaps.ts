@@ -6,7 +6,6 @@ import { pagesOrigin, type Config } from '../../platform/config.ts';
 import { basicCredentials } from '../../http/basic-credentials.ts';
 import { ApiError, pgCode } from '../../http/errors.ts';
 import { refundToken, takeToken } from '../../platform/rate-limits.ts';
-import { rateLimited } from '../../http/rate-limit.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience } from './provider-options.ts';
 import { trustedOrigins } from '../better-auth.ts';
@@ -38,10 +37,9 @@ import {
  *
  * | route | gap closed |
  * |---|---|
- * | GET/POST oauth2/authorize | redirect_uri matched exactly (the library lets loopback ports vary); the consent redirect carries `consent_code` instead of the library's loose signed query; parameters bounded (the library stores the whole request as the code); at most CODES_PER_HOUR codes per client and user |
- * | POST oauth2/consent | body `{ accept, consent_code }` (JSON or form); 302 for a browser form post, 200 `{ redirect, url }` for fetch; the code it issues spends the code allowance |
- * | POST oauth2/continue | the code it issues spends the code allowance |
- * | POST oauth2/token | `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; a reused code or refresh token also revokes the live access tokens of its grant / family; a code or refresh whose scopes the user's consent no longer covers ends its grant; at most REFRESHES_PER_HOUR refreshes per client and user |
+ * | GET/POST oauth2/authorize | redirect_uri matched exactly (the library lets loopback ports vary); the consent redirect carries `consent_code` instead of the library's loose signed query; parameters bounded (the library stores the whole request as the code); a cross-site request that is no top-level navigation is taken as signed out |
+ * | POST oauth2/consent | body `{ accept, consent_code }` (JSON or form); 302 for a browser form post, 200 `{ redirect, url }` for fetch |
+ * | POST oauth2/token | `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; a reused code or refresh token also revokes the live access tokens of its grant / family; a code or refresh whose scopes the user's consent no longer covers ends its grant; at most REFRESHES_PER_HOUR refreshes and CODES_PER_HOUR code exchanges per client and user |
  * | POST oauth2/revoke | JWT access tokens revoked through the revocation list (the library refuses); revoking a refresh token also revokes its family's access tokens; unknown tokens -> 200 |
  * | POST oauth2/introspect, GET/POST oauth2/userinfo | a revoked token, revoked grant or banned user is inactive / 401, as on every other route (userinfo: our authenticator's check, signature first) |
  * | every form and query we read | each parameter at most once (`resource` may repeat): we read the first of a repeated field, the library the last |
@@ -72,7 +70,6 @@ export function oauthProtocolRoutes() {
     const { params, forwarded } = read;
     const clientId = params.get('client_id');
     const redirectUri = params.get('redirect_uri');
-    let grant: CodeGrant | undefined;
     const signedIn = sessionMayAuthorize(request, config);
     if (clientId && redirectUri !== null && !params.has('request_uri')) {
       const registered = await registeredRedirectUris(database.db, clientId);
@@ -84,21 +81,18 @@ export function oauthProtocolRoutes() {
         error.searchParams.set('error_description', 'redirect_uri is not registered for this client (exact match required)');
         return redirectOrJson(request, error.toString());
       }
-      // Signed-out callers go on to sign in and come back here.
-      const session = registered && signedIn ? await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null) : null;
       // Only a platform admin may grant the admin scope (only the first-party client may ask for it: the library
-      // checks the client's registered scopes). The redirect_uri is the client's registered one (checked just above),
-      // so the error goes back to it.
-      if (registered && (params.get('scope') ?? '').split(/\s+/).includes(ADMIN_SCOPE)) {
+      // checks the client's registered scopes). Signed-out callers go on to sign in and come back here. The
+      // redirect_uri is the client's registered one (checked just above), so the error goes back to it.
+      if (registered && signedIn && (params.get('scope') ?? '').split(/\s+/).includes(ADMIN_SCOPE)) {
+        const session = await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null);
         if (session && (session.user as { role?: string | null }).role !== 'platform_admin') {
           const denied = authorizationError(config, { redirectUri, state: params.get('state') }, 'access_denied', 'The admin scope can only be granted by a platform admin');
           return redirectOrJson(request, denied);
         }
       }
-      if (session) grant = { clientId, userId: session.user.id, redirectUri, state: params.get('state') };
     }
-    const toLibrary = signedIn ? forwarded : withoutCookie(forwarded);
-    const response = await underCodeAllowance(c, grant, () => library(c, toLibrary));
+    const response = await library(c, signedIn ? forwarded : withoutCookie(forwarded));
     return withConsentCode(response, `${pagesOrigin(config)}/consent`);
   });
 
@@ -151,38 +145,12 @@ export function oauthProtocolRoutes() {
     const headers = forwardHeaders(request.headers);
     headers.set('content-type', 'application/json');
     headers.set('accept', 'application/json');
-    // An accepted consent issues the code at once: it spends the code allowance as an authorization does.
-    const grant = accept ? await signedQueryGrant(c, request, signedQuery) : undefined;
-    const response = await underCodeAllowance(c, grant, () =>
-      library(c, new Request(request.url, { method: 'POST', headers, body: JSON.stringify(body) })),
-    );
+    const response = await library(c, new Request(request.url, { method: 'POST', headers, body: JSON.stringify(body) }));
     if (response.status !== 200) return response;
     const result = (await response.clone().json().catch(() => undefined)) as { url?: unknown; redirect_uri?: unknown } | undefined;
     const url = typeof result?.url === 'string' ? result.url : typeof result?.redirect_uri === 'string' ? result.redirect_uri : undefined;
     if (!url) return response;
     return redirectOrJson(request, url, response.headers);
-  });
-
-  // The library's continue endpoint (after an account selection, a sign-up or a post-login step) runs the authorization
-  // of a signed query again and issues a code when the user has consented, so it spends the code allowance too (our
-  // pages never call it: they continue at the authorize endpoint). The library reads the body we counted: the flags
-  // and the signed query, as JSON.
-  router.post('/api/auth/oauth2/continue', async (c) => {
-    const request = c.req.raw;
-    const fields = await readFields(request);
-    if (!fields) return oauthError(400, 'invalid_request', 'Send the request as JSON or as a form');
-    const body: Record<string, unknown> = {};
-    for (const flag of ['selected', 'created', 'postLogin']) {
-      const value = toBoolean(fields[flag]);
-      if (value !== undefined) body[flag] = value;
-    }
-    if (typeof fields.oauth_query === 'string') body.oauth_query = fields.oauth_query;
-    const headers = forwardHeaders(request.headers);
-    headers.set('content-type', 'application/json');
-    const grant = typeof body.oauth_query === 'string' ? await signedQueryGrant(c, request, body.oauth_query) : undefined;
-    return underCodeAllowance(c, grant, () =>
-      library(c, new Request(request.url, { method: 'POST', headers, body: JSON.stringify(body) })),
-    );
   });
 
   router.post('/api/auth/oauth2/token', async (c) => {
@@ -221,9 +189,8 @@ export function oauthProtocolRoutes() {
     const codeUser = codeId ? await codeUserId(database.db, codeId) : undefined;
     const grantUserId = before?.userId ?? codeUser;
     // Every refresh token a code gives passes here, whichever endpoint issued the code (the library's hooks can issue
-    // one after any request that sets the session cookie): so its exchange is counted too, per client and user, on
-    // its own key, and given back when nothing was issued. The allowance on issuing (underCodeAllowance) bounds the
-    // stored codes; this one bounds the refresh tokens whatever path issued them.
+    // one after any request that sets the session cookie): its exchange is counted, per client and user, and given back
+    // when nothing was issued (CODES_PER_HOUR says why here and not where codes are issued).
     const exchangeClient = codeUser ? requestingClientId(request, form) : undefined;
     const exchange = codeUser && exchangeClient ? `oauth-code-exchange|${exchangeClient}|${codeUser}` : undefined;
     if (exchange) {
@@ -588,75 +555,17 @@ const HOUR_MS = 60 * 60 * 1000;
 const refreshAllowanceKey = (token: { clientId: string; userId: string }) => `oauth-refresh|${token.clientId}|${token.userId}`;
 
 /**
- * Authorization codes issued for one client's authorizations of one user per hour, by the same allowance (its own key)
- * as refreshes. Once a user has consented, every authorization of theirs issued a new code: a `verification` row
- * holding the whole request (up to 4 KiB) for 10 minutes, and, exchanged by the agent that owns the client, a
- * refresh-token row for 30 days. Nothing counted them, so an agent seller with one account of its own minted
- * refresh tokens without limit by authorizing again instead of refreshing (found by a review: 100 in a minute). A user
- * signs in to an agent a few times a day; 60 an hour is the refresh allowance's bound.
+ * Authorization codes of one client exchanged for one user per hour, by the same allowance (its own key) as refreshes.
+ * Each exchange keeps a refresh-token row for 30 days, so an agent seller with its client's secret and one account of
+ * its own minted refresh tokens without limit by authorizing again instead of refreshing, past the refresh allowance
+ * (found by a review: 100 in a minute). Counted where the tokens are made, not where the codes are issued: only the
+ * client can exchange (the code goes to its registered redirect_uri, and the exchange needs its PKCE verifier and
+ * credentials), whereas an authorization can be set off by any page that navigates the user's browser, and a refusal
+ * there locked the user out of the agent. The codes themselves are bounded where they are stored: at most 10 live per
+ * client and user (migration 20261126002200). A user signs in to an agent a few times a day; 60 an hour is the refresh
+ * allowance's bound.
  */
 const CODES_PER_HOUR = 60;
-
-const codeAllowanceKey = (grant: { clientId: string; userId: string }) => `oauth-code|${grant.clientId}|${grant.userId}`;
-
-/** A signed-in user's authorization of a client that may end in a code, and where its answer may be sent. */
-interface CodeGrant {
-  clientId: string;
-  userId: string;
-  /** Registered for the client, matched exactly: an error may be sent there. */
-  redirectUri: string;
-  state: string | null;
-}
-
-/**
- * The library's answer to an authorization that may issue a code (`issue`), under the code allowance of its client
- * and user: taken before the library stores anything, given back when the answer is not the code (the sign-in or
- * consent page, an error), so only issued codes count. Used up: `refused`, by default the error RFC 6749 §4.1.2.1 has
- * for an authorization server that cannot answer now, sent to the redirect_uri with the state and issuer, as the
- * library sends its own; nothing is stored. No grant (signed out, no client): nothing to count.
- */
-async function underCodeAllowance(
-  c: Context<AppEnv>,
-  grant: CodeGrant | undefined,
-  issue: () => Promise<Response>,
-  refused: (grant: CodeGrant, retryAfterSec: number) => Response = (to, retryAfterSec) => {
-    const minutes = Math.ceil(retryAfterSec / 60);
-    const description = `More than ${CODES_PER_HOUR} authorizations of this client in an hour; try again in ${minutes} minute${minutes === 1 ? '' : 's'}`;
-    return redirectOrJson(c.req.raw, authorizationError(c.var.deps.config, to, 'temporarily_unavailable', description));
-  },
-): Promise<Response> {
-  if (!grant) return issue();
-  const key = codeAllowanceKey(grant);
-  const allowance = await takeToken(c.var.deps, key, CODES_PER_HOUR, HOUR_MS);
-  if (!allowance.allowed) return refused(grant, allowance.retryAfterSec);
-  let response: Response;
-  try {
-    response = await issue();
-  } catch (error) {
-    await refundToken(c.var.deps, key);
-    throw error;
-  }
-  if (!(await issuedCode(response, grant.redirectUri))) await refundToken(c.var.deps, key);
-  return response;
-}
-
-/** Whether an authorization answer (a redirect, or the JSON a script gets) sends the user back with a code. */
-async function issuedCode(response: Response, redirectUri: string): Promise<boolean> {
-  let target: unknown = response.headers.get('location');
-  if (!target && response.status === 200) {
-    const body = (await response.clone().json().catch(() => undefined)) as { url?: unknown; redirect_uri?: unknown } | undefined;
-    target = body?.url ?? body?.redirect_uri;
-  }
-  if (typeof target !== 'string' || !URL.canParse(target) || !URL.canParse(redirectUri)) return false;
-  const landing = new URL(target);
-  const registered = new URL(redirectUri);
-  return (
-    landing.origin === registered.origin &&
-    landing.pathname === registered.pathname &&
-    landing.searchParams.has('code') &&
-    !landing.searchParams.has('error')
-  );
-}
 
 /**
  * An authorization error sent to the client's redirect_uri (RFC 6749 §4.1.2.1), with the request's state and the
@@ -675,11 +584,12 @@ function authorizationError(config: Config, to: { redirectUri: string; state: st
 /**
  * Whether an authorization request may act on the browser's session. A page on another site can make the user's
  * browser send one with the session cookie (production cookies are SameSite=None, for a front end on another
- * origin): an `<img>`, a script, a frame or a fetch. Before the code allowance that issued a code nobody could use; with
- * it, 60 images on any page spent a victim's allowance for an agent they use and locked them out of it for an hour
- * (found by a review). What a real authorization is: a top-level navigation (the agent sends the user here), a
+ * origin): an `<img>`, a script, a frame or a fetch. For a user who has consented, each issued a code to the agent
+ * that nobody asked for, and a page with a few such images pushes out the code of the user's own sign-in under way
+ * (a client keeps 10 live codes per user, migration 20261126002200); under the former hourly count of issued codes, 60
+ * images locked a victim out of the agent for an hour (found by a review). What a real authorization is: a top-level navigation (the agent sends the user here), a
  * request of our own origin or site, or a fetch from a trusted origin (a front end continuing at authorize). Anything
- * else cross-site is taken as signed out: the library sends it to the sign-in page and nothing is issued or counted.
+ * else cross-site is taken as signed out: the library sends it to the sign-in page and nothing is issued.
  * A request without fetch metadata (not a browser, or an old one) is taken as it comes.
  */
 function sessionMayAuthorize(request: Request, config: Config): boolean {
@@ -710,70 +620,6 @@ async function registeredRedirectUris(db: Db, clientId: string): Promise<string[
     sql`select "redirectUris" as "redirectUris" from "oauthClient" where "clientId" = ${clientId}`,
   );
   return client ? jsonStrings(client.redirectUris) : undefined;
-}
-
-/**
- * The grant a signed authorization query (a consent code's, or the body of the library's continue endpoint) may issue a
- * code for, for the signed-in user. Its signature is the library's to check, after this: the redirect_uri is used only
- * when it is registered for the client and matched exactly, as the authorize endpoint requires of every query the
- * library signs (so a forged one cannot send the allowance's error anywhere else).
- */
-async function signedQueryGrant(
-  c: Context<AppEnv>,
-  request: Request,
-  signedQuery: string,
-  userOf: () => Promise<string | undefined> = async () => (await c.var.deps.auth.api.getSession({ headers: request.headers }).catch(() => null))?.user.id,
-): Promise<CodeGrant | undefined> {
-  const query = new URLSearchParams(signedQuery);
-  const clientId = query.get('client_id');
-  const redirectUri = query.get('redirect_uri');
-  if (!clientId || !redirectUri) return undefined;
-  if (!(await registeredRedirectUris(c.var.deps.database.db, clientId))?.includes(redirectUri)) return undefined;
-  const userId = await userOf();
-  return userId ? { clientId, userId, redirectUri, state: query.get('state') } : undefined;
-}
-
-/**
- * Any other auth-library request carrying the signed query of a signed-out authorization (`oauth_query`, which the
- * library's client plugin adds to every POST of a page whose address has a query): the library's hooks run the
- * authorization after every answer that sets the session cookie, and issue the code in that answer when the user has
- * consented before. A sign-in does (the account the email names), and so do update-user, update-session or
- * organization/set-active, which re-set the cookie (the signed-in user): each was a way around the code allowance
- * (found by reviews). So every such request spends the allowance of its user, taken before the library runs (before
- * a sign-in's password is checked) and given back unless a code was issued, so a wrong password or a request that
- * issues nothing spends nothing; used up, the request is refused (429 RATE_LIMITED) before the library stores
- * anything. The routes this file wraps (authorize, consent, continue) count on their own and never reach this.
- * Mounted before the library in auth/mount.ts, after the sign-in limits.
- */
-export function limitCodesIssuedOnTheWay() {
-  return async (c: Context<AppEnv>, next: () => Promise<void>) => {
-    const fields = await readFields(c.req.raw.clone());
-    const signedQuery = fields?.oauth_query;
-    if (typeof signedQuery !== 'string') return next();
-    const email = c.req.path === '/api/auth/sign-in/email' ? fields?.email : undefined;
-    const grant = await signedQueryGrant(
-      c,
-      c.req.raw,
-      signedQuery,
-      typeof email === 'string'
-        ? async () => (await first<{ id: string }>(c.var.deps.database.db, sql`select id from "user" where email = ${email.toLowerCase()}`))?.id
-        : undefined,
-    );
-    // The same allowance as the authorization endpoints; only the refusal differs: these are not redirects.
-    await underCodeAllowance(
-      c,
-      grant,
-      async () => {
-        await next();
-        return c.res;
-      },
-      (_grant, retryAfterSec) => {
-        throw rateLimited(retryAfterSec, `More than ${CODES_PER_HOUR} authorizations of this application in an hour; try again later`, {
-          codesPerHour: CODES_PER_HOUR,
-        });
-      },
-    );
-  };
 }
 
 /**
