@@ -1000,6 +1000,30 @@ export const mutations: Mutation[] = [
     replace: '',
     tests: ['tests/oauth/authorization-codes.test.ts'],
   },
+  {
+    rule: 27,
+    name: "a banned author's reviews count in the agent's rating",
+    file: 'functions/catalog/agents.ts',
+    find: '      from public.reviews rv where rv.agent_id = a.id and public.review_author_in_good_standing(rv.user_id)',
+    replace: '      from public.reviews rv where rv.agent_id = a.id',
+    tests: ['tests/catalog/community.test.ts'],
+  },
+  {
+    rule: 27,
+    name: "a banned author's reviews are listed",
+    file: 'functions/catalog/reviews.ts',
+    find: '        where agent_id = ${agentId} and public.review_author_in_good_standing(user_id) and ${afterCursor(page)}',
+    replace: '        where agent_id = ${agentId} and ${afterCursor(page)}',
+    tests: ['tests/catalog/community.test.ts'],
+  },
+  {
+    rule: 27,
+    name: "the Data API's roles read a banned author's reviews",
+    file: 'supabase/migrations/20261126002300_banned_authors_reviews_hidden.sql',
+    find: '     where u.id = p_user_id and coalesce(u.banned, false) and (u."banExpires" is null or u."banExpires" > now())',
+    replace: '     where false',
+    tests: ['tests/catalog/rls.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

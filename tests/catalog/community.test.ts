@@ -141,6 +141,36 @@ describe('reviews', () => {
     expect((await t.http.get(base)).body.data).toEqual([]);
   });
 
+  it("attack: a banned account's reviews decide how buyers see the agent: hidden and not counted while the ban lasts, back when it ends", async () => {
+    const agent = await createAgent(t, admin);
+    const base = `/agents/${agent.id}/reviews`;
+    const [fan, critic, bomber] = [await signUp(t), await signUp(t), await signUp(t)];
+    await t.http.put(base, { cookie: fan.cookie, json: { rating: 5 } });
+    await t.http.put(base, { cookie: critic.cookie, json: { rating: 4 } });
+    const bombed = (await t.http.put(base, { cookie: bomber.cookie, json: { rating: 1, title: 'Scam', body: 'Insults' } })).body.data;
+    expect((await t.http.get(`/agents/${agent.id}`)).body.data).toMatchObject({ reviewCount: 3, averageRating: 3.33 });
+
+    expect((await t.http.post(`/admin/users/${bomber.userId}/ban`, { cookie: admin.cookie, json: { reason: 'review bombing' } })).status).toBe(200);
+    const shown = (await t.http.get(base)).body.data.map((r: any) => r.id);
+    expect(shown).toHaveLength(2);
+    expect(shown).not.toContain(bombed.id);
+    expect((await t.http.get(`/agents/${agent.id}`)).body.data).toMatchObject({ reviewCount: 2, averageRating: 4.5 });
+    expect((await t.http.get(`/agents/by-slug/${agent.slug}`)).body.data).toMatchObject({ reviewCount: 2, averageRating: 4.5 });
+    const listed = (await walk(t, '/agents', { limit: 100 })).find((a) => a.id === agent.id);
+    expect(listed).toMatchObject({ reviewCount: 2, averageRating: 4.5 });
+    // hidden, not deleted: an admin still removes it, and it comes back when the ban is lifted
+    expect((await rows(t.db, sql`select 1 from reviews where id = ${bombed.id}`)).length).toBe(1);
+
+    expect((await t.http.post(`/admin/users/${bomber.userId}/unban`, { cookie: admin.cookie })).status).toBe(200);
+    expect((await t.http.get(`/agents/${agent.id}`)).body.data).toMatchObject({ reviewCount: 3, averageRating: 3.33 });
+    // a temporary ban (the library's banExpiresIn) counts until it ends
+    await sql`update "user" set banned = true, "banExpires" = now() + interval '1 hour' where id = ${bomber.userId}`.execute(t.db);
+    expect((await t.http.get(`/agents/${agent.id}`)).body.data.reviewCount).toBe(2);
+    await sql`update "user" set "banExpires" = now() - interval '1 second' where id = ${bomber.userId}`.execute(t.db);
+    expect((await t.http.get(`/agents/${agent.id}`)).body.data.reviewCount).toBe(3);
+    expect((await t.http.get(base)).body.data.map((r: any) => r.id)).toContain(bombed.id);
+  });
+
   it('is deleted by its author or an admin, never by another user', async () => {
     const agent = await createAgent(t, admin);
     const base = `/agents/${agent.id}/reviews`;

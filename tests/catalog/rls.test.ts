@@ -91,6 +91,24 @@ describe('anon and authenticated reads', () => {
     }
   });
 
+  it.each(['anon', 'authenticated'] as const)("%s does not see a banned author's review, in the table, the reviews view or the agent's aggregates", async (role) => {
+    const agentId = agents.active!.id;
+    const banned = `banned-${role}`;
+    await sql`insert into "user" (id, name, email, "emailVerified", banned) values (${banned}, 'B', ${`${banned}@example.test`}, true, true)`.execute(t.db);
+    await sql`insert into reviews (agent_id, user_id, rating) values (${agentId}, ${banned}, 1)`.execute(t.db);
+    try {
+      for (const view of ['reviews', 'catalog_reviews']) {
+        const authors = (await as(role, sql`select user_id from ${sql.table(view)} where agent_id = ${agentId}`, 'user-a')) as any[];
+        expect(authors.map((r) => r.user_id)).toEqual(['user-a']);
+      }
+      const [aggregates] = (await as(role, sql`select review_count, average_rating from catalog_agents where id = ${agentId}`, 'user-a')) as any[];
+      expect([aggregates.review_count, Number(aggregates.average_rating)]).toEqual([1, 5]);
+    } finally {
+      await sql`delete from reviews where user_id = ${banned}`.execute(t.db);
+      await sql`delete from "user" where id = ${banned}`.execute(t.db);
+    }
+  });
+
   it('anon cannot read installs, waitlist entries, notification recipients or interactions', async () => {
     for (const table of ['agent_installs', 'waitlist_entries', 'notification_recipients', 'interactions']) {
       expect(await as('anon', sql`select * from ${sql.table(table)}`)).toEqual({ error: '42501' });
