@@ -8,7 +8,7 @@ import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { purchaseAbandoned } from './purchase-claims.ts';
 import { ensureCustomer } from './customers.ts';
 import { askStripe, callStripe, isStripeMissing, requirePayments } from './payments.ts';
-import { readPurchaseToPlace, syncStripeSubscription } from './subscription-state.ts';
+import { applyStripeRead, readPurchaseToPlace } from './subscription-state.ts';
 import { startFreeSubscription, type SubscriptionDto } from './subscriptions.ts';
 import { findSubscriptionByStripeId, liveSubscription } from './subscription-queries.ts';
 import { requireWithinAgent } from '../http/access.ts';
@@ -18,7 +18,7 @@ import { pagesOrigin } from '../platform/config.ts';
 /**
  * Checkout: free tiers start at once; paid tiers go through Stripe's hosted Checkout in subscription mode and
  * write nothing locally. The subscription appears when Stripe says it exists (the webhook, or the success page
- * of an anonymous checkout, both through `syncStripeSubscription`).
+ * of an anonymous checkout, both through `applyStripeRead`).
  */
 
 /** The shape of a Stripe Checkout Session id, as the API and the success page accept one. */
@@ -150,7 +150,8 @@ export async function completeAnonymousCheckout(deps: BillingDeps, sessionId: st
   const customerId = typeof session.customer === 'string' ? session.customer : session.customer?.id;
   if (!email || !customerId) throw invalidState('Stripe has no buyer email for this checkout', { sessionId });
   // A subscription Stripe no longer has is 422 `gone` before an account is made or a mail sent (it was a 500 after both).
-  await readPurchaseToPlace(deps, stripeSubscriptionId);
+  // The same read is written once the purchase is placed (placing it asks Stripe nothing): one Stripe read, not two.
+  const read = await readPurchaseToPlace(deps, stripeSubscriptionId);
   const placement = await placeAnonymousPurchase(
     deps,
     {
@@ -169,7 +170,7 @@ export async function completeAnonymousCheckout(deps: BillingDeps, sessionId: st
   // Given up: a new link would promise a purchase that is refunded and canceled (so would "claim mailed").
   if (placement.kind === 'abandoned') throw purchaseAbandoned();
   const { buyer } = placement;
-  await syncStripeSubscription(deps, stripeSubscriptionId);
+  await applyStripeRead(deps, read);
   const subscription = await findSubscriptionByStripeId(deps, stripeSubscriptionId);
   if (!subscription) {
     throw new ApiError('INVALID_STATE', 'The subscription could not be activated; contact support', { sessionId });

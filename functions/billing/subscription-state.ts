@@ -264,7 +264,16 @@ export async function syncStripeSubscription(
   stripeSubscriptionId: string,
   event?: { id: string; type: string },
 ): Promise<ApplyResult> {
-  const read = await readToApply(deps, stripeSubscriptionId);
+  return applyStripeRead(deps, await readToApply(deps, stripeSubscriptionId), event);
+}
+
+/**
+ * Writes a read of a Stripe subscription for whoever it belongs to now (syncStripeSubscription without the read, for a
+ * caller that has just made one: the anonymous success page reads before it places the purchase). A read is numbered
+ * before Stripe is asked (readToApply), and a write never goes behind a later read already written, so an older read
+ * is as safe here as a fresh one.
+ */
+export async function applyStripeRead(deps: BillingDeps, read: StripeRead, event?: { id: string; type: string }): Promise<ApplyResult> {
   const subscriber = await subscriberOf(deps, read.subscription);
   if (subscriber?.removed) return endPurchaseOfRemovedUser(deps, read.subscription, subscriber.userId, event);
   return writeStripeRead(deps, read, subscriber?.userId, event);

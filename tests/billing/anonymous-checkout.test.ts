@@ -70,9 +70,13 @@ describe('startAnonymousCheckout (POST /checkout/anonymous)', () => {
 describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => {
   it('creates the buyer account, activates the subscription and mails a set-password link', async () => {
     const email = `buyer-${Date.now()}@example.test`;
-    const { agent, tier, sessionId } = await paidAnonymously(email);
+    const { agent, tier, sessionId, stripeSub } = await paidAnonymously(email);
+    const subscriptionReads = () => w.fake.requests.filter((r) => r.method === 'GET' && r.path === `/v1/subscriptions/${stripeSub.id}`).length;
+    const readsBefore = subscriptionReads();
     const res = await complete(sessionId);
     expect(res.status).toBe(200);
+    // One read of the subscription serves both the check that Stripe still has it and the write (it was two).
+    expect(subscriptionReads() - readsBefore).toBe(1);
     expect(res.body.data).toMatchObject({
       created: true,
       user: { id: expect.any(String), email },
