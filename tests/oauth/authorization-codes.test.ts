@@ -71,11 +71,12 @@ async function signedQuery(client: TestOAuthClient): Promise<string> {
 }
 
 /** A GET with the headers a browser sends for a request of another site's page (raw: Node's fetch adds its own). */
-function crossSite(path: string, cookie: string, kind: 'image' | 'navigation'): Promise<{ status: number; location?: string }> {
-  const metadata =
-    kind === 'image'
-      ? { accept: 'image/avif,image/webp,*/*;q=0.8', 'sec-fetch-mode': 'no-cors', 'sec-fetch-dest': 'image' }
-      : { accept: 'text/html', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document', 'sec-fetch-user': '?1' };
+function crossSite(path: string, cookie: string, kind: 'image' | 'navigation' | 'frame'): Promise<{ status: number; location?: string }> {
+  const metadata = {
+    image: { accept: 'image/avif,image/webp,*/*;q=0.8', 'sec-fetch-mode': 'no-cors', 'sec-fetch-dest': 'image' },
+    navigation: { accept: 'text/html', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document', 'sec-fetch-user': '?1' },
+    frame: { accept: 'text/html', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'iframe' },
+  }[kind];
   return new Promise((resolve, reject) => {
     const req = httpRequest(
       new URL(path, t.baseUrl),
@@ -208,6 +209,26 @@ describe("attack: a stranger's page locks a user out of an agent", () => {
       expect(new URL(res.location!, t.baseUrl).searchParams.has('code')).toBe(false);
     }
     expect((await exchange(agent, underWay)).status).toBe(200);
+  });
+});
+
+describe('OpenID Connect silent renew', () => {
+  test("a hidden frame on the agent's site authorizes with prompt=none: a code for a consented user, login_required for a stranger", async () => {
+    const agent = await createOAuthClient(t);
+    const user = await consentedUser(agent);
+    const { verifier, challenge } = pkcePair();
+    const renewed = await crossSite(`${authorizeUrl(agent, { challenge, state: 'silent' })}&prompt=none`, user.cookie, 'frame');
+    expect(renewed.status).toBe(302);
+    const landing = new URL(renewed.location!);
+    expect(landing.origin + landing.pathname).toBe(agent.redirectUri);
+    expect(landing.searchParams.get('state')).toBe('silent');
+    expect((await exchange(agent, { code: landing.searchParams.get('code')!, verifier })).status).toBe(200);
+
+    const stranger = await signUp(t);
+    const refused = await crossSite(`${authorizeUrl(agent, { challenge })}&prompt=none`, stranger.cookie, 'frame');
+    const answer = new URL(refused.location!, t.baseUrl);
+    expect(answer.searchParams.has('code')).toBe(false);
+    expect(answer.searchParams.get('error')).toMatch(/^(consent_required|login_required|interaction_required)$/);
   });
 });
 

@@ -584,20 +584,22 @@ function authorizationError(config: Config, to: { redirectUri: string; state: st
 /**
  * Whether an authorization request may act on the browser's session. A page on another site can make the user's
  * browser send one with the session cookie (production cookies are SameSite=None, for a front end on another
- * origin): an `<img>`, a script, a frame or a fetch. For a user who has consented, each issued a code to the agent
- * that nobody asked for, and a page with a few such images pushes out the code of the user's own sign-in under way
- * (a client keeps 10 live codes per user, migration 20261126002200); under the former hourly count of issued codes, 60
- * images locked a victim out of the agent for an hour (found by a review). What a real authorization is: a top-level navigation (the agent sends the user here), a
+ * origin): an `<img>`, a script or a fetch. For a user who has consented, each issued a code to the agent that nobody
+ * asked for, and a page with a few such images pushes out the code of the user's own sign-in under way (a client keeps
+ * 10 live codes per user, migration 20261126002200); under the former hourly count of issued codes, 60 images locked a
+ * victim out of the agent for an hour (found by a review). What a real authorization is: a navigation (the agent sends
+ * the user here in the window, a popup, or a hidden frame for OpenID Connect's silent renew with prompt=none), a
  * request of our own origin or site, or a fetch from a trusted origin (a front end continuing at authorize). Anything
- * else cross-site is taken as signed out: the library sends it to the sign-in page and nothing is issued.
- * A request without fetch metadata (not a browser, or an old one) is taken as it comes.
+ * else cross-site is taken as signed out: the library sends it to the sign-in page and nothing is issued. A page can
+ * navigate frames and popups too, but a navigation's answer goes only to the agent's registered redirect_uri, and our
+ * own pages refuse to be framed (http/html.ts). A request without fetch metadata (not a browser, or an old one) is
+ * taken as it comes.
  */
 function sessionMayAuthorize(request: Request, config: Config): boolean {
   const site = request.headers.get('sec-fetch-site');
   if (site === null || site === 'same-origin' || site === 'same-site' || site === 'none') return true;
   const mode = request.headers.get('sec-fetch-mode');
-  const dest = request.headers.get('sec-fetch-dest');
-  if (mode === 'navigate' && (dest === null || dest === 'document')) return true;
+  if (mode === 'navigate') return true;
   const origin = request.headers.get('origin');
   return mode === 'cors' && origin !== null && trustedOrigins(config).includes(origin);
 }
