@@ -5,6 +5,7 @@ import { failure } from './http/envelope.ts';
 import { ApiError, errorStatus, type ErrorCode } from './http/errors.ts';
 import { newRouter } from './http/router.ts';
 import { agentBoundary } from './http/access.ts';
+import { STALE_SESSION_COOKIE } from './http/context.ts';
 import { loggedUrl, requestContext } from './http/request-context.ts';
 import { rejectUnstorableText } from './http/text-guard.ts';
 import { limitBodySize } from './http/body-limit.ts';
@@ -174,8 +175,9 @@ function unauthorizedResponse(
   headers: Record<string, string> = {},
 ): Response {
   const realm = config.publicBaseUrl;
-  const sentBearer = /^bearer\s/i.test(c.req.header('authorization') ?? '');
-  const challenge = sentBearer ? `Bearer realm="${realm}", error="invalid_token"` : `Bearer realm="${realm}"`;
+  // A bearer token that was read and refused; not one sent beside a dead session cookie, which decides alone.
+  const badToken = /^bearer\s/i.test(c.req.header('authorization') ?? '') && details.reason !== STALE_SESSION_COOKIE;
+  const challenge = badToken ? `Bearer realm="${realm}", error="invalid_token"` : `Bearer realm="${realm}"`;
   const hints = { ...signInUrls(config), authorizationServer: `${realm}/.well-known/oauth-authorization-server/api/auth` };
   return c.json(failure('UNAUTHORIZED', message, { ...hints, ...details }), 401, { ...headers, 'WWW-Authenticate': challenge });
 }

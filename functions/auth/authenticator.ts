@@ -1,5 +1,5 @@
 import { decodeProtectedHeader, importJWK, jwtVerify, errors as joseErrors, type CryptoKey, type JWK, type JWTPayload } from 'jose';
-import type { Authenticator, BearerCaller, BearerCheck, Principal } from '../http/context.ts';
+import { STALE_SESSION_COOKIE, type Authenticator, type BearerCaller, type BearerCheck, type Principal } from '../http/context.ts';
 import { ApiError } from '../http/errors.ts';
 import type { Clock } from '../platform/clock.ts';
 import type { Config } from '../platform/config.ts';
@@ -70,9 +70,8 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   async function fromCookie(request: Request): Promise<Principal | null | 'no-session'> {
     const ctx = await auth.$context;
     const cookieName = ctx.authCookies.sessionToken.name;
-    const header = request.headers.get('cookie');
-    if (!header || !header.includes(`${cookieName}=`)) return 'no-session';
-    const cookies = parseCookieHeader(header);
+    const cookies = parseCookieHeader(request.headers.get('cookie') ?? '');
+    if (!cookies.has(cookieName)) return 'no-session';
     const token = await verifySignedCookie(cookies.get(cookieName), await cookieKey());
     if (!token) return null;
     const row = await first<SessionRow>(
@@ -162,12 +161,15 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
     return check.principal(caller!);
   }
 
-  /** The bearer token of a request without a session cookie (the cookie wins in authenticate()). */
+  /**
+   * The bearer token of a request without a session cookie: a request that carries the session cookie is judged by
+   * that cookie alone, here and in authenticate() (one rule: the agent boundary and bearer-only writes read this, the
+   * routes authenticate(), and they must agree on which credential a request uses).
+   */
   async function bearerOnly(request: Request): Promise<string | undefined> {
     const authorization = request.headers.get('authorization');
     if (!authorization) return undefined;
-    const header = request.headers.get('cookie');
-    if (header && header.includes(`${(await auth.$context).authCookies.sessionToken.name}=`)) return undefined;
+    if (parseCookieHeader(request.headers.get('cookie') ?? '').has((await auth.$context).authCookies.sessionToken.name)) return undefined;
     const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
     return match?.[1];
   }
@@ -178,18 +180,26 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
       return token ? verifyBearer(token) : undefined;
     },
     async authenticate(request) {
+      // A session cookie that no longer names a live session (signed out elsewhere, expired, banned) makes the
+      // request anonymous, whatever else it carries: browsers send cookies on their own, so a public page must still
+      // answer, while every route that needs a user answers 401 as for any anonymous caller. It never falls back to
+      // the request's bearer token: the agent boundary reads the credential by bearerOnly's rule (the cookie decides),
+      // so an agent's token sent beside a made-up session cookie went past the boundary unseen and then acted as the
+      // user on another agent's routes (cancel, review, install; found by a review).
       const fromSession = await fromCookie(request);
-      if (fromSession && fromSession !== 'no-session') return fromSession;
+      if (fromSession !== 'no-session') {
+        // With a bearer token beside it the caller meant to be someone: a 401 that says which credential was read,
+        // and not that the token is invalid (it was not looked at; an OAuth client would throw a good token away).
+        if (!fromSession && request.headers.has('authorization')) throw staleSessionCookie();
+        return fromSession;
+      }
       const authorization = request.headers.get('authorization');
       if (authorization) {
         const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
         if (!match) throw invalidToken('The Authorization header must be `Bearer <access token>`');
+        // A bearer token is presented on purpose, so a bad one is a 401 even on public routes.
         return fromBearer(match[1]!);
       }
-      // A session cookie that no longer names a live session (signed out elsewhere, expired, banned) makes the
-      // request anonymous: browsers send cookies on their own, so a public page must still answer, while
-      // every route that needs a user answers 401 as for any anonymous caller. (A bearer token is presented
-      // on purpose, so a bad one is a 401 even on public routes.)
       return null;
     },
   };
@@ -219,6 +229,13 @@ function requireTrustedOrigin(request: Request, origins: Set<string>) {
 }
 
 const invalidToken = (message: string) => new ApiError('UNAUTHORIZED', message);
+
+const staleSessionCookie = () =>
+  new ApiError(
+    'UNAUTHORIZED',
+    'The session cookie sent with this request names no live session (signed out or expired), and a request that carries the session cookie is judged by it alone: the bearer token beside it was not read. Send the token without the cookie, or sign in again',
+    { reason: STALE_SESSION_COOKIE },
+  );
 
 /** public.bearer_caller's verdicts other than 'ok'. */
 const bearerRefusals = {

@@ -9,7 +9,8 @@ import { iso } from './schemas.ts';
  * Reviews: one per (user, agent). Writing again replaces the rating and text of the same row (the upsert
  * targets the unique pair, so parallel writes of one user still leave exactly one row); `createdAt` keeps the
  * first write, so the newest-first list and its cursors stay stable while authors edit. A banned author's reviews are
- * neither listed nor counted while the ban lasts (public.review_author_in_good_standing, migration 20261126002300).
+ * neither listed (but to admins, who may delete them) nor counted while the ban lasts (public.review_author_in_good_standing,
+ * migrations 20261126002300 and 20261126002400).
  */
 
 export type Review = z.infer<typeof reviewSchema>;
@@ -33,12 +34,14 @@ export async function listReviews(
   cursors: CursorSigner,
   agentId: string,
   query: { cursor?: string | undefined; limit?: number | undefined },
+  /** An admin sees a banned author's reviews too, to delete them by id. */
+  viewer: { admin: boolean },
 ) {
   const page = await readPage(cursors, pageScope(`agents/${agentId}/reviews`), query);
   const found = await rows<Row>(
     db,
     sql`select ${columns} from public.reviews
-        where agent_id = ${agentId} and public.review_author_in_good_standing(user_id) and ${afterCursor(page)}
+        where agent_id = ${agentId} and (${viewer.admin}::boolean or public.review_author_in_good_standing(user_id)) and ${afterCursor(page)}
         order by created_at desc, id desc limit ${page.limit + 1}`,
   );
   return finishPage(cursors, page, found.map(toReview));

@@ -20,6 +20,9 @@ export interface Principal {
   createdAt?: Date | undefined;
 }
 
+/** `details.reason` of the 401 for a dead session cookie sent beside a bearer token (app.ts: no invalid_token challenge). */
+export const STALE_SESSION_COOKIE = 'stale_session_cookie';
+
 /** Turns a request's credentials into a principal, or null when there are none. Throws 401 for bad ones. */
 export interface Authenticator {
   authenticate(request: Request): Promise<Principal | null>;

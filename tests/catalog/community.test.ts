@@ -158,8 +158,10 @@ describe('reviews', () => {
     expect((await t.http.get(`/agents/by-slug/${agent.slug}`)).body.data).toMatchObject({ reviewCount: 2, averageRating: 4.5 });
     const listed = (await walk(t, '/agents', { limit: 100 })).find((a) => a.id === agent.id);
     expect(listed).toMatchObject({ reviewCount: 2, averageRating: 4.5 });
-    // hidden, not deleted: an admin still removes it, and it comes back when the ban is lifted
+    // hidden, not deleted: an admin still sees it (to delete it by id), and it comes back when the ban is lifted
     expect((await rows(t.db, sql`select 1 from reviews where id = ${bombed.id}`)).length).toBe(1);
+    expect((await t.http.get(base, { cookie: admin.cookie })).body.data.map((r: any) => r.id)).toContain(bombed.id);
+    expect((await t.http.get(base, { cookie: user.cookie })).body.data.map((r: any) => r.id)).not.toContain(bombed.id);
 
     expect((await t.http.post(`/admin/users/${bomber.userId}/unban`, { cookie: admin.cookie })).status).toBe(200);
     expect((await t.http.get(`/agents/${agent.id}`)).body.data).toMatchObject({ reviewCount: 3, averageRating: 3.33 });

@@ -109,6 +109,20 @@ describe('anon and authenticated reads', () => {
     }
   });
 
+  it.each(['anon', 'authenticated'] as const)('%s cannot learn whether an account that wrote no review is banned (found by a review)', async (role) => {
+    // The predicate is security definer over the library's users, and these roles may call it (the policy and the
+    // views do): it must say nothing the reviews list does not.
+    await sql`insert into "user" (id, name, email, "emailVerified", banned) values (${`nrb-${role}`}, 'B', ${`nrb-${role}@example.test`}, true, true)`.execute(t.db);
+    await sql`insert into "user" (id, name, email, "emailVerified") values (${`nrf-${role}`}, 'F', ${`nrf-${role}@example.test`}, true)`.execute(t.db);
+    try {
+      const banned = await as(role, sql`select public.review_author_in_good_standing(${`nrb-${role}`}) as shown`, 'user-a');
+      const fine = await as(role, sql`select public.review_author_in_good_standing(${`nrf-${role}`}) as shown`, 'user-a');
+      expect(banned).toEqual(fine);
+    } finally {
+      await sql`delete from "user" where id in (${`nrb-${role}`}, ${`nrf-${role}`})`.execute(t.db);
+    }
+  });
+
   it('anon cannot read installs, waitlist entries, notification recipients or interactions', async () => {
     for (const table of ['agent_installs', 'waitlist_entries', 'notification_recipients', 'interactions']) {
       expect(await as('anon', sql`select * from ${sql.table(table)}`)).toEqual({ error: '42501' });

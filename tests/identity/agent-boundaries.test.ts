@@ -13,7 +13,7 @@ import {
   postForm,
   authorizeInBrowser,
 } from '../support/oauth.ts';
-import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { createAdmin, signIn, signUp, type TestUser } from '../support/users.ts';
 import { meteredAgent, reqId, subscribe, usagePath, type MeteredAgent } from '../metering/support.ts';
 
 /**
@@ -173,6 +173,55 @@ describe("a token acts only within its agent (finding 5)", () => {
     expect([read.status, read.body.error?.code]).toEqual([401, 'UNAUTHORIZED']);
     const write = await t.http.post(usagePath(other.agentId, 'calls', 'increment'), { bearer: token, json: { clientReqId: reqId() } });
     expect([write.status, write.body.error?.code]).toEqual([401, 'UNAUTHORIZED']);
+  });
+});
+
+describe("attack: X's token beside a made-up session cookie (found by a review)", () => {
+  // The boundary read the credential by one rule (a request with a session cookie is the cookie's) and the routes by
+  // another (a cookie that names no session fell back to the bearer token): the boundary saw no token and the route
+  // acted as the user with X's token on Y: cancel, review, install.
+  const decoy = () => `${user.cookie.split(';')[0]!.split('=')[0]!.trim()}=not-a-session`;
+
+  it("reaches nothing of Y: the request is anonymous (401), and the user's subscription, Y's reviews and installs are untouched", async () => {
+    const reads = [
+      await t.http.get(`/me/subscriptions/${y.agentId}`, { bearer: tokenX, cookie: decoy() }),
+      await t.http.get(usagePath(y.agentId), { bearer: tokenX, cookie: decoy() }),
+    ];
+    const writes = [
+      await t.http.post(`/me/subscriptions/${y.agentId}/cancel`, { bearer: tokenX, cookie: decoy() }),
+      await t.http.put(`/agents/${y.agentId}/reviews`, { bearer: tokenX, cookie: decoy(), json: { rating: 1, title: 'bad' } }),
+      await t.http.post(`/agents/${y.agentId}/install`, { bearer: tokenX, cookie: decoy() }),
+    ];
+    expect((await t.http.get(`/me/subscriptions/${y.agentId}`, { cookie: user.cookie })).body.data.status).toBe('active');
+    expect((await t.http.get(`/agents/${y.agentId}/reviews`)).body.data).toEqual([]);
+    expect((await t.http.get(`/agents/${y.agentId}`)).body.data.installs).toBe(0);
+    expect([...reads, ...writes].map((r) => [r.status, r.body.error?.code, r.body.error?.details?.reason])).toEqual(
+      Array(5).fill([401, 'UNAUTHORIZED', 'stale_session_cookie']),
+    );
+    // and the same decoy beside X's token on X's own routes is no credential either
+    expect((await t.http.get(`/me/subscriptions/${x.agentId}`, { bearer: tokenX, cookie: decoy() })).status).toBe(401);
+  });
+
+  it("a browser signed out elsewhere that still sends its cookie beside a good token: 401 that names the cookie, not invalid_token (the token is not thrown away)", async () => {
+    const someone = await signUp(t);
+    const stale = await signIn(t, { email: someone.email, password: someone.password });
+    const other = await signIn(t, { email: someone.email, password: someone.password });
+    const { accessToken } = await accessTokenFor(t, other, { agentId: x.agentId });
+    expect((await t.http.post('/api/auth/revoke-other-sessions', { cookie: other.cookie, headers: { origin: t.baseUrl } })).status).toBe(200);
+    const res = await t.http.get('/me', { bearer: accessToken, cookie: stale.cookie });
+    expect([res.status, res.body.error?.details?.reason]).toEqual([401, 'stale_session_cookie']);
+    expect(res.headers.get('www-authenticate')).not.toMatch(/invalid_token/);
+    expect((await t.http.get('/me', { bearer: accessToken })).status).toBe(200);
+    // a bad token alone is still invalid_token
+    const bad = await t.http.get('/me', { bearer: 'not-a-token' });
+    expect(bad.headers.get('www-authenticate')).toMatch(/error="invalid_token"/);
+  });
+
+  it('a cookie whose name only contains the session cookie\'s is not the session cookie: the token is judged, and stays within X', async () => {
+    const lookalike = `x${decoy().split('=')[0]}=1`;
+    const res = await t.http.post(`/agents/${y.agentId}/install`, { bearer: tokenX, cookie: lookalike });
+    expect([res.status, res.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+    expect((await t.http.get(`/me/subscriptions/${x.agentId}`, { bearer: tokenX, cookie: lookalike })).status).toBe(200);
   });
 });
 

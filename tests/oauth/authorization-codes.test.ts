@@ -71,7 +71,12 @@ async function signedQuery(client: TestOAuthClient): Promise<string> {
 }
 
 /** A GET with the headers a browser sends for a request of another site's page (raw: Node's fetch adds its own). */
-function crossSite(path: string, cookie: string, kind: 'image' | 'navigation' | 'frame'): Promise<{ status: number; location?: string }> {
+function crossSite(
+  path: string,
+  cookie: string,
+  kind: 'image' | 'navigation' | 'frame',
+  referer = 'https://elsewhere.example/',
+): Promise<{ status: number; location?: string }> {
   const metadata = {
     image: { accept: 'image/avif,image/webp,*/*;q=0.8', 'sec-fetch-mode': 'no-cors', 'sec-fetch-dest': 'image' },
     navigation: { accept: 'text/html', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document', 'sec-fetch-user': '?1' },
@@ -80,7 +85,7 @@ function crossSite(path: string, cookie: string, kind: 'image' | 'navigation' | 
   return new Promise((resolve, reject) => {
     const req = httpRequest(
       new URL(path, t.baseUrl),
-      { method: 'GET', headers: { cookie, referer: 'https://elsewhere.example/', 'sec-fetch-site': 'cross-site', ...metadata } },
+      { method: 'GET', headers: { cookie, referer, 'sec-fetch-site': 'cross-site', ...metadata } },
       (res) => {
         res.resume();
         res.on('end', () => resolve({ status: res.statusCode ?? 0, location: res.headers.location }));
@@ -213,11 +218,12 @@ describe("attack: a stranger's page locks a user out of an agent", () => {
 });
 
 describe('OpenID Connect silent renew', () => {
-  test("a hidden frame on the agent's site authorizes with prompt=none: a code for a consented user, login_required for a stranger", async () => {
+  test("a hidden frame on the agent's own page authorizes with prompt=none: a code for a consented user, login/consent_required for a stranger", async () => {
     const agent = await createOAuthClient(t);
+    const agentPage = `${new URL(agent.redirectUri).origin}/app`;
     const user = await consentedUser(agent);
     const { verifier, challenge } = pkcePair();
-    const renewed = await crossSite(`${authorizeUrl(agent, { challenge, state: 'silent' })}&prompt=none`, user.cookie, 'frame');
+    const renewed = await crossSite(`${authorizeUrl(agent, { challenge, state: 'silent' })}&prompt=none`, user.cookie, 'frame', agentPage);
     expect(renewed.status).toBe(302);
     const landing = new URL(renewed.location!);
     expect(landing.origin + landing.pathname).toBe(agent.redirectUri);
@@ -225,10 +231,27 @@ describe('OpenID Connect silent renew', () => {
     expect((await exchange(agent, { code: landing.searchParams.get('code')!, verifier })).status).toBe(200);
 
     const stranger = await signUp(t);
-    const refused = await crossSite(`${authorizeUrl(agent, { challenge })}&prompt=none`, stranger.cookie, 'frame');
+    const refused = await crossSite(`${authorizeUrl(agent, { challenge })}&prompt=none`, stranger.cookie, 'frame', agentPage);
     const answer = new URL(refused.location!, t.baseUrl);
     expect(answer.searchParams.has('code')).toBe(false);
     expect(answer.searchParams.get('error')).toMatch(/^(consent_required|login_required|interaction_required)$/);
+  });
+
+  test("attack: ten hidden frames on a stranger's page (no click) would push out the code of the user's sign-in under way: they are signed out", async () => {
+    const agent = await createOAuthClient(t, { name: 'An agent the victim uses' });
+    const victim = await consentedUser(agent);
+    const underWay = await authorize(victim, agent);
+    for (const prompt of ['', '&prompt=none']) {
+      const framed = await Promise.all(
+        Array.from({ length: 10 }, () => crossSite(`${authorizeUrl(agent, { challenge: pkcePair().challenge })}${prompt}`, victim.cookie, 'frame')),
+      );
+      expect(framed.filter((r) => r.location && new URL(r.location, t.baseUrl).searchParams.has('code'))).toEqual([]);
+    }
+    // and a frame on the agent's own page without prompt=none is no silent renew either
+    const agentPage = `${new URL(agent.redirectUri).origin}/app`;
+    const plain = await crossSite(authorizeUrl(agent, { challenge: pkcePair().challenge }), victim.cookie, 'frame', agentPage);
+    expect(new URL(plain.location!, t.baseUrl).searchParams.has('code')).toBe(false);
+    expect((await exchange(agent, underWay)).status).toBe(200);
   });
 });
 

@@ -70,9 +70,10 @@ export function oauthProtocolRoutes() {
     const { params, forwarded } = read;
     const clientId = params.get('client_id');
     const redirectUri = params.get('redirect_uri');
-    const signedIn = sessionMayAuthorize(request, config);
-    if (clientId && redirectUri !== null && !params.has('request_uri')) {
-      const registered = await registeredRedirectUris(database.db, clientId);
+    const checked = clientId && redirectUri !== null && !params.has('request_uri');
+    const registered = checked ? await registeredRedirectUris(database.db, clientId) : undefined;
+    const signedIn = sessionMayAuthorize(request, config, { silent: params.get('prompt') === 'none', clientPages: registered ?? [] });
+    if (checked) {
       // The library would also accept another port on a loopback host (RFC 8252 native apps); our contract
       // says "matched exactly". Same answer as the library gives for an unregistered URI.
       if (registered && !registered.includes(redirectUri)) {
@@ -584,24 +585,35 @@ function authorizationError(config: Config, to: { redirectUri: string; state: st
 /**
  * Whether an authorization request may act on the browser's session. A page on another site can make the user's
  * browser send one with the session cookie (production cookies are SameSite=None, for a front end on another
- * origin): an `<img>`, a script or a fetch. For a user who has consented, each issued a code to the agent that nobody
- * asked for, and a page with a few such images pushes out the code of the user's own sign-in under way (a client keeps
- * 10 live codes per user, migration 20261126002200); under the former hourly count of issued codes, 60 images locked a
- * victim out of the agent for an hour (found by a review). What a real authorization is: a navigation (the agent sends
- * the user here in the window, a popup, or a hidden frame for OpenID Connect's silent renew with prompt=none), a
- * request of our own origin or site, or a fetch from a trusted origin (a front end continuing at authorize). Anything
- * else cross-site is taken as signed out: the library sends it to the sign-in page and nothing is issued. A page can
- * navigate frames and popups too, but a navigation's answer goes only to the agent's registered redirect_uri, and our
- * own pages refuse to be framed (http/html.ts). A request without fetch metadata (not a browser, or an old one) is
- * taken as it comes.
+ * origin): an `<img>`, a script, a frame or a fetch. For a user who has consented, each issued a code to the agent that
+ * nobody asked for, and a page with ten such images or hidden frames pushed out the code of the user's own sign-in under
+ * way (a client keeps 10 live codes per user, migration 20261126002200; found by reviews), and under the former hourly
+ * count of issued codes 60 of them locked a victim out of the agent for an hour. What a real authorization is: a
+ * top-level navigation (the agent sends the user here, in the window or a popup), a request of our own origin or site,
+ * a fetch from a trusted origin (a front end continuing at authorize), or OpenID Connect's silent renew: a frame
+ * asking with prompt=none, from a page of the client's own (the Referer's origin is one of its registered redirect
+ * URIs'; a browser sends at least the origin cross-site unless the page turns referrers off, and then the renew answers
+ * login_required and the agent signs the user in by navigation). Anything else cross-site is taken as signed out: the
+ * library sends it to the sign-in page (login_required for prompt=none) and nothing is issued. A page can still navigate
+ * a popup it opened on the user's click: a known limit (docs/oauth.md). A request without fetch metadata (not a
+ * browser, or an old one) is taken as it comes.
  */
-function sessionMayAuthorize(request: Request, config: Config): boolean {
+function sessionMayAuthorize(request: Request, config: Config, frame: { silent: boolean; clientPages: string[] }): boolean {
   const site = request.headers.get('sec-fetch-site');
   if (site === null || site === 'same-origin' || site === 'same-site' || site === 'none') return true;
   const mode = request.headers.get('sec-fetch-mode');
-  if (mode === 'navigate') return true;
+  const dest = request.headers.get('sec-fetch-dest');
+  if (mode === 'navigate' && (dest === null || dest === 'document')) return true;
+  if (mode === 'navigate' && frame.silent && isPageOf(request.headers.get('referer'), frame.clientPages)) return true;
   const origin = request.headers.get('origin');
   return mode === 'cors' && origin !== null && trustedOrigins(config).includes(origin);
+}
+
+/** Whether a Referer is a page on the origin of one of these URLs (a client's registered redirect URIs). */
+function isPageOf(referer: string | null, urls: string[]): boolean {
+  if (!referer || !URL.canParse(referer)) return false;
+  const origin = new URL(referer).origin;
+  return origin !== 'null' && urls.some((url) => URL.canParse(url) && new URL(url).origin === origin);
 }
 
 /** The request without its cookies: the library sees a signed-out caller. */

@@ -106,8 +106,9 @@ export function communityRoutes() {
     // Public: reviews of published agents are readable by anyone.
     const { deps } = c.var;
     const { agentId } = c.req.valid('param');
-    await requireAgent(deps.database.db, agentId, await viewerIsAdmin(c));
-    const { items, pagination } = await listReviews(deps.database.db, deps.cursors, agentId, c.req.valid('query'));
+    const admin = await viewerIsAdmin(c);
+    await requireAgent(deps.database.db, agentId, admin);
+    const { items, pagination } = await listReviews(deps.database.db, deps.cursors, agentId, c.req.valid('query'), { admin });
     return c.json(okPage(items, pagination), 200);
   });
   router.openapi(upsertReviewRoute, async (c) => {
