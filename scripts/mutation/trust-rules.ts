@@ -1027,7 +1027,7 @@ export const mutations: Mutation[] = [
   {
     rule: 27,
     name: "the Data API's roles read a banned author's reviews",
-    file: 'supabase/migrations/20261126002400_ban_status_only_of_authors.sql',
+    file: 'supabase/migrations/20261126002500_ban_status_only_of_listed_authors.sql',
     find: '     where u.id = p_user_id and coalesce(u.banned, false) and (u."banExpires" is null or u."banExpires" > now())',
     replace: '     where false',
     tests: ['tests/catalog/rls.test.ts'],
@@ -1035,9 +1035,9 @@ export const mutations: Mutation[] = [
   {
     rule: 27,
     name: "the Data API's roles learn whether any account is banned",
-    file: 'supabase/migrations/20261126002400_ban_status_only_of_authors.sql',
-    find: '       and exists (select 1 from public.reviews r where r.user_id = p_user_id)',
-    replace: '',
+    file: 'supabase/migrations/20261126002500_ban_status_only_of_listed_authors.sql',
+    find: '                    where r.user_id = p_user_id and public.agent_is_published(a.status))',
+    replace: '                    where r.user_id = p_user_id)',
     tests: ['tests/catalog/rls.test.ts'],
   },
   {

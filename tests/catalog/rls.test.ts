@@ -123,6 +123,24 @@ describe('anon and authenticated reads', () => {
     }
   });
 
+  it.each(['draft', 'inactive'] as const)("anon cannot tell a banned author from one in good standing when their reviews are on a %s agent nobody can list (found by a review)", async (status) => {
+    const agent = await insertAgent(t.db, { status });
+    const banned = `unl-b-${status}`;
+    const fine = `unl-f-${status}`;
+    await sql`insert into "user" (id, name, email, "emailVerified", banned) values (${banned}, 'B', ${`${banned}@example.test`}, true, true)`.execute(t.db);
+    await sql`insert into "user" (id, name, email, "emailVerified") values (${fine}, 'F', ${`${fine}@example.test`}, true)`.execute(t.db);
+    await sql`insert into reviews (agent_id, user_id, rating) values (${agent.id}, ${banned}, 1), (${agent.id}, ${fine}, 5)`.execute(t.db);
+    try {
+      expect(await as('anon', sql`select id from reviews where user_id in (${banned}, ${fine})`)).toEqual([]);
+      const b = await as('anon', sql`select public.review_author_in_good_standing(${banned}) as shown`);
+      const f = await as('anon', sql`select public.review_author_in_good_standing(${fine}) as shown`);
+      expect(b).toEqual(f);
+    } finally {
+      await sql`delete from reviews where agent_id = ${agent.id}`.execute(t.db);
+      await sql`delete from "user" where id in (${banned}, ${fine})`.execute(t.db);
+    }
+  });
+
   it('anon cannot read installs, waitlist entries, notification recipients or interactions', async () => {
     for (const table of ['agent_installs', 'waitlist_entries', 'notification_recipients', 'interactions']) {
       expect(await as('anon', sql`select * from ${sql.table(table)}`)).toEqual({ error: '42501' });

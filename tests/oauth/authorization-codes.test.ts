@@ -247,6 +247,27 @@ describe('OpenID Connect silent renew', () => {
       );
       expect(framed.filter((r) => r.location && new URL(r.location, t.baseUrl).searchParams.has('code'))).toEqual([]);
     }
+    // nor a speculative load (prefetch, prerender), which a page asks for without a click (found by a review)
+    const { status, location } = await new Promise<{ status: number; location?: string }>((resolve, reject) => {
+      const req = httpRequest(
+        new URL(authorizeUrl(agent, { challenge: pkcePair().challenge }), t.baseUrl),
+        {
+          method: 'GET',
+          headers: {
+            cookie: victim.cookie, referer: 'https://elsewhere.example/', 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate',
+            'sec-fetch-dest': 'document', 'sec-purpose': 'prefetch;prerender', purpose: 'prefetch',
+          },
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, location: res.headers.location }));
+        },
+      );
+      req.on('error', reject);
+      req.end();
+    });
+    expect(status).toBe(302);
+    expect(new URL(location!, t.baseUrl).searchParams.has('code')).toBe(false);
     // and a frame on the agent's own page without prompt=none is no silent renew either
     const agentPage = `${new URL(agent.redirectUri).origin}/app`;
     const plain = await crossSite(authorizeUrl(agent, { challenge: pkcePair().challenge }), victim.cookie, 'frame', agentPage);

@@ -603,6 +603,8 @@ function sessionMayAuthorize(request: Request, config: Config, frame: { silent: 
   if (site === null || site === 'same-origin' || site === 'same-site' || site === 'none') return true;
   const mode = request.headers.get('sec-fetch-mode');
   const dest = request.headers.get('sec-fetch-dest');
+  // A speculative load (prefetch, prerender) is no one's authorization: a page can ask for it without a click.
+  if (request.headers.has('sec-purpose') || /prefetch/i.test(request.headers.get('purpose') ?? '')) return false;
   if (mode === 'navigate' && (dest === null || dest === 'document')) return true;
   if (mode === 'navigate' && frame.silent && isPageOf(request.headers.get('referer'), frame.clientPages)) return true;
   const origin = request.headers.get('origin');
