@@ -69,10 +69,10 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
    */
   async function fromCookie(request: Request): Promise<Principal | null | 'no-session'> {
     const ctx = await auth.$context;
-    const cookieName = ctx.authCookies.sessionToken.name;
-    const cookies = parseCookieHeader(request.headers.get('cookie') ?? '');
-    if (!cookies.has(cookieName)) return 'no-session';
-    const token = await verifySignedCookie(cookies.get(cookieName), await cookieKey());
+    const session = await sessionCookie(request);
+    if (!session) return 'no-session';
+    const { cookies } = session;
+    const token = await verifySignedCookie(session.value, await cookieKey());
     if (!token) return null;
     const row = await first<SessionRow>(
       db,
@@ -162,14 +162,24 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   }
 
   /**
-   * The bearer token of a request without a session cookie: a request that carries the session cookie is judged by
-   * that cookie alone, here and in authenticate() (one rule: the agent boundary and bearer-only writes read this, the
-   * routes authenticate(), and they must agree on which credential a request uses).
+   * The session cookie the request carries (by its exact name), with the request's other cookies; undefined when it
+   * carries none. The one rule for which credential a request uses: one that carries the session cookie is judged by
+   * that cookie alone, in authenticate() (the routes) and in bearerOnly() (the agent boundary and the bearer-only
+   * writes), which must never disagree (a made-up cookie beside an agent's token once went past the boundary).
    */
+  async function sessionCookie(request: Request): Promise<{ value: string | undefined; cookies: Map<string, string> } | undefined> {
+    const header = request.headers.get('cookie');
+    if (!header) return undefined;
+    const cookies = parseCookieHeader(header);
+    const name = (await auth.$context).authCookies.sessionToken.name;
+    return cookies.has(name) ? { value: cookies.get(name), cookies } : undefined;
+  }
+
+  /** The bearer token of a request without a session cookie (sessionCookie says why). */
   async function bearerOnly(request: Request): Promise<string | undefined> {
     const authorization = request.headers.get('authorization');
     if (!authorization) return undefined;
-    if (parseCookieHeader(request.headers.get('cookie') ?? '').has((await auth.$context).authCookies.sessionToken.name)) return undefined;
+    if (await sessionCookie(request)) return undefined;
     const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
     return match?.[1];
   }
@@ -181,11 +191,9 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
     },
     async authenticate(request) {
       // A session cookie that no longer names a live session (signed out elsewhere, expired, banned) makes the
-      // request anonymous, whatever else it carries: browsers send cookies on their own, so a public page must still
-      // answer, while every route that needs a user answers 401 as for any anonymous caller. It never falls back to
-      // the request's bearer token: the agent boundary reads the credential by bearerOnly's rule (the cookie decides),
-      // so an agent's token sent beside a made-up session cookie went past the boundary unseen and then acted as the
-      // user on another agent's routes (cancel, review, install; found by a review).
+      // request anonymous: browsers send cookies on their own, so a public page must still answer, while every route
+      // that needs a user answers 401 as for any anonymous caller. It never falls back to the request's bearer token
+      // (sessionCookie says why).
       const fromSession = await fromCookie(request);
       if (fromSession !== 'no-session') {
         // With a bearer token beside it the caller meant to be someone: a 401 that says which credential was read,

@@ -1052,8 +1052,8 @@ export const mutations: Mutation[] = [
     rule: 5,
     name: "a cookie whose name only contains the session cookie's hides the bearer token from the agent boundary",
     file: 'functions/auth/authenticator.ts',
-    find: "    if (parseCookieHeader(request.headers.get('cookie') ?? '').has((await auth.$context).authCookies.sessionToken.name)) return undefined;",
-    replace: "    if ((request.headers.get('cookie') ?? '').includes(`${(await auth.$context).authCookies.sessionToken.name}=`)) return undefined;",
+    find: '    return cookies.has(name) ? { value: cookies.get(name), cookies } : undefined;',
+    replace: '    return header.includes(`${name}=`) ? { value: cookies.get(name), cookies } : undefined;',
     tests: [boundaries],
   },
 ];

@@ -6,7 +6,7 @@ import type { Config } from '../../platform/config.ts';
 import { first, sql } from '../../platform/db.ts';
 import { authorizeParamsOf, decodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, OAUTH_SCOPES } from './provider-options.ts';
-import { isStorableText, jsonStrings } from './protocol-gaps.ts';
+import { jsonStrings } from './protocol-gaps.ts';
 
 /**
  * The minimal built-in /sign-in, /sign-up and /consent pages, served when there is no FRONTEND_URL so that the
@@ -53,7 +53,8 @@ export function oauthPages(config: Config) {
     }
     const params = new URLSearchParams(signedQuery);
     const clientId = params.get('client_id') ?? '';
-    if (!isStorableText(clientId)) {
+    // Decoded from the consent code (base64), so the URL's NUL check never saw it; PostgreSQL refuses a NUL in text.
+    if (clientId.includes('\0')) {
       return page(c, 400, 'Consent link not valid', '<p>This consent link is not one we made. Start again from the application.</p>');
     }
     // The agent's current name (it may have been renamed since its client was created).

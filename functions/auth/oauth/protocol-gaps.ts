@@ -521,9 +521,6 @@ function toBoolean(value: unknown): boolean | undefined {
   return undefined;
 }
 
-/** Whether PostgreSQL can hold `text` as text: no NUL. */
-export const isStorableText = (text: string) => !text.includes('\u0000');
-
 /** A JSON array of strings as the library's adapter stores one (an array, or a JSON string inside the jsonb). */
 export function jsonStrings(value: unknown): string[] {
   const parsed = typeof value === 'string' ? safeJson(value) : value;
@@ -628,9 +625,6 @@ function withoutCookie(request: Request): Request {
 
 /** The redirect URIs registered for a client, or undefined when there is no such client. */
 async function registeredRedirectUris(db: Db, clientId: string): Promise<string[] | undefined> {
-  // A client id read from an unverified signed query may hold a NUL (`client_id=%00`), which no client has and
-  // PostgreSQL refuses in text (a 500 on any auth POST carrying such an oauth_query; found by a review).
-  if (!isStorableText(clientId)) return undefined;
   const client = await first<{ redirectUris: unknown }>(
     db,
     sql`select "redirectUris" as "redirectUris" from "oauthClient" where "clientId" = ${clientId}`,
