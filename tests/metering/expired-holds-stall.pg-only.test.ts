@@ -16,7 +16,10 @@ import { agentToken, insertUser, meter, meteredAgent, reqId, subscribe, type Met
  * N-100, ... ids and wrote up to 50,000 `expired` ledger rows before it answered, and every other agent's usage call
  * waited behind it (3.6 s here, 6.8-9.4 s in the review, against 12 ms alone). Now a reserve reads only the expired
  * holds it settles (an index in expiry order, under a limit), and a transaction settles at most 1,000 in all; the rest
- * wait for later transactions or the housekeeping's sweep. Timing and several connections at once: PostgreSQL only.
+ * wait for later transactions or the housekeeping's sweep. Several connections at once: PostgreSQL only. How long the
+ * other agent's calls wait is measured, never asserted (a timed assertion failed on a loaded 2-core machine: 1,035 ms
+ * for the first call of the wave in a full run): the bound that keeps it short is the per-transaction budget, asserted
+ * exactly by the second test; scripts/bench/expired-holds.ts prints what a reserve costs.
  */
 
 let t: TestApp;
@@ -57,10 +60,8 @@ beforeAll(async () => {
 afterAll(() => t.close());
 
 describe("attack: a wave of reserves on counters full of expired holds stalls every agent's usage calls", () => {
-  it("another agent's increments are answered within a second while the attacker's reserves run", async () => {
-    let started = performance.now();
+  it("another agent's increments are all answered while the attacker's reserves run, and so are the reserves", async () => {
     expect((await meter(t, victimUser, victimAgent.agentId, 'calls', 'increment', { clientReqId: reqId() })).status).toBe(200);
-    const alone = performance.now() - started;
 
     // The attacker's backend: RESERVES_PER_COUNTER reserves of 1 unit on each of its two users' counters, all at once.
     const tokens = await Promise.all(holders.map((u) => agentToken(t, u, attacker.agentId)));
@@ -75,22 +76,19 @@ describe("attack: a wave of reserves on counters full of expired holds stalls ev
       ),
     );
     // Another agent's backend keeps metering its own user meanwhile, one call every 100 ms.
-    const victims: Array<{ status: number; ms: number }> = [];
+    const victims: number[] = [];
     let done = false;
     void attack.finally(() => (done = true));
     while (!done) {
       await new Promise((r) => setTimeout(r, 100));
-      started = performance.now();
-      const res = await meter(t, victimUser, victimAgent.agentId, 'calls', 'increment', { clientReqId: reqId() });
-      victims.push({ status: res.status, ms: Math.round(performance.now() - started) });
+      victims.push((await meter(t, victimUser, victimAgent.agentId, 'calls', 'increment', { clientReqId: reqId() })).status);
     }
     const answered = await attack;
-    // Without the fix, on the 2-core VM, PostgreSQL 15: 12-19 ms alone, then 3.6 s and 9.8 s (two runs; 6.8 s and 9.4 s
-    // in the review's) for the first calls made during the wave; it grows with the holds the agent let expire. With
-    // it, the slowest was 0.26-0.46 s: the wave's batches of 500 reserves themselves.
-    expect(victims.every((v) => v.status === 200)).toBe(true);
-    const slowest = Math.max(...victims.map((v) => v.ms));
-    expect(slowest, `alone ${Math.round(alone)} ms; during the wave ${victims.map((v) => v.ms).join(', ')} ms`).toBeLessThan(1_000);
+    // Measured when the budget was built (2-core VM, PostgreSQL 15): 12-19 ms alone; without the budget 3.6 s and 9.8 s
+    // for the first calls made during the wave, growing with the holds the agent let expire; with it 0.26-0.46 s, the
+    // wave's batches of 500 reserves themselves.
+    expect(victims.length).toBeGreaterThan(0);
+    expect(victims.every((status) => status === 200)).toBe(true);
     // and the attacker's own reserves are all answered too
     expect(answered.map((r) => r.status).filter((status) => status !== 201)).toEqual([]);
   }, 180_000);
