@@ -2,6 +2,7 @@ import type { Config } from '../../platform/config.ts';
 import { newRouter } from '../../http/router.ts';
 import { agentClientAdminRoutes } from './admin-routes.ts';
 import { closedEndpointRoutes } from './closed-endpoint-routes.ts';
+import { authorizationErrorPage } from './error-page.ts';
 import { oauthPages } from './pages.ts';
 import { oauthProtocolRoutes } from './protocol-gaps.ts';
 
@@ -16,6 +17,7 @@ export function oauthRoutes(config: Config) {
   router.route('/', closedEndpointRoutes());
   router.route('/', oauthProtocolRoutes());
   router.route('/', oauthPages(config));
+  router.route('/', authorizationErrorPage());
   router.route('/', agentClientAdminRoutes());
   return router;
 }
