@@ -101,9 +101,15 @@ export async function updateWebhook(
   webhookId: string,
   patch: { url?: string | undefined; events?: WebhookEventType[] | undefined; enabled?: boolean | undefined },
 ): Promise<Webhook> {
+  const now = deps.clock.now();
   const row = await first<Row>(
     deps.database.db,
-    sql`update public.webhook_endpoints e set
+    // "An endpoint gets only the types it lists": narrowing `events` also ends the endpoint's pending deliveries of the
+    // types taken off, unsent (before, the backlog of a failing endpoint still went out once it came back). Marked
+    // failed rather than skipped by the drain, so they do not stay at the head of the endpoint's queue; an admin can
+    // still redeliver one by id. A delivery already claimed by a drain is in flight and goes as it is.
+    sql`with updated as (
+        update public.webhook_endpoints e set
           url = coalesce(${patch.url ?? null}, e.url),
           events = case when ${patch.events !== undefined} then ${textArray(patch.events ?? [])} else e.events end,
           enabled = coalesce(${patch.enabled ?? null}::boolean, e.enabled),
@@ -112,9 +118,18 @@ export async function updateWebhook(
           -- or enabling one that is enabled, changes nothing.
           failing_since = case when ${patch.url ?? null}::text <> e.url or (${patch.enabled === true} and not e.enabled) then null
                                else e.failing_since end,
-          updated_at = ${deps.clock.now()}
+          updated_at = ${now}
         where e.id = ${webhookId} and e.agent_id = ${agentId}
-        returning ${columns}`,
+        returning e.*
+      ), unlisted as (
+        update public.webhook_deliveries d
+           set status = 'failed', next_attempt_at = ${now},
+               last_error = 'not sent: its event type was taken off the endpoint before it went out'
+          from updated u, public.webhook_events ev
+         where d.endpoint_id = u.id and d.status = 'pending' and d.claim_id is null
+           and ev.id = d.event_id and ev.type <> all (u.events)
+      )
+      select ${columns} from updated e`,
   );
   if (!row) throw notFound('Webhook', { agentId, webhookId });
   return toWebhook(row);

@@ -6,7 +6,7 @@ import { accessTokenFor } from '../support/oauth.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { walkPages } from '../support/pages.ts';
 import { meteredAgent } from '../metering/support.ts';
-import { drain, Receiver } from './support.ts';
+import { drain, passBackoff, Receiver } from './support.ts';
 
 /**
  * The agent-webhook admin routes over HTTP: who may call them, what they refuse, the secret shown once, pagination
@@ -208,6 +208,46 @@ describe('deliveries', () => {
     const again = await t.http.post(`/admin/webhook-deliveries/${seen[4]!.id}/redeliver`, { cookie: admin.cookie });
     expect(again.status).toBe(200);
     expect(again.body.data).toMatchObject({ id: seen[4]!.id, status: 'pending', attempts: 0 });
+  });
+
+  it('a type taken off an endpoint is not sent to it any more: its pending deliveries end unsent, the rest go', async () => {
+    // Found by a review: the backlog of a failing endpoint (up to a day or two of events, rule 23) still went out
+    // after the admin narrowed its events, though "an endpoint gets only the types it lists".
+    const agent = await meteredAgent(t.db, []);
+    const receiver = await Receiver.start();
+    try {
+      const made = await t.http.post(base(agent.agentId), {
+        cookie: admin.cookie,
+        json: { url: receiver.url, events: ['subscription.created', 'subscription.canceled'] },
+      });
+      receiver.secrets = [made.body.data.secret];
+      const webhookId = made.body.data.id as string;
+      receiver.mode = { status: 503 };
+      const u = await signUp(t);
+      expect((await t.http.post('/me/checkout', { cookie: u.cookie, json: { tierId: agent.tierId } })).status).toBe(201);
+      expect((await t.http.post(`/me/subscriptions/${agent.agentId}/cancel`, { cookie: u.cookie })).status).toBe(200);
+      expect(await drain(t, { limit: 1 })).toMatchObject({ attempted: 1, retrying: 1 });
+
+      const narrowed = await t.http.patch(`${base(agent.agentId)}/${webhookId}`, { cookie: admin.cookie, json: { events: ['subscription.canceled'] } });
+      expect([narrowed.status, narrowed.body.data.events]).toEqual([200, ['subscription.canceled']]);
+      const after = await t.http.get(`${base(agent.agentId)}/${webhookId}/deliveries`, { cookie: admin.cookie });
+      expect(after.body.data.map((d: any) => [d.eventType, d.status, d.lastError])).toEqual([
+        ['subscription.canceled', 'pending', null],
+        ['subscription.created', 'failed', 'not sent: its event type was taken off the endpoint before it went out'],
+      ]);
+
+      receiver.mode = { status: 204 };
+      await passBackoff(t, webhookId);
+      await drain(t);
+      expect(receiver.accepted().map((p) => p.type)).toEqual(['subscription.canceled']);
+      // Listing the type again brings back nothing of before; an admin may still redeliver one by id.
+      await t.http.patch(`${base(agent.agentId)}/${webhookId}`, { cookie: admin.cookie, json: { events: ['subscription.created', 'subscription.canceled'] } });
+      await drain(t);
+      expect(receiver.accepted().map((p) => p.type)).toEqual(['subscription.canceled']);
+    } finally {
+      t.clock.set(new Date());
+      await receiver.close();
+    }
   });
 });
 
