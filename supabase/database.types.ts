@@ -3111,6 +3111,10 @@ export type Database = {
         }[];
       };
       "webhook_delivery_id": { Args: { "p_at": string }; Returns: string };
+      "webhook_delivery_outlived": {
+        Args: { "p_cutoff": string; "p_queued": string };
+        Returns: boolean;
+      };
       "webhook_emit": {
         Args: {
           "p_agent_id": string;

@@ -216,9 +216,12 @@ async function attempt(
   // a delivered attempt, begun by the first failed one), change only if this drain still holds its claim (an endpoint
   // deleted meanwhile took its deliveries with it; a redelivery or an expired lease handed it on). Whether a failure
   // ends the delivery is public.webhook_retries_over's rule (migration 20261126001400): 24 hours of its endpoint
-  // failing since it was queued. Deliveries waiting behind one that fails for good whose 24 hours are over too fail
+  // failing since it was queued, or 72 hours since it was queued whatever the endpoint did meanwhile (migration
+  // 20261126002600). Deliveries waiting behind one that fails for good whose 24 hours are over too fail
   // with it, unsent: the endpoint failed all through them, and sending each for one more try would keep an endpoint
   // that accepts connections and never answers at one delivery per 10 s, slower than a busy agent's events arrive.
+  // Those waiting 72 hours fail unsent after any attempt, delivered or not: a receiver that accepts one message a day,
+  // or accepts everything slower than its agent's events come, cannot keep a backlog without end.
   const cutoff = new Date(now.getTime() - RETRY_WINDOW_MS);
   const row = await first<{ status: 'delivered' | 'failed' | 'pending' | null; behind: number }>(
     deps.database.db,
@@ -251,10 +254,15 @@ async function attempt(
         ), behind as (
           update public.webhook_deliveries w
              set status = 'failed', next_attempt_at = ${now}, claim_id = null,
-                 last_error = 'not sent: its endpoint had been failing for 24 hours since it was queued, behind an earlier delivery'
+                 last_error = case
+                   when public.webhook_delivery_outlived(coalesce(w.redelivered_at, w.created_at), ${cutoff})
+                     then 'not sent: queued 72 hours ago and still waiting behind earlier deliveries'
+                   else 'not sent: its endpoint had been failing for 24 hours since it was queued, behind an earlier delivery' end
             from endpoint, recorded
-           where recorded.status = 'failed' and w.endpoint_id = endpoint.id and w.status = 'pending' and w.claim_id is null
-             and public.webhook_retries_over(coalesce(w.redelivered_at, w.created_at), endpoint.failing_since, ${cutoff})
+           where w.endpoint_id = endpoint.id and w.status = 'pending' and w.claim_id is null
+             and ((recorded.status = 'failed'
+                   and public.webhook_retries_over(coalesce(w.redelivered_at, w.created_at), endpoint.failing_since, ${cutoff}))
+                  or public.webhook_delivery_outlived(coalesce(w.redelivered_at, w.created_at), ${cutoff}))
           returning 1
         )
         select (select status from recorded) as status, (select count(*) from behind)::int as behind`,

@@ -1,3 +1,5 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../functions/platform/db.ts';
@@ -442,6 +444,73 @@ describe('delivery', () => {
       expect(sent).toHaveLength(counts.pending!);
       const times = sent.map((p) => p.timestamp);
       expect(times).toEqual([...times].sort());
+    });
+
+    /**
+     * 120 hours of an agent's events, `rounds` free subscriptions started and canceled every 2 hours, and one drain
+     * of one delivery after each, to the agent's own receiver answering `answer(hours)` (it checks no signature:
+     * these messages are days old by the real clock). Returns the deliveries by status at the end, the most that were
+     * pending at once, and the failed ones.
+     */
+    const fiveDaysOfEvents = async (rounds: number, answer: (hours: number) => number) => {
+      let status = 503;
+      const server = createServer((req, res) => req.resume().on('end', () => res.writeHead(status).end()));
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      try {
+        const agent = await agentWithTiers();
+        const made = await t.http.post(`/admin/agents/${agent.agentId}/webhooks`, {
+          cookie: admin.cookie,
+          json: { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`, events: ['subscription.created', 'subscription.canceled'] },
+        });
+        const endpointId = made.body.data.id as string;
+        const user = await signUp(t);
+        const start = Date.now() - 124 * HOUR;
+        let waitingMost = 0;
+        for (let hours = 0; hours <= 120; hours += 2) {
+          t.clock.set(new Date(start + hours * HOUR));
+          for (let i = 0; i < rounds; i++) await twoEvents(user, agent);
+          status = answer(hours);
+          await drain(t, { limit: 1 });
+          waitingMost = Math.max(waitingMost, (await byStatus(endpointId)).pending ?? 0);
+        }
+        const { rows: failed } = await sql<{ attempts: number; error: string; queued: Date; ended: Date }>`
+          select attempts, last_error as error, created_at as queued, next_attempt_at as ended from public.webhook_deliveries
+           where endpoint_id = ${endpointId} and status = 'failed'`.execute(t.db);
+        return { counts: await byStatus(endpointId), waitingMost, failed };
+      } finally {
+        server.closeAllConnections();
+        server.close();
+      }
+    };
+    const endedAfter72Hours = (failed: Array<{ attempts: number; error: string; queued: Date; ended: Date }>) => {
+      for (const d of failed) {
+        expect(new Date(d.ended).getTime() - new Date(d.queued).getTime()).toBeGreaterThanOrEqual(72 * HOUR);
+        expect(new Date(d.ended).getTime() - new Date(d.queued).getTime()).toBeLessThanOrEqual(74 * HOUR);
+        if (d.attempts === 0) expect(d.error).toBe('not sent: queued 72 hours ago and still waiting behind earlier deliveries');
+      }
+    };
+
+    it('attack on the outbox: a receiver that accepts one message a day still keeps at most 72 hours of events waiting', async () => {
+      // Found by a review: each delivered attempt ends the endpoint's run of failures, and the 24 hours count from
+      // it, so a receiver answering 2xx once a day and 503 otherwise began everyone's 24 hours again each day:
+      // nothing failed, and pending deliveries (never pruned) grew for as long as the agent made events.
+      const { counts, waitingMost, failed } = await fiveDaysOfEvents(1, (hours) => (hours > 0 && hours % 22 === 0 ? 204 : 503));
+      expect((counts.delivered ?? 0) + (counts.failed ?? 0) + (counts.pending ?? 0)).toBe(122);
+      expect(counts.delivered).toBeGreaterThanOrEqual(3);
+      // Two events every 2 hours: at most what was queued in the last 72 hours (72, and the two of this hour).
+      expect(waitingMost).toBeLessThanOrEqual(74);
+      expect(failed.length).toBeGreaterThanOrEqual(122 - 74 - counts.delivered!);
+      endedAfter72Hours(failed);
+    });
+
+    it('attack on the outbox: a receiver that accepts everything, slower than its agent makes events, keeps at most 72 hours waiting', async () => {
+      // Every attempt delivered, so nothing ever failed, and one delivery per drain against four events.
+      const { counts, waitingMost, failed } = await fiveDaysOfEvents(2, () => 204);
+      expect(counts.delivered).toBe(61);
+      expect(waitingMost).toBeLessThanOrEqual(148);
+      expect(failed.length).toBeGreaterThanOrEqual(244 - 148 - 61);
+      expect(failed.every((d) => d.attempts === 0)).toBe(true);
+      endedAfter72Hours(failed);
     });
 
     it('a delivery queued before its endpoint began failing still gets 24 hours (the drain was down, not the receiver)', async () => {
