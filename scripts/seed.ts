@@ -274,9 +274,10 @@ async function seedDemoActivity(
   let cancellations = 0;
   for (let i = 0; i < DEMO_SUBSCRIBERS; i++) {
     // A real account made the way an admin makes one (the admin plugin's createUser, called in process): no
-    // verification mail for a demo address, and no password (nobody signs in as it; no hashing at start-up).
+    // verification mail for a demo address, and no password (nobody signs in as it; no hashing at start-up). Not
+    // verified: nobody owns these addresses, and an admin cannot vouch for one (auth/library-input.ts).
     const { user } = await deps.auth.api.createUser({
-      body: { email: `demo.subscriber${i + 1}@example.com`, name: `Demo Subscriber ${i + 1}`, data: { emailVerified: true } },
+      body: { email: `demo.subscriber${i + 1}@example.com`, name: `Demo Subscriber ${i + 1}` },
     });
     const tier = freeTiers[i % freeTiers.length]!;
     const joined = now - Math.round(((DEMO_SUBSCRIBERS - i) / DEMO_SUBSCRIBERS) * ACTIVITY_DAYS * DAY) + 3_600_000;

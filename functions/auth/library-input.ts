@@ -18,7 +18,9 @@ import { APIError } from '@better-auth/core/error';
  *     4 KiB as JSON and nested at most 5 levels (100,000 levels made the library's JSON.stringify throw, a 500);
  *     on sign-up, update-user, the admin's create-user and update-user, and organization create and update; an
  *     email address the library stores at most 320 characters (sign-up, create-user, and an organization
- *     invitation, which is also mailed), and a ban's reason at most 1,000 (ban-user, update-user).
+ *     invitation, which is also mailed), and a ban's reason at most 1,000 (ban-user, update-user);
+ *   * an admin cannot mark an address verified (create-user, update-user: `data.emailVerified: true`); and an admin's
+ *     change of a user's email leaves the account unverified (the trigger of migration 20261126002800).
  * Called from the library's before hook (better-auth.ts) with the endpoint's path, body and query.
  */
 export function refuseBadLibraryInput(path: string, body: unknown, query: unknown): void {
@@ -151,6 +153,12 @@ function refuseBadUserData(data: Record<string, unknown>): void {
   for (const [field, value] of Object.entries(data)) {
     const fits = USER_FIELDS[field];
     if (field === 'id') throw invalid('data.id', "a user's id cannot be changed");
+    // Only an address's owner verifies it, by the link mailed to it: a verified address attaches anonymous purchases
+    // and accepts invitations made out to it (contract: verified owners), so an admin's word (asked by someone
+    // posing as the owner, or a typo) must not stand in for it. False stays allowed: an admin may take it back.
+    if (field === 'emailVerified' && value === true) {
+      throw invalid('data.emailVerified', 'only the owner of an address can verify it, by the link mailed to it; an admin may set emailVerified to false only');
+    }
     if (!fits) throw invalid(`data.${field}`, `${field} is not a user field (${Object.keys(USER_FIELDS).join(', ')})`);
     if (!fits(value)) throw invalid(`data.${field}`, `${field} has the wrong type or value`);
   }

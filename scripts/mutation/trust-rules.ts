@@ -386,6 +386,22 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 10,
+    name: "an admin's change of a user's email keeps the account verified (for an address nobody proved)",
+    file: 'supabase/migrations/20261126002800_changed_email_is_unverified.sql',
+    find: '  if new.email is distinct from old.email then',
+    replace: '  if false then',
+    tests: ['tests/identity/admin-email-change.test.ts', 'tests/billing/admin-changed-address.test.ts'],
+  },
+  {
+    rule: 10,
+    name: 'an admin marks an address verified',
+    file: 'functions/auth/library-input.ts',
+    find: "    if (field === 'emailVerified' && value === true) {",
+    replace: '    if (false) {',
+    tests: ['tests/identity/admin-email-change.test.ts'],
+  },
+  {
+    rule: 10,
     name: 'sign-up signs in (an existing address answers differently)',
     file: 'functions/auth/better-auth.ts',
     find: '      autoSignIn: false,',
