@@ -3056,10 +3056,7 @@ export type Database = {
         Args: Record<PropertyKey, never>;
         Returns: number;
       };
-      "review_author_in_good_standing": {
-        Args: { "p_user_id": string };
-        Returns: boolean;
-      };
+      "review_shown": { Args: { "p_review_id": string }; Returns: boolean };
       "revoke_user_credentials": {
         Args: { "p_user_id": string };
         Returns: undefined;

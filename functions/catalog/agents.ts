@@ -56,7 +56,7 @@ function withAggregates(pageRows: ReturnType<typeof sql>) {
     from (${pageRows}) a
     left join lateral (
       select count(*) as review_count, round(avg(rv.rating), 2) as average_rating
-      from public.reviews rv where rv.agent_id = a.id and public.review_author_in_good_standing(rv.user_id)
+      from public.reviews rv where rv.agent_id = a.id and public.review_shown(rv.id)
     ) r on true
     left join lateral (
       select json_agg(json_build_object('id', t.id, 'slug', t.slug, 'name', t.name) order by t.slug) as tags

@@ -9,8 +9,8 @@ import { iso } from './schemas.ts';
  * Reviews: one per (user, agent). Writing again replaces the rating and text of the same row (the upsert
  * targets the unique pair, so parallel writes of one user still leave exactly one row); `createdAt` keeps the
  * first write, so the newest-first list and its cursors stay stable while authors edit. A banned author's reviews are
- * neither listed (but to admins, who may delete them) nor counted while the ban lasts (public.review_author_in_good_standing,
- * migrations 20261126002300 and 20261126002400).
+ * neither listed (but to admins, who may delete them) nor counted while the ban lasts (public.review_shown, by the
+ * review's id: migrations 20261126002300 and 20261126002900).
  */
 
 export type Review = z.infer<typeof reviewSchema>;
@@ -41,7 +41,7 @@ export async function listReviews(
   const found = await rows<Row>(
     db,
     sql`select ${columns} from public.reviews
-        where agent_id = ${agentId} and (${viewer.admin}::boolean or public.review_author_in_good_standing(user_id)) and ${afterCursor(page)}
+        where agent_id = ${agentId} and (${viewer.admin}::boolean or public.review_shown(id)) and ${afterCursor(page)}
         order by created_at desc, id desc limit ${page.limit + 1}`,
   );
   return finishPage(cursors, page, found.map(toReview));

@@ -109,35 +109,58 @@ describe('anon and authenticated reads', () => {
     }
   });
 
-  it.each(['anon', 'authenticated'] as const)('%s cannot learn whether an account that wrote no review is banned (found by a review)', async (role) => {
-    // The predicate is security definer over the library's users, and these roles may call it (the policy and the
-    // views do): it must say nothing the reviews list does not.
-    await sql`insert into "user" (id, name, email, "emailVerified", banned) values (${`nrb-${role}`}, 'B', ${`nrb-${role}@example.test`}, true, true)`.execute(t.db);
-    await sql`insert into "user" (id, name, email, "emailVerified") values (${`nrf-${role}`}, 'F', ${`nrf-${role}@example.test`}, true)`.execute(t.db);
+  it.each(['anon', 'authenticated'] as const)('%s cannot learn whether an account it knows the id of is banned (found by reviews)', async (role) => {
+    // Agent backends know their users' ids (tokens' `sub`, webhook payloads). A banned author's review on a published
+    // agent is hidden; what these roles can ask about the author by id must answer alike for an author in good
+    // standing who wrote nothing, and one whose reviews sit on a draft agent nobody can list. The ban check was
+    // security definer by user id (public.review_author_in_good_standing): it told them apart (two reviews in a row
+    // narrowed it, the third took the user id away: migration 20261126002900).
+    const ids = { banned: `ban-${role}`, none: `none-${role}`, hidden: `hid-${role}` };
+    for (const [key, id] of Object.entries(ids)) {
+      const banned = key === 'banned' || key === 'hidden';
+      await sql`insert into "user" (id, name, email, "emailVerified", banned) values (${id}, 'U', ${`${id}@example.test`}, true, ${banned})`.execute(t.db);
+    }
+    await sql`insert into reviews (agent_id, user_id, rating) values (${agents.active!.id}, ${ids.banned}, 1), (${agents.draft!.id}, ${ids.hidden}, 1)`.execute(t.db);
     try {
-      const banned = await as(role, sql`select public.review_author_in_good_standing(${`nrb-${role}`}) as shown`, 'user-a');
-      const fine = await as(role, sql`select public.review_author_in_good_standing(${`nrf-${role}`}) as shown`, 'user-a');
-      expect(banned).toEqual(fine);
+      const asked = async (userId: string) => [
+        await as(role, sql`select id from reviews where user_id = ${userId}`, 'user-a'),
+        await as(role, sql`select id from catalog_reviews where user_id = ${userId}`, 'user-a'),
+        await as(role, sql`select public.review_author_in_good_standing(${userId}) as shown`, 'user-a'),
+      ];
+      const none = await asked(ids.none);
+      expect(none.slice(0, 2)).toEqual([[], []]);
+      expect(await asked(ids.banned)).toEqual(none);
+      expect(await asked(ids.hidden)).toEqual(none);
+      // ...and the check they can call answers by review id: for a review they can list, it is shown
+      const [listed] = (await as(role, sql`select id from reviews where user_id = 'user-a'`, 'user-a')) as any[];
+      expect(await as(role, sql`select public.review_shown(${listed.id}::uuid) as shown`, 'user-a')).toEqual([{ shown: true }]);
     } finally {
-      await sql`delete from "user" where id in (${`nrb-${role}`}, ${`nrf-${role}`})`.execute(t.db);
+      await sql`delete from reviews where user_id in (${ids.banned}, ${ids.hidden})`.execute(t.db);
+      await sql`delete from "user" where id in (${ids.banned}, ${ids.none}, ${ids.hidden})`.execute(t.db);
     }
   });
 
-  it.each(['draft', 'inactive'] as const)("anon cannot tell a banned author from one in good standing when their reviews are on a %s agent nobody can list (found by a review)", async (status) => {
-    const agent = await insertAgent(t.db, { status });
-    const banned = `unl-b-${status}`;
-    const fine = `unl-f-${status}`;
-    await sql`insert into "user" (id, name, email, "emailVerified", banned) values (${banned}, 'B', ${`${banned}@example.test`}, true, true)`.execute(t.db);
-    await sql`insert into "user" (id, name, email, "emailVerified") values (${fine}, 'F', ${`${fine}@example.test`}, true)`.execute(t.db);
-    await sql`insert into reviews (agent_id, user_id, rating) values (${agent.id}, ${banned}, 1), (${agent.id}, ${fine}, 5)`.execute(t.db);
+  it("a subscriber reads what an addon of their subscription gives, not the admin's note or which admins granted it (found by a review)", async () => {
+    await sql`insert into "user" (id, name, email, "emailVerified") values ('addon-owner', 'S', 'addon-owner@example.test', true)`.execute(t.db);
+    const tier = await insertTier(t.db, agents.active!.id, { name: 'Addon tier' });
+    const [sub] = await rows<{ id: string }>(t.db, sql`insert into subscriptions (user_id, agent_id, tier_id, status, current_period_start, current_period_end)
+        values ('addon-owner', ${agents.active!.id}, ${tier.id}, 'active', now() - interval '1 day', now() + interval '29 days') returning id`);
+    const [metric] = await rows<{ id: string }>(t.db, sql`insert into metric_definitions (agent_id, slug, name, kind)
+        values (${agents.active!.id}, 'addon-calls', 'Calls', 'fixed') returning id`);
+    await sql`insert into usage_addons (subscription_id, metric_id, amount, duration, note, granted_by)
+        values (${sub!.id}, ${metric!.id}, 500, 'permanent', 'goodwill after a chargeback threat', 'an-admin')`.execute(t.db);
     try {
-      expect(await as('anon', sql`select id from reviews where user_id in (${banned}, ${fine})`)).toEqual([]);
-      const b = await as('anon', sql`select public.review_author_in_good_standing(${banned}) as shown`);
-      const f = await as('anon', sql`select public.review_author_in_good_standing(${fine}) as shown`);
-      expect(b).toEqual(f);
+      const given = (await as('authenticated', sql`select amount, duration, revoked_at from usage_addons where subscription_id = ${sub!.id}`, 'addon-owner')) as any[];
+      expect(given.map((a) => [Number(a.amount), a.duration, a.revoked_at])).toEqual([[500, 'permanent', null]]);
+      for (const column of ['note', 'granted_by', 'revoked_by']) {
+        expect(await as('authenticated', sql`select ${sql.ref(column)} from usage_addons`, 'addon-owner')).toEqual({ error: '42501' });
+      }
+      expect(await as('authenticated', sql`select * from usage_addons`, 'addon-owner')).toEqual({ error: '42501' });
+      expect(await as('authenticated', sql`select amount from usage_addons where subscription_id = ${sub!.id}`, 'user-b')).toEqual([]);
     } finally {
-      await sql`delete from reviews where agent_id = ${agent.id}`.execute(t.db);
-      await sql`delete from "user" where id in (${banned}, ${fine})`.execute(t.db);
+      await sql`delete from subscriptions where id = ${sub!.id}`.execute(t.db);
+      await sql`delete from metric_definitions where id = ${metric!.id}`.execute(t.db);
+      await sql`delete from "user" where id = 'addon-owner'`.execute(t.db);
     }
   });
 
