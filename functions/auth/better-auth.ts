@@ -232,6 +232,9 @@ export function authOptions(deps: AuthDeps) {
         },
         // A fixed subject: the organization's and the inviter's names are user text, quoted in the body only.
         sendInvitationEmail: async (data) => {
+          // Past the address's hourly allowance the invitation stands (the invitee may still accept it when signed in)
+          // but no mail goes out; the inviter's answer is the same.
+          if (!(await mayMailRecipient(deps, data.email, 'invitation', 'invitation'))) return;
           await mailer.enqueue(
             database.db,
             invitationMail(config, {

@@ -385,6 +385,22 @@ export const mutations: Mutation[] = [
     tests: ['tests/oauth/wrapper-reads.test.ts'],
   },
   {
+    rule: 8,
+    name: 'invitation mails to one address are unbounded (many inviters)',
+    file: 'functions/auth/better-auth.ts',
+    find: "          if (!(await mayMailRecipient(deps, data.email, 'invitation', 'invitation'))) return;",
+    replace: '',
+    tests: ['tests/identity/organizations.test.ts'],
+  },
+  {
+    rule: 8,
+    name: "invitations spend the address's account mails (its password reset is held back)",
+    file: 'functions/auth/recipient-allowance.ts',
+    find: "  const prefix = allowance === 'account' ? 'mail-to' : 'invite-to';",
+    replace: "  const prefix = 'mail-to';",
+    tests: ['tests/identity/organizations.test.ts'],
+  },
+  {
     rule: 10,
     name: "an admin's change of a user's email keeps the account verified (for an address nobody proved)",
     file: 'supabase/migrations/20261126002800_changed_email_is_unverified.sql',

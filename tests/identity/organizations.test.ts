@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { INVITATIONS_PER_DAY } from '../../functions/auth/invitation-rules.ts';
+import { MAILS_PER_RECIPIENT_PER_HOUR } from '../../functions/auth/recipient-allowance.ts';
 import { ORGANIZATIONS_PER_DAY, OWNED_ORGANIZATIONS } from '../../functions/auth/organization-limits.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { deliverMail, linkIn, mailsTo } from '../support/mail.ts';
@@ -254,6 +255,25 @@ describe('invitations', () => {
     expect(await invitationRows(spammer.userId)).toBe(0); // the library's rows went with the organizations
     const mailed = (await Promise.all(sent.map((target) => mailsTo(t, target)))).filter((m) => m.length > 0);
     expect(mailed).toHaveLength(INVITATIONS_PER_DAY);
+  });
+
+  it(`attack: many inviters mail one address ${MAILS_PER_RECIPIENT_PER_HOUR} invitations an hour, and its password reset still goes out`, async () => {
+    // Each inviter has 20 a day, but nothing bounded what one address received from many of them (found by a review).
+    const victim = await verifiedUser('Victim');
+    const answers: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const inviter = await verifiedUser(`Inviter ${i}`);
+      const org = await createOrg(inviter);
+      for (let j = 0; j < 5; j++) answers.push((await invite(inviter, org.id, victim.email)).status);
+    }
+    // The invitations stand (the answers are as before; the victim may still accept one signed in)...
+    expect(answers.every((s) => s === 200)).toBe(true);
+    // ...and the mails stop at the address's hourly allowance for invitations
+    const invitations = (await mailsTo(t, victim.email)).filter((m) => /invit/i.test(m.subject));
+    expect(invitations).toHaveLength(MAILS_PER_RECIPIENT_PER_HOUR);
+    // which is not the account mails' allowance: the owner's password reset is mailed
+    expect((await t.http.post('/api/auth/request-password-reset', { json: { email: victim.email } })).status).toBe(200);
+    expect((await mailsTo(t, victim.email)).filter((m) => /reset/i.test(m.subject))).toHaveLength(1);
   });
 
   it('attack: an admin cannot make an owner by spelling the role with a space, nor use such a role stored before the rule', async () => {
