@@ -237,18 +237,97 @@ describe('holds and threshold notices continue with the counters (migration 2026
     const user = await signUp(t);
     const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 2 }]);
     const original = (await checkout(user, a.tierId)).body.data.subscription;
-    const held = await reserve(t, user, a.agentId, 'sites', { clientReqId: reqId(), amount: 2, ttlSeconds: 60 });
+    const request = { clientReqId: reqId(), amount: 2, ttlSeconds: 60 };
+    const held = await reserve(t, user, a.agentId, 'sites', request);
     expect(held.status).toBe(201);
     t.clock.advance(61_000);
     await cancel(user, a.agentId);
     expect((await checkout(user, a.tierId)).status).toBe(201);
-    expect((await commit(t, user, a.agentId, held.body.data.id, 2)).status).toBe(404);
+    // answered as an expired hold is without a restart (migration 20261126002700; it was 404): nothing counted
+    const late = await commit(t, user, a.agentId, held.body.data.id, 2);
+    expect([late.status, late.body.error?.code], late.text).toEqual([422, 'INVALID_STATE']);
+    expect(late.body.error.details.reservation).toMatchObject({ id: held.body.data.id, status: 'expired', committedAmount: null });
+    expect((await release(t, user, a.agentId, held.body.data.id)).status).toBe(422);
+    // a replay of its reserve answers it expired too, and makes no new hold
+    const replay = await reserve(t, user, a.agentId, 'sites', request);
+    expect([replay.status, replay.body.data?.id, replay.body.data?.status], replay.text).toEqual([201, held.body.data.id, 'expired']);
     expect((await increment(user, a, 'sites', 2)).status).toBe(200);
-    const left = await first<{ subscription_id: string }>(
+    const left = await rows<{ subscription_id: string }>(
       t.db,
-      sql`select subscription_id from usage_reservations where id = ${held.body.data.id}`,
+      sql`select r.subscription_id from usage_reservations r join subscriptions s on s.id = r.subscription_id
+          where s.user_id = ${user.userId} and s.agent_id = ${a.agentId}`,
     );
-    expect(left!.subscription_id).toBe(original.id);
+    expect(left).toEqual([{ subscription_id: original.id }]);
+  });
+
+  it('attack on the user: a commit retried after a restart is the same commit, and a reserve retried is a replay, never a second count', async () => {
+    // Review 22: only live holds move to the new subscription, so the retry of a commit whose answer the agent lost,
+    // after the user restarted the free tier, answered 404, and the recovery of docs/metering.md (reserve again with
+    // the same clientReqId) made a NEW hold, whose commit counted the same work twice (migration 20261126002700).
+    const user = await signUp(t);
+    const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 10 }]);
+    expect((await checkout(user, a.tierId)).status).toBe(201);
+    const request = { clientReqId: 'site-job-1', amount: 3, ttlSeconds: 600 };
+    const held = await reserve(t, user, a.agentId, 'sites', request);
+    expect(held.status).toBe(201);
+    const id = held.body.data.id as string;
+    expect((await commit(t, user, a.agentId, id, 3)).status).toBe(200); // its answer is lost on the way back
+    const denied = await reserve(t, user, a.agentId, 'sites', { clientReqId: 'site-job-2', amount: 8, ttlSeconds: 600 });
+    expect(denied.status).toBe(429);
+    for (let restart = 0; restart < 2; restart++) {
+      expect((await cancel(user, a.agentId)).status).toBe(200);
+      expect((await checkout(user, a.tierId)).status).toBe(201);
+    }
+    const restarted = (await first<{ id: string }>(
+      t.db,
+      sql`select id from subscriptions where user_id = ${user.userId} and agent_id = ${a.agentId} and status <> 'canceled'`,
+    ))!;
+
+    // the commit again: the same reservation, committed, replayed
+    const retried = await commit(t, user, a.agentId, id, 3);
+    expect([retried.status, retried.body.data?.status, retried.headers.get('x-idempotent-replay')], retried.text).toEqual([200, 'committed', 'true']);
+    const read = await getReservation(t, user, a.agentId, id);
+    expect([read.status, read.body.data?.status, read.body.data?.committedAmount]).toEqual([200, 'committed', 3]);
+    // another amount is another request under the same reservation, as without a restart
+    const other = await commit(t, user, a.agentId, id, 2);
+    expect([other.status, other.body.error?.code]).toEqual([409, 'IDEMPOTENCY_CONFLICT']);
+    // the same reserve again answers the reservation as it is now; the refused one replays its 429
+    const again = await reserve(t, user, a.agentId, 'sites', request);
+    expect([again.status, again.body.data?.id, again.body.data?.status], again.text).toEqual([201, id, 'committed']);
+    const deniedAgain = await reserve(t, user, a.agentId, 'sites', { clientReqId: 'site-job-2', amount: 8, ttlSeconds: 600 });
+    expect([deniedAgain.status, deniedAgain.body.error?.details.replayed]).toEqual([429, true]);
+    const conflict = await reserve(t, user, a.agentId, 'sites', { ...request, amount: 4 });
+    expect([conflict.status, conflict.body.error?.code]).toEqual([409, 'IDEMPOTENCY_CONFLICT']);
+
+    // the work was done once: 3 sites, one hold, and the new subscription's ledger agrees
+    expect(await usage(user, a)).toEqual({ sites: 3 });
+    const holds = await rows<{ id: string }>(
+      t.db,
+      sql`select r.id from usage_reservations r join subscriptions s on s.id = r.subscription_id
+          where s.user_id = ${user.userId} and s.agent_id = ${a.agentId}`,
+    );
+    expect(holds).toEqual([{ id }]);
+    expect((await ledgerEvents(t.db, restarted.id)).map((e) => e.event)).toEqual(['carried_over']);
+    expect(await ledgerAgreesWithCounters(t.db, restarted.id)).toEqual([{ used: 3, sum: 3 }]);
+  });
+
+  it('a release retried after a restart answers the released reservation', async () => {
+    const user = await signUp(t);
+    const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 10 }]);
+    expect((await checkout(user, a.tierId)).status).toBe(201);
+    const held = await reserve(t, user, a.agentId, 'sites', { clientReqId: reqId(), amount: 2, ttlSeconds: 600 });
+    expect((await release(t, user, a.agentId, held.body.data.id)).status).toBe(200);
+    expect((await cancel(user, a.agentId)).status).toBe(200);
+    expect((await checkout(user, a.tierId)).status).toBe(201);
+    const retried = await release(t, user, a.agentId, held.body.data.id);
+    expect([retried.status, retried.body.data?.status, retried.headers.get('x-idempotent-replay')], retried.text).toEqual([
+      200,
+      'released',
+      'true',
+    ]);
+    // a released hold cannot be committed after the restart either
+    expect((await commit(t, user, a.agentId, held.body.data.id, 2)).status).toBe(422);
+    expect(await usage(user, a)).toEqual({ sites: 0 });
   });
 
   it('attack: the agent cannot make the platform mail the user about a full quota again by restarting', async () => {
