@@ -41,6 +41,10 @@ export const webhookUrlSchema = z
     }
     if (url.username || url.password) ctx.addIssue({ code: 'custom', message: 'url must not carry credentials' });
   })
+  // Kept as the URL parser reads it, which is where deliveries go: an internationalized host in its punycode form (a
+  // lookalike of a known domain stands out on the admin page), `\` read as `/` (`http://127.0.0.1\@evil.example/`
+  // is listed as `http://127.0.0.1/@evil.example/`, not as an address at evil.example). Found by a review.
+  .transform((value) => new URL(value).href)
   .openapi({ example: 'https://agent.example.com/marketplace/webhooks' });
 
 export const webhookEventsSchema = z

@@ -139,6 +139,25 @@ describe('endpoints', () => {
     }
   });
 
+  it('keeps a url as deliveries will read it: a lookalike host in punycode, a backslash as the path it is', async () => {
+    // Found by a review: the url was kept as typed, so the admin page showed a Cyrillic lookalike of a known domain
+    // as the domain, and `http://127.0.0.1\@evil.example/` as an address at evil.example while deliveries went to
+    // 127.0.0.1.
+    const cases: Array<[string, string]> = [
+      ['https://аgent.example.com/hooks', 'https://xn--gent-43d.example.com/hooks'],
+      ['http://127.0.0.1\\@evil.example/', 'http://127.0.0.1/@evil.example/'],
+      ['HTTPS://Agent.Example.COM:443/Hooks', 'https://agent.example.com/Hooks'],
+    ];
+    for (const [typed, kept] of cases) {
+      const made = await create({ url: typed, events: ALL });
+      expect([made.status, made.body.data.url]).toEqual([201, kept]);
+      const listed = (await t.http.get(base(), { cookie: admin.cookie })).body.data.find((w: any) => w.id === made.body.data.id);
+      expect(listed.url).toBe(kept);
+      const patched = await t.http.patch(`${base()}/${made.body.data.id}`, { cookie: admin.cookie, json: { url: typed } });
+      expect([patched.status, patched.body.data.url]).toEqual([200, kept]);
+    }
+  });
+
   it('answers 404 for unknown agents, webhooks and deliveries, and for another agent’s webhook', async () => {
     const unknown = '00000000-0000-4000-8000-000000000000';
     expect((await t.http.get(base(unknown), { cookie: admin.cookie })).status).toBe(404);
