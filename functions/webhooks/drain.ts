@@ -234,7 +234,7 @@ async function attempt(
              set failing_since = case when ${error === null} then null else coalesce(e.failing_since, ${sentAt}::timestamptz) end
            where e.id = ${d.endpointId}
              and exists (select 1 from public.webhook_deliveries where id = ${d.id} and claim_id = ${claimId})
-          returning e.id, e.failing_since
+          returning e.id, e.failing_since, e.events
         ), recorded as (
           update public.webhook_deliveries d
              set status = o.status,
@@ -245,6 +245,8 @@ async function attempt(
                  claim_id = null
             from endpoint,
                  (select case when ${error === null} then 'delivered'
+                              -- its type was taken off the endpoint while it was in flight: not tried again
+                              when not (${d.type}::text = any (e.events)) then 'failed'
                               when public.webhook_retries_over(coalesce(x.redelivered_at, x.created_at), e.failing_since, ${cutoff}) then 'failed'
                               else 'pending' end as status
                     from public.webhook_deliveries x, endpoint e

@@ -107,7 +107,8 @@ export async function updateWebhook(
     // "An endpoint gets only the types it lists": narrowing `events` also ends the endpoint's pending deliveries of the
     // types taken off, unsent (before, the backlog of a failing endpoint still went out once it came back). Marked
     // failed rather than skipped by the drain, so they do not stay at the head of the endpoint's queue; an admin can
-    // still redeliver one by id. A delivery already claimed by a drain is in flight and goes as it is.
+    // still redeliver one by id. A delivery already claimed by a drain is in flight and goes as it is; if that attempt
+    // fails, it is not tried again (the drain's record of the attempt, drain.ts).
     sql`with updated as (
         update public.webhook_endpoints e set
           url = coalesce(${patch.url ?? null}, e.url),

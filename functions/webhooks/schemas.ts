@@ -45,6 +45,9 @@ export const webhookUrlSchema = z
   // lookalike of a known domain stands out on the admin page), `\` read as `/` (`http://127.0.0.1\@evil.example/`
   // is listed as `http://127.0.0.1/@evil.example/`, not as an address at evil.example). Found by a review.
   .transform((value) => new URL(value).href)
+  // The bound holds for what is kept: percent-encoding and punycode make the parsed form longer than what was typed
+  // (1,900 typed "é" are 11,400 characters), which the column refused with a 500 (found by a review).
+  .pipe(z.string().max(2048, 'url must be at most 2048 characters once parsed (percent-encoded, punycode host)'))
   .openapi({ example: 'https://agent.example.com/marketplace/webhooks' });
 
 export const webhookEventsSchema = z

@@ -6,7 +6,7 @@ import { accessTokenFor } from '../support/oauth.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { walkPages } from '../support/pages.ts';
 import { meteredAgent } from '../metering/support.ts';
-import { drain, passBackoff, Receiver } from './support.ts';
+import { deliveries, drain, passBackoff, Receiver } from './support.ts';
 
 /**
  * The agent-webhook admin routes over HTTP: who may call them, what they refuse, the secret shown once, pagination
@@ -118,6 +118,7 @@ describe('endpoints', () => {
       { url: 'not a url', events: ALL },
       { url: 'https://user:pass@agent.example.com/hooks', events: ALL },
       { url: `https://agent.example.com/${'a'.repeat(2100)}`, events: ALL },
+      { url: `https://agent.example.com/${'é'.repeat(1900)}`, events: ALL }, // 1,926 typed, 11,426 once percent-encoded (was a 500)
       { url: 'https://agent.example.com/hooks', events: [] },
       { url: 'https://agent.example.com/hooks', events: ['subscription.deleted'] },
       { url: 'https://agent.example.com/hooks', events: ['subscription.created', 'subscription.created'] },
@@ -133,6 +134,8 @@ describe('endpoints', () => {
     const made = await create();
     const patch = await t.http.patch(`${base()}/${made.body.data.id}`, { cookie: admin.cookie, json: { url: 'http://10.0.0.1/h' } });
     expect(patch.status).toBe(400);
+    const long = await t.http.patch(`${base()}/${made.body.data.id}`, { cookie: admin.cookie, json: { url: `https://agent.example.com/${'é'.repeat(1900)}` } });
+    expect([long.status, long.body.error?.details?.issues?.[0]?.path]).toEqual([400, 'url']);
     // loopback http is fine (a backend on the same machine)
     for (const url of ['http://127.0.0.1:8080/h', 'http://localhost/h', 'http://[::1]:9/h']) {
       expect((await create({ url, events: ALL })).status, url).toBe(201);
@@ -263,6 +266,39 @@ describe('deliveries', () => {
       await t.http.patch(`${base(agent.agentId)}/${webhookId}`, { cookie: admin.cookie, json: { events: ['subscription.created', 'subscription.canceled'] } });
       await drain(t);
       expect(receiver.accepted().map((p) => p.type)).toEqual(['subscription.canceled']);
+    } finally {
+      t.clock.set(new Date());
+      await receiver.close();
+    }
+  });
+
+  it('a delivery in flight when its type is taken off is not tried again after that attempt fails', async () => {
+    // Found by a review of the rule above: "one in flight goes as it is", but a failed attempt went back to pending
+    // and was retried for up to 72 hours, so the type taken off was delivered later all the same.
+    const agent = await meteredAgent(t.db, []);
+    const receiver = await Receiver.start();
+    try {
+      const made = await t.http.post(base(agent.agentId), {
+        cookie: admin.cookie,
+        json: { url: receiver.url, events: ['subscription.created', 'subscription.canceled'] },
+      });
+      receiver.secrets = [made.body.data.secret];
+      const webhookId = made.body.data.id as string;
+      const u = await signUp(t);
+      expect((await t.http.post('/me/checkout', { cookie: u.cookie, json: { tierId: agent.tierId } })).status).toBe(201);
+      receiver.mode = 'hang';
+      const draining = drain(t);
+      await receiver.arrived(1); // subscription.created is in flight
+      const narrowed = await t.http.patch(`${base(agent.agentId)}/${webhookId}`, { cookie: admin.cookie, json: { events: ['subscription.canceled'] } });
+      expect(narrowed.status).toBe(200);
+      receiver.release(503);
+      await draining;
+      receiver.mode = { status: 204 };
+      await passBackoff(t, webhookId);
+      await drain(t);
+      const listed = await deliveries(t, admin, agent.agentId, webhookId);
+      expect(listed.map((d) => [d.eventType, d.status])).toEqual([['subscription.created', 'failed']]);
+      expect(receiver.accepted()).toEqual([]);
     } finally {
       t.clock.set(new Date());
       await receiver.close();
