@@ -410,6 +410,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 10,
+    name: "a reset link mailed to the old address outlives an admin's change of it (and verifies the new one)",
+    file: 'supabase/migrations/20261126002800_changed_email_is_unverified.sql',
+    find: "    delete from \"verification\" where identifier like 'reset-password:%' and value = new.id;",
+    replace: '    perform 1;',
+    tests: ['tests/identity/admin-email-change.test.ts'],
+  },
+  {
+    rule: 10,
     name: 'an admin marks an address verified',
     file: 'functions/auth/library-input.ts',
     find: "    if (field === 'emailVerified' && value === true) {",

@@ -7,6 +7,10 @@
 -- anonymous purchase paid with that address attached to it at once instead of mailing the address a claim link
 -- (contract.md, revision 2: verified owners). The library's own change-email flow is disabled; this holds for every
 -- writer of the row, present or future, in one place.
+--
+-- The account's pending password-reset links end with the change too (found by the review of this change): a reset
+-- verifies the account's address (the link proves the mailbox it was sent to), so a link mailed to the OLD address
+-- and used after the change made the account the verified owner of the new one, which nobody opened a link for.
 create function public.changed_email_is_unverified() returns trigger
 language plpgsql
 set search_path = public, pg_temp
@@ -14,6 +18,7 @@ as $$
 begin
   if new.email is distinct from old.email then
     new."emailVerified" := false;
+    delete from "verification" where identifier like 'reset-password:%' and value = new.id;
   end if;
   return new;
 end
