@@ -741,6 +741,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/metering/usage-continues.test.ts'],
   },
   {
+    rule: 14,
+    name: 'a reserve retried after a restart answers a hold still live on a counter not carried (the agent can never settle it)',
+    file: 'supabase/migrations/20261126002700_hold_retries_follow_continued_usage.sql',
+    find: '      perform 1 where false;',
+    replace: '      perform 1;',
+    tests: ['tests/metering/usage-continues.test.ts'],
+  },
+  {
     rule: 17,
     name: 'a batch keeps the arrival order of commits on one metric (periods locked in any order)',
     file: 'supabase/migrations/20261126001100_batch_order_follows_periods.sql',

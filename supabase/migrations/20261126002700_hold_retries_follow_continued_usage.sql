@@ -20,7 +20,8 @@
 --     (the old subscription's counters are carried and refuse writes). A live hold left on an old subscription (a
 --     rolling period the new subscription does not continue) is still not found, as before.
 --   - metering_reserve: a clientReqId not on the caller's subscription is looked up along the chain with
---     public.metering_continued_entry, before the counter lock, and a hit goes to the existing replay path: the same
+--     public.metering_continued_entry, before the counter lock (unless its hold is still live there: that one did not
+--     move and cannot be settled from here, so the retry makes a new hold, as before), and a hit goes to the existing replay path: the same
 --     amount and ttl answer the same reservation as it is now (replayed), a stored reserve_denied replays its 429,
 --     anything else is idempotency_conflict. The replay path's settling of an expired hold now acts only on a hold of
 --     the caller's subscription: a hold that ran out on an old subscription is answered expired (its state reads it
@@ -228,6 +229,16 @@ begin
   if not found and v_continued_from is not null then -- (changed in 20261126002700)
     select l.event, l.used, l.reserved, l.quota_limit, l.period_start, l.period_end, l.amount, l.details into v_prev -- (changed in 20261126002700)
     from public.metering_continued_entry(v_metric_id, v_continued_from, p_client_req_id) l; -- (changed in 20261126002700)
+    -- A hold still live on the subscription it was made on did not move here: its counter was not carried (a rolling
+    -- period this subscription does not continue, or any rolling counter after a paid subscription), so it counts
+    -- nowhere here and cannot be committed from here. The retry makes a hold of its own instead of answering one the
+    -- agent could never settle (found by the review of this change). PERFORM sets FOUND: no entry.
+    if found and v_prev.event = 'reserved' and exists ( -- (changed in 20261126002700, to the end if)
+         select 1 from public.usage_reservations r
+          where r.id = (v_prev.details ->> 'reservationId')::uuid and r.subscription_id <> v_sub_id
+            and r.status = 'held' and r.expires_at > p_now) then
+      perform 1 where false;
+    end if;
   end if; -- (changed in 20261126002700)
 
   if not found then

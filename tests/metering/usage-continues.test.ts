@@ -330,6 +330,36 @@ describe('holds and threshold notices continue with the counters (migration 2026
     expect(await usage(user, a)).toEqual({ sites: 0 });
   });
 
+  it('a reserve retried after a restart into a new period makes a hold of its own: the old one, still live, did not move', async () => {
+    // Found by the review of the retry lookup: the retry answered the old subscription's hold, `held`, as a replay,
+    // and every later call on that id answered 404 (only holds no longer live are found along the chain), so the
+    // agent was told its work was reserved and could never commit it.
+    t.clock.set('2026-03-10T12:00:00.000Z');
+    try {
+      const user = await signUp(t);
+      const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+      expect((await checkout(user, a.tierId)).status).toBe(201);
+      t.clock.set('2026-04-10T11:50:00.000Z'); // ten minutes before the free cycle's next period
+      const request = { clientReqId: reqId(), amount: 2, ttlSeconds: 3600 };
+      const held = await reserve(t, user, a.agentId, 'calls', request);
+      expect(held.status, held.text).toBe(201);
+      expect((await cancel(user, a.agentId)).status).toBe(200);
+      t.clock.set('2026-04-10T12:05:00.000Z'); // started again in the next period: its rolling counter is not carried
+      expect((await checkout(user, a.tierId)).status).toBe(201);
+      const retried = await reserve(t, user, a.agentId, 'calls', request);
+      expect([retried.status, retried.body.data.status, retried.headers.get('x-idempotent-replay')], retried.text).toEqual([201, 'held', null]);
+      expect(retried.body.data.id).not.toBe(held.body.data.id);
+      expect((await getReservation(t, user, a.agentId, retried.body.data.id)).status).toBe(200);
+      expect((await commit(t, user, a.agentId, retried.body.data.id, 2)).status).toBe(200);
+      expect(await usage(user, a)).toEqual({ calls: 2 });
+      // a retry of that reserve now is a replay of the new hold
+      const again = await reserve(t, user, a.agentId, 'calls', request);
+      expect([again.body.data.id, again.body.data.status, again.headers.get('x-idempotent-replay')]).toEqual([retried.body.data.id, 'committed', 'true']);
+    } finally {
+      t.clock.set('2026-03-10T12:00:00.000Z');
+    }
+  });
+
   it('attack: the agent cannot make the platform mail the user about a full quota again by restarting', async () => {
     // "One mail per period": before, the notices were per subscription, so hold the whole quota, release it,
     // cancel and start again sent the user another "You have used all of ..." mail each round, nothing used.
