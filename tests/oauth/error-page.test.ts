@@ -63,6 +63,18 @@ describe('without FRONTEND_URL', () => {
     expect(res.text).not.toContain('x'.repeat(301));
     expect(res.text).toContain('Sign-in could not continue.');
   });
+
+  test('attack: a made-up link cannot turn text around or hide it (bidirectional overrides, zero-width characters)', async () => {
+    // Found by a review: U+202E shows "\u202Enigol/elpmaxe.live//:sptth" as https://evil.example/login reversed.
+    const query = new URLSearchParams({
+      error: 'invalid_client',
+      error_description: 'Sign in again at \u202Enigol/elpmaxe.live//:sptth\u202C now\u200B\u2066 \u0430pple',
+    });
+    const res = await t.http.get(`/api/auth/error?${query}`);
+    expectOurPage(res);
+    expect(res.text).not.toMatch(/[\u202A-\u202E\u2066-\u2069\u200B-\u200F\u0430]/);
+    expect(res.text).toContain('invalid_client: Sign in again at nigol/elpmaxe.live//:sptth now pple');
+  });
 });
 
 describe('with FRONTEND_URL', () => {

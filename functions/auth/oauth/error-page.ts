@@ -14,8 +14,8 @@ import { escapeHtml } from '../../http/html.ts';
  * the authorization server's page, not one a front end replaces.
  *
  * The code and description come from the link, so anyone can make this page show them: the code is shown only
- * when it is a plain token (else `unknown`), the description only as escaped text, cut to 300 characters, below a
- * fixed explanation, and nothing on the page acts.
+ * when it is a plain token (else `unknown`), the description only as escaped printable ASCII, cut to 300 characters,
+ * below a fixed explanation and labelled as the link's, and nothing on the page acts.
  */
 
 const EXPLANATIONS: Record<string, string> = {
@@ -35,11 +35,14 @@ export function authorizationErrorPage() {
     const raw = c.req.query('error') ?? '';
     const code = /^[A-Za-z0-9_-]{1,64}$/.test(raw) ? raw : 'unknown';
     const explanation = EXPLANATIONS[code] ?? 'Sign-in could not continue.';
-    const description = (c.req.query('error_description') ?? '').replace(/\p{Cc}/gu, ' ').trim().slice(0, MAX_DESCRIPTION);
+    // Printable ASCII only: our descriptions and the library's are English, and anything else a made-up link could
+    // put here (bidirectional overrides that show `\u202Enigol/elpmaxe...` as an address it is not, zero-width
+    // characters, lookalike letters) is dropped (found by a review).
+    const description = (c.req.query('error_description') ?? '').replace(/[^\x20-\x7E]/g, '').trim().slice(0, MAX_DESCRIPTION);
     const detail = description ? `${escapeHtml(code)}: ${escapeHtml(description)}` : escapeHtml(code);
     const body = `<p>${escapeHtml(explanation)}</p>
   <p>Go back to the application and try again. If it keeps happening, tell the application's developers what is below.</p>
-  <p><small>Error: <code id="error">${detail}</code></small></p>`;
+  <p><small>Error, as the link that brought you here gave it: <code id="error">${detail}</code></small></p>`;
     return builtInPage(c, 400, 'Sign-in could not continue', body);
   });
   return router;
