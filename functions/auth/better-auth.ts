@@ -16,7 +16,7 @@ import {
   verificationLink,
   verificationMail,
 } from './account-mails.ts';
-import { assertMayInvite, assertWellFormedRole } from './invitation-rules.ts';
+import { assertInviteeMayBeMailed, assertMayInvite, assertWellFormedRole } from './invitation-rules.ts';
 import { ownsMostOrganizations, takeOrganizationCreation } from './organization-limits.ts';
 import { refuseBadLibraryInput } from './library-input.ts';
 import { mayMailRecipient } from './recipient-allowance.ts';
@@ -220,10 +220,12 @@ export function authOptions(deps: AuthDeps) {
           beforeCreateOrganization: async ({ user }) => {
             await takeOrganizationCreation(deps, user);
           },
-          // Verified inviters only, INVITATIONS_PER_DAY per inviter; roles exactly as the plugin's checks read them
-          // (invitation-rules.ts).
+          // Verified inviters only, INVITATIONS_PER_DAY per inviter, an hourly allowance per invited address; roles
+          // exactly as the plugin's checks read them (invitation-rules.ts).
           beforeCreateInvitation: async ({ inviter, invitation }) => {
             assertWellFormedRole(invitation.role);
+            // before the inviter's daily claim, so a refusal here leaves no claim counting against the inviter
+            await assertInviteeMayBeMailed(deps, inviter.id, invitation.email);
             await assertMayInvite(database.db, deps.clock, inviter);
           },
           beforeUpdateMemberRole: async ({ newRole }) => assertWellFormedRole(newRole),
@@ -232,9 +234,6 @@ export function authOptions(deps: AuthDeps) {
         },
         // A fixed subject: the organization's and the inviter's names are user text, quoted in the body only.
         sendInvitationEmail: async (data) => {
-          // Past the address's hourly allowance the invitation stands (the invitee may still accept it when signed in)
-          // but no mail goes out; the inviter's answer is the same.
-          if (!(await mayMailRecipient(deps, data.email, 'invitation', 'invitation'))) return;
           await mailer.enqueue(
             database.db,
             invitationMail(config, {

@@ -1,6 +1,8 @@
 import { APIError } from '@better-auth/core/error';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db } from '../platform/db.ts';
+import { takeToken } from '../platform/rate-limits.ts';
+import { sha256Hex } from './recipient-allowance.ts';
 
 /**
  * Who may send organization invitations (issue 10 finding 8: invitations relayed phishing). An invitation is a
@@ -41,6 +43,42 @@ export async function assertMayInvite(db: Db, clock: Clock, inviter: { id: strin
       limitPerDay: INVITATIONS_PER_DAY,
     },
     { 'Retry-After': String(retryAfterSec) },
+  );
+}
+
+/**
+ * How many invitations one address is mailed: at most INVITATIONS_PER_ADDRESS_PER_HOUR an hour from everyone, and
+ * at most INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR of those from one inviter (found by reviews: without the
+ * first, many verified accounts mailed one address without end; with only the first, one account re-inviting an
+ * address to its own organization used up the address's hour, and a real organization's invitation went unmailed
+ * with the same 200). Past either, the invitation is refused before it is made, 429 RATE_LIMITED with Retry-After,
+ * so its inviter knows it did not go. Counted in PostgreSQL (public.rate_limits) under the address's SHA-256, never
+ * the address; apart from the address's account mails (recipient-allowance.ts), so invitations cannot use up the hour
+ * in which its owner asks for a password reset.
+ */
+export const INVITATIONS_PER_ADDRESS_PER_HOUR = 10;
+export const INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR = 2;
+const HOUR_MS = 60 * 60 * 1000;
+
+export async function assertInviteeMayBeMailed(
+  deps: { database: { db: Db }; clock: Clock },
+  inviterId: string,
+  email: string,
+): Promise<void> {
+  const address = await sha256Hex(email.trim().toLowerCase());
+  const fromInviter = await takeToken(deps, `invite-from|${inviterId}|${address}`, INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR, HOUR_MS);
+  const verdict = fromInviter.allowed ? await takeToken(deps, `invite-to|${address}`, INVITATIONS_PER_ADDRESS_PER_HOUR, HOUR_MS) : fromInviter;
+  if (verdict.allowed) return;
+  throw new APIError(
+    'TOO_MANY_REQUESTS',
+    {
+      code: 'RATE_LIMITED',
+      message:
+        `This address may get ${INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR} invitations an hour from one inviter and ` +
+        `${INVITATIONS_PER_ADDRESS_PER_HOUR} from everyone; try again later`,
+      retryAfterSec: verdict.retryAfterSec,
+    },
+    { 'Retry-After': String(verdict.retryAfterSec) },
   );
 }
 

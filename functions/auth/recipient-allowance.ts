@@ -15,21 +15,12 @@ import type { Logger } from '../platform/logger.ts';
 export const MAILS_PER_RECIPIENT_PER_HOUR = 10;
 const HOUR_MS = 60 * 60 * 1000;
 
-/**
- * Organization invitations have an allowance of their own, the same size: each is sent by a verified account (20 a
- * day per inviter, rule 8), but many accounts could still mail one address without end (found by a review), and in
- * the account mails' allowance they could use up the hour in which the owner asks for a password reset.
- */
-export type RecipientAllowance = 'account' | 'invitation';
-
 export async function mayMailRecipient(
   deps: { database: Database; clock: Clock; logger: Logger },
   email: string,
   kind: string,
-  allowance: RecipientAllowance = 'account',
 ): Promise<boolean> {
-  const prefix = allowance === 'account' ? 'mail-to' : 'invite-to';
-  const verdict = await takeToken(deps, `${prefix}|${await sha256Hex(email.trim().toLowerCase())}`, MAILS_PER_RECIPIENT_PER_HOUR, HOUR_MS);
+  const verdict = await takeToken(deps, `mail-to|${await sha256Hex(email.trim().toLowerCase())}`, MAILS_PER_RECIPIENT_PER_HOUR, HOUR_MS);
   const allowed = verdict.allowed;
   if (!allowed) deps.logger.warn('account mail not sent: its address had its hourly allowance', { kind, retryAfterSec: verdict.retryAfterSec });
   return allowed;

@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
-import { INVITATIONS_PER_DAY } from '../../functions/auth/invitation-rules.ts';
-import { MAILS_PER_RECIPIENT_PER_HOUR } from '../../functions/auth/recipient-allowance.ts';
+import { INVITATIONS_PER_ADDRESS_PER_HOUR, INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR, INVITATIONS_PER_DAY } from '../../functions/auth/invitation-rules.ts';
 import { ORGANIZATIONS_PER_DAY, OWNED_ORGANIZATIONS } from '../../functions/auth/organization-limits.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { deliverMail, linkIn, mailsTo } from '../support/mail.ts';
@@ -257,23 +256,49 @@ describe('invitations', () => {
     expect(mailed).toHaveLength(INVITATIONS_PER_DAY);
   });
 
-  it(`attack: many inviters mail one address ${MAILS_PER_RECIPIENT_PER_HOUR} invitations an hour, and its password reset still goes out`, async () => {
+  it(`attack: many inviters mail one address ${INVITATIONS_PER_ADDRESS_PER_HOUR} invitations an hour, each at most ${INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR}; the rest are refused, said so`, async () => {
     // Each inviter has 20 a day, but nothing bounded what one address received from many of them (found by a review).
     const victim = await verifiedUser('Victim');
-    const answers: number[] = [];
-    for (let i = 0; i < 3; i++) {
+    const answers: number[][] = [];
+    for (let i = 0; i < 6; i++) {
       const inviter = await verifiedUser(`Inviter ${i}`);
       const org = await createOrg(inviter);
-      for (let j = 0; j < 5; j++) answers.push((await invite(inviter, org.id, victim.email)).status);
+      const mine: number[] = [];
+      for (let j = 0; j < 3; j++) {
+        const res = await invite(inviter, org.id, victim.email);
+        mine.push(res.status);
+        if (res.status === 429) {
+          expect(res.body.code).toBe('RATE_LIMITED');
+          expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+        }
+      }
+      answers.push(mine);
+      if (i === 5) expect(await invitationRows(inviter.userId)).toBe(0); // a refused invitation is not made
     }
-    // The invitations stand (the answers are as before; the victim may still accept one signed in)...
-    expect(answers.every((s) => s === 200)).toBe(true);
-    // ...and the mails stop at the address's hourly allowance for invitations
+    // two from each inviter, the third refused; the sixth inviter finds the address's hour used up
+    expect(answers).toEqual([...Array(5).fill([200, 200, 429]), [429, 429, 429]]);
     const invitations = (await mailsTo(t, victim.email)).filter((m) => /invit/i.test(m.subject));
-    expect(invitations).toHaveLength(MAILS_PER_RECIPIENT_PER_HOUR);
+    expect(invitations).toHaveLength(INVITATIONS_PER_ADDRESS_PER_HOUR);
     // which is not the account mails' allowance: the owner's password reset is mailed
     expect((await t.http.post('/api/auth/request-password-reset', { json: { email: victim.email } })).status).toBe(200);
     expect((await mailsTo(t, victim.email)).filter((m) => /reset/i.test(m.subject))).toHaveLength(1);
+  });
+
+  it("attack: one account re-inviting an address to its own organization cannot use up the address's hour", async () => {
+    // Found by the review of the first version, which counted the address alone: ten re-invitations from a junk
+    // organization, and a real organization's invitation in that hour went unmailed with the same 200.
+    const newcomer = address('newcomer'); // no account yet: the mail is the only way they learn of it
+    const attacker = await verifiedUser('Attacker');
+    const junk = await createOrg(attacker, 'Junk');
+    const tries = [];
+    for (let i = 0; i < INVITATIONS_PER_ADDRESS_PER_HOUR; i++) tries.push((await invite(attacker, junk.id, newcomer)).status);
+    expect(tries).toEqual([200, 200, ...Array(INVITATIONS_PER_ADDRESS_PER_HOUR - 2).fill(429)]);
+    const employer = await verifiedUser('Employer');
+    const acme = await createOrg(employer, 'Acme Robotics');
+    expect((await invite(employer, acme.id, newcomer)).status).toBe(200);
+    const mails = await mailsTo(t, newcomer);
+    expect(mails.filter((m) => m.text.includes('Junk'))).toHaveLength(2);
+    expect(mails.filter((m) => m.text.includes('Acme Robotics'))).toHaveLength(1);
   });
 
   it('attack: an admin cannot make an owner by spelling the role with a space, nor use such a role stored before the rule', async () => {
