@@ -3,10 +3,12 @@ import { createAuthMiddleware, isAPIError } from 'better-auth/api';
 import { admin, jwt, openAPI, organization } from 'better-auth/plugins';
 import { adminAc, defaultStatements, userAc } from 'better-auth/plugins/admin/access';
 import { createAccessControl } from 'better-auth/plugins/access';
+import { queueAfterTransactionHook } from '@better-auth/core/context';
 import { oauthProvider } from '@better-auth/oauth-provider';
 import type { Clock } from '../platform/clock.ts';
 import type { Config } from '../platform/config.ts';
 import { isConnectionLost, isTransientConflict, sql, type Database } from '../platform/db.ts';
+import { ApiError, isUniqueViolation } from '../http/errors.ts';
 import type { Logger } from '../platform/logger.ts';
 import type { Mailer } from '../platform/mailer.ts';
 import {
@@ -57,6 +59,18 @@ export interface AuthDeps {
   mailer: Mailer;
 }
 
+/**
+ * Work of the library's mail hooks, run once the library's transaction (sign-up runs whole in one) has committed,
+ * and at once outside one. The hooks query the pool: inside the transaction each sign-up held one connection and
+ * waited for a second, so as many sign-ups at once as the pool has connections (10, within one address's sign-up
+ * limit) held them all, and no request touching the database was answered until PostgreSQL's idle-in-transaction
+ * timeout ended them a minute later (found by a review). A mail for a sign-up that rolls back is not queued either.
+ */
+const afterLibraryCommit = (work: () => Promise<void>): Promise<void> => queueAfterTransactionHook(work);
+
+/** A line of the library's log, cut to 1,000 characters. */
+const clip = (text: string): string => (text.length > 1000 ? `${text.slice(0, 1000)}... (${text.length} characters)` : text);
+
 /** Origins whose browsers may use the session cookie on state-changing requests. */
 export function trustedOrigins(config: Config): string[] {
   const origins = [new URL(config.publicBaseUrl).origin];
@@ -94,10 +108,13 @@ export function authOptions(deps: AuthDeps) {
     trustedOrigins: trustedOrigins(config),
     // Our own limiter (functions/http/rate-limit.ts) answers 429 in the API envelope with Retry-After.
     rateLimit: { enabled: false },
+    // The library logs refused client input at `error`, with the caller's whole value in the message (a refused
+    // callbackURL of 900 KB made one error line of 900 KB; found by a review): its lines are at most `warn` here, cut
+    // to 1,000 characters each. A failure on our side reaches onAPIError below, logged at `error` there.
     logger: {
       level: 'warn',
       log: (level, message, ...args) =>
-        logger.log(level, `better-auth: ${message}`, args.length ? { args: args.map(String) } : {}),
+        logger.log(level === 'error' ? 'warn' : level, `better-auth: ${clip(String(message))}`, args.length ? { args: args.map((a) => clip(String(a))) } : {}),
     },
     // A lost database connection inside the library, or a transaction PostgreSQL ended in a deadlock or a
     // serialization conflict, goes on to the app's error handler, which answers 503 UNAVAILABLE with Retry-After
@@ -106,6 +123,11 @@ export function authOptions(deps: AuthDeps) {
     onAPIError: {
       onError: (err) => {
         if (isConnectionLost(err) || isTransientConflict(err)) throw err;
+        // The library checks a unique value (an organization's slug) and then inserts it: two requests at once both
+        // pass the check, and the second insert fails. That is the contract's 409 CONFLICT, not a 500 (found by a review).
+        if (isUniqueViolation(err)) {
+          throw new ApiError('CONFLICT', 'Another request just wrote the same unique value (e.g. an organization slug); choose another and retry');
+        }
         if (isAPIError(err) && err.status !== 'INTERNAL_SERVER_ERROR') return;
         logger.error('better-auth: request failed', { err });
       },
@@ -129,10 +151,11 @@ export function authOptions(deps: AuthDeps) {
       sendOnSignUp: true,
       autoSignInAfterVerification: false,
       expiresIn: 24 * 60 * 60,
-      sendVerificationEmail: async ({ user, url, token }) => {
-        if (!(await mayMailRecipient(deps, user.email, 'verification'))) return;
-        await mailer.enqueue(database.db, verificationMail(config, user.email, verificationLink(config, url, token)));
-      },
+      sendVerificationEmail: ({ user, url, token }) =>
+        afterLibraryCommit(async () => {
+          if (!(await mayMailRecipient(deps, user.email, 'verification'))) return;
+          await mailer.enqueue(database.db, verificationMail(config, user.email, verificationLink(config, url, token)));
+        }),
     },
     emailAndPassword: {
       enabled: true,
@@ -141,10 +164,11 @@ export function authOptions(deps: AuthDeps) {
       // autoSignIn is false); the owner of that address gets a mail instead. The new user signs in next.
       autoSignIn: false,
       requireEmailVerification: false,
-      onExistingUserSignUp: async ({ user }) => {
-        if (!(await mayMailRecipient(deps, user.email, 'existing-account sign-up'))) return;
-        await mailer.enqueue(database.db, existingAccountSignUpMail(config, user.email));
-      },
+      onExistingUserSignUp: ({ user }) =>
+        afterLibraryCommit(async () => {
+          if (!(await mayMailRecipient(deps, user.email, 'existing-account sign-up'))) return;
+          await mailer.enqueue(database.db, existingAccountSignUpMail(config, user.email));
+        }),
       // The library's made-up user for an existing address carries the admin plugin's fields too, as a real
       // new user's record does, so the two answers have the same keys.
       customSyntheticUser: ({ coreFields, additionalFields, id }) => ({
@@ -169,17 +193,18 @@ export function authOptions(deps: AuthDeps) {
         await sql`update "user" set "emailVerified" = true where id = ${user.id} and not "emailVerified"`.execute(database.db);
       },
       resetPasswordTokenExpiresIn: 60 * 60,
-      sendResetPassword: async ({ user, url }) => {
-        if (!(await mayMailRecipient(deps, user.email, 'password reset'))) return;
-        await mailer.enqueue(database.db, {
-          to: user.email,
-          subject: 'Reset your Agent Marketplace password',
-          text:
-            `Someone (hopefully you) asked to reset the password of ${user.email}.\n\n` +
-            `Open this link within an hour to choose a new password:\n${passwordResetLink(config, url)}\n\n` +
-            `If it wasn't you, ignore this mail: your password stays as it is.\n`,
-        });
-      },
+      sendResetPassword: ({ user, url }) =>
+        afterLibraryCommit(async () => {
+          if (!(await mayMailRecipient(deps, user.email, 'password reset'))) return;
+          await mailer.enqueue(database.db, {
+            to: user.email,
+            subject: 'Reset your Agent Marketplace password',
+            text:
+              `Someone (hopefully you) asked to reset the password of ${user.email}.\n\n` +
+              `Open this link within an hour to choose a new password:\n${passwordResetLink(config, url)}\n\n` +
+              `If it wasn't you, ignore this mail: your password stays as it is.\n`,
+          });
+        }),
     },
     hooks: {
       // change-password: the trigger ends every session, the caller's too, so the library is told to start a
@@ -187,15 +212,17 @@ export function authOptions(deps: AuthDeps) {
       // caller would be left holding a cookie that no longer works after "success".
       before: createAuthMiddleware(async (ctx) => {
         refuseBadLibraryInput(ctx.path, ctx.body, ctx.query);
+        // (Only the flag: the library merges the returned body into the request's, and merging a copy of the whole
+        // body walked every level of it: a body nested 20,000 deep overflowed the stack, a 500; found by a review.)
         if (ctx.path === '/change-password' && ctx.body && typeof ctx.body === 'object') {
-          return { context: { body: { ...ctx.body, revokeOtherSessions: true } } };
+          return { context: { body: { revokeOtherSessions: true } } };
         }
         // invite-member with `resend`: the library would mail the pending invitation again without creating one,
         // past the per-inviter limit; without the flag it replaces the invitation (cancelPendingInvitationsOnReInvite)
         // through beforeCreateInvitation, which counts it.
         // (The returned body is merged into the request's, so the flag is set to false rather than removed.)
         if (ctx.path === '/organization/invite-member' && ctx.body && typeof ctx.body === 'object' && 'resend' in ctx.body) {
-          return { context: { body: { ...ctx.body, resend: false } } };
+          return { context: { body: { resend: false } } };
         }
       }),
     },

@@ -19,11 +19,22 @@ import { APIError } from '@better-auth/core/error';
  *     on sign-up, update-user, the admin's create-user and update-user, and organization create and update; an
  *     email address the library stores at most 320 characters (sign-up, create-user, and an organization
  *     invitation, which is also mailed), and a ban's reason at most 1,000 (ban-user, update-user);
+ *   * any body nested more than 32 levels deep (the library deep-merges bodies: 20,000 levels overflowed the stack), an
+ *     `oauth_query` that is not a string (the OAuth provider reads it from any auth POST), and a user field named
+ *     like an Object.prototype member (`__proto__`, `constructor`): each was a 500;
  *   * an admin cannot mark an address verified (create-user, update-user: `data.emailVerified: true`); and an admin's
  *     change of a user's email leaves the account unverified (the trigger of migration 20261126002800).
  * Called from the library's before hook (better-auth.ts) with the endpoint's path, body and query.
  */
 export function refuseBadLibraryInput(path: string, body: unknown, query: unknown): void {
+  // Before any other check, which would walk the body: the library deep-merges and copies bodies, and a body nested
+  // 20,000 deep overflowed the stack (a 500; found by a review). No endpoint of the library reads deeper than a few.
+  if (nestedDeeperThan(body, MAX_BODY_DEPTH)) throw invalid('body', `the body may be nested at most ${MAX_BODY_DEPTH} levels deep`);
+  // The OAuth provider reads `oauth_query` (the signed authorization query) from any auth POST that carries it, with
+  // new URLSearchParams: an array or an object there was a TypeError, a 500 (found by a review).
+  if (isRecord(body) && body.oauth_query !== undefined && typeof body.oauth_query !== 'string') {
+    throw invalid('oauth_query', 'oauth_query must be the query string the authorization server signed');
+  }
   if (path === '/admin/set-role' && isRecord(body)) refuseUnknownRole('role', body.role);
   if (path === '/admin/create-user' && isRecord(body) && body.role !== undefined) refuseUnknownRole('role', body.role);
   if (path === '/admin/create-user' && isRecord(body) && !USER_FIELDS.name!(body.name)) throw invalid('name', NAME_RULE);
@@ -151,7 +162,8 @@ function nestedAtMost(value: unknown, maxDepth: number): boolean {
 
 function refuseBadUserData(data: Record<string, unknown>): void {
   for (const [field, value] of Object.entries(data)) {
-    const fits = USER_FIELDS[field];
+    // own keys only: `__proto__` or `constructor` found the object's prototype (a 500, and a pass; found by a review)
+    const fits = Object.hasOwn(USER_FIELDS, field) ? USER_FIELDS[field] : undefined;
     if (field === 'id') throw invalid('data.id', "a user's id cannot be changed");
     // Only an address's owner verifies it, by the link mailed to it: a verified address attaches anonymous purchases
     // and accepts invitations made out to it (contract: verified owners), so an admin's word (asked by someone
@@ -162,6 +174,20 @@ function refuseBadUserData(data: Record<string, unknown>): void {
     if (!fits) throw invalid(`data.${field}`, `${field} is not a user field (${Object.keys(USER_FIELDS).join(', ')})`);
     if (!fits(value)) throw invalid(`data.${field}`, `${field} has the wrong type or value`);
   }
+}
+
+const MAX_BODY_DEPTH = 32;
+
+/** Whether `value` holds arrays or objects nested more than `limit` levels deep (iterative: no stack to overflow). */
+function nestedDeeperThan(value: unknown, limit: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 0]];
+  while (stack.length > 0) {
+    const [item, depth] = stack.pop()!;
+    if (item === null || typeof item !== 'object') continue;
+    if (depth >= limit) return true;
+    for (const child of Object.values(item)) stack.push([child, depth + 1]);
+  }
+  return false;
 }
 
 // Date.UTC reads the years 0-99 as 1900-1999, so the first day is spelled out.

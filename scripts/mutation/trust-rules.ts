@@ -209,6 +209,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/identity/rate-limit.test.ts'],
   },
   {
+    rule: 7,
+    name: "the library's mail hooks take a second connection inside its sign-up transaction (a burst holds the pool)",
+    file: 'functions/auth/better-auth.ts',
+    find: 'const afterLibraryCommit = (work: () => Promise<void>): Promise<void> => queueAfterTransactionHook(work);',
+    replace: 'const afterLibraryCommit = (work: () => Promise<void>): Promise<void> => work();',
+    tests: ['tests/identity/sign-up-burst.pg-only.test.ts'],
+  },
+  {
     rule: 8,
     name: 'unverified users may invite',
     file: 'functions/auth/invitation-rules.ts',

@@ -347,6 +347,14 @@ export function oauthProtocolRoutes() {
       token ??= form.get('access_token') ?? undefined;
       forwarded = formRequest(request, form, { clientAuthentication: false });
     }
+    // A token is RFC 6750's b64token: anything else (a form value with a line break or a character above U+00FF)
+    // cannot even be put in a header to check it, which was a 500 (found by a review).
+    if (token && !/^[A-Za-z0-9\-._~+/]+=*$/.test(token)) {
+      return Response.json(
+        { error: 'invalid_token', error_description: 'The access token holds characters no token has' },
+        { status: 401, headers: { ...NO_STORE, 'www-authenticate': `Bearer error="invalid_token"` } },
+      );
+    }
     if (token) {
       // The check every API route makes of a bearer token (authenticator.ts): signed by a key we hold, not expired,
       // not revoked, its user not banned, its client and agent live. It verifies the signature before it reads
