@@ -29,7 +29,7 @@ import { APIError } from '@better-auth/core/error';
 export function refuseBadLibraryInput(path: string, body: unknown, query: unknown): void {
   // Before any other check, which would walk the body: the library deep-merges and copies bodies, and a body nested
   // 20,000 deep overflowed the stack (a 500; found by a review). No endpoint of the library reads deeper than a few.
-  if (nestedDeeperThan(body, MAX_BODY_DEPTH)) throw invalid('body', `the body may be nested at most ${MAX_BODY_DEPTH} levels deep`);
+  if (!nestedAtMost(body, MAX_BODY_DEPTH)) throw invalid('body', `the body may be nested at most ${MAX_BODY_DEPTH} levels deep`);
   // The OAuth provider reads `oauth_query` (the signed authorization query) from any auth POST that carries it, with
   // new URLSearchParams: an array or an object there was a TypeError, a 500 (found by a review).
   if (isRecord(body) && body.oauth_query !== undefined && typeof body.oauth_query !== 'string') {
@@ -177,18 +177,6 @@ function refuseBadUserData(data: Record<string, unknown>): void {
 }
 
 const MAX_BODY_DEPTH = 32;
-
-/** Whether `value` holds arrays or objects nested more than `limit` levels deep (iterative: no stack to overflow). */
-function nestedDeeperThan(value: unknown, limit: number): boolean {
-  const stack: Array<[unknown, number]> = [[value, 0]];
-  while (stack.length > 0) {
-    const [item, depth] = stack.pop()!;
-    if (item === null || typeof item !== 'object') continue;
-    if (depth >= limit) return true;
-    for (const child of Object.values(item)) stack.push([child, depth + 1]);
-  }
-  return false;
-}
 
 // Date.UTC reads the years 0-99 as 1900-1999, so the first day is spelled out.
 const FIRST_DAY = Date.parse('0001-01-01T00:00:00Z');
