@@ -2,6 +2,7 @@ import { APIError } from '@better-auth/core/error';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import { takeToken } from '../platform/rate-limits.ts';
+import { libraryRateLimited } from './library-errors.ts';
 import { sha256Hex } from './recipient-allowance.ts';
 
 /**
@@ -34,16 +35,9 @@ export async function assertMayInvite(db: Db, clock: Clock, inviter: { id: strin
   if (!row?.retry_at) return;
   // (The library stamps invitations with the real time; the service clock may differ a little: bounded by the window.)
   const retryAfterSec = Math.min(WINDOW_MS / 1000, Math.max(1, Math.ceil((new Date(row.retry_at).getTime() - now.getTime()) / 1000)));
-  throw new APIError(
-    'TOO_MANY_REQUESTS',
-    {
-      code: 'RATE_LIMITED',
-      message: `You can send ${INVITATIONS_PER_DAY} invitations a day; try again later`,
-      retryAfterSec,
-      limitPerDay: INVITATIONS_PER_DAY,
-    },
-    { 'Retry-After': String(retryAfterSec) },
-  );
+  throw libraryRateLimited(`You can send ${INVITATIONS_PER_DAY} invitations a day; try again later`, retryAfterSec, {
+    limitPerDay: INVITATIONS_PER_DAY,
+  });
 }
 
 /**
@@ -69,16 +63,10 @@ export async function assertInviteeMayBeMailed(
   const fromInviter = await takeToken(deps, `invite-from|${inviterId}|${address}`, INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR, HOUR_MS);
   const verdict = fromInviter.allowed ? await takeToken(deps, `invite-to|${address}`, INVITATIONS_PER_ADDRESS_PER_HOUR, HOUR_MS) : fromInviter;
   if (verdict.allowed) return;
-  throw new APIError(
-    'TOO_MANY_REQUESTS',
-    {
-      code: 'RATE_LIMITED',
-      message:
-        `This address may get ${INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR} invitations an hour from one inviter and ` +
-        `${INVITATIONS_PER_ADDRESS_PER_HOUR} from everyone; try again later`,
-      retryAfterSec: verdict.retryAfterSec,
-    },
-    { 'Retry-After': String(verdict.retryAfterSec) },
+  throw libraryRateLimited(
+    `This address may get ${INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR} invitations an hour from one inviter and ` +
+      `${INVITATIONS_PER_ADDRESS_PER_HOUR} from everyone; try again later`,
+    verdict.retryAfterSec,
   );
 }
 

@@ -1,4 +1,4 @@
-import { APIError } from '@better-auth/core/error';
+import { libraryRateLimited } from './library-errors.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Database } from '../platform/db.ts';
 import { takeToken } from '../platform/rate-limits.ts';
@@ -32,14 +32,7 @@ export async function ownsMostOrganizations(database: Database, user: { id: stri
 export async function takeOrganizationCreation(deps: { database: Database; clock: Clock }, user: { id: string }): Promise<void> {
   const verdict = await takeToken(deps, `organization-create|${user.id}`, ORGANIZATIONS_PER_DAY, DAY_MS);
   if (verdict.allowed) return;
-  throw new APIError(
-    'TOO_MANY_REQUESTS',
-    {
-      code: 'RATE_LIMITED',
-      message: `You can create ${ORGANIZATIONS_PER_DAY} organizations a day; try again later`,
-      retryAfterSec: verdict.retryAfterSec,
-      limitPerDay: ORGANIZATIONS_PER_DAY,
-    },
-    { 'Retry-After': String(verdict.retryAfterSec) },
-  );
+  throw libraryRateLimited(`You can create ${ORGANIZATIONS_PER_DAY} organizations a day; try again later`, verdict.retryAfterSec, {
+    limitPerDay: ORGANIZATIONS_PER_DAY,
+  });
 }
