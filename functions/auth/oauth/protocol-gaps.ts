@@ -349,12 +349,7 @@ export function oauthProtocolRoutes() {
     }
     // A token is RFC 6750's b64token: anything else (a form value with a line break or a character above U+00FF)
     // cannot even be put in a header to check it, which was a 500 (found by a review).
-    if (token && !/^[A-Za-z0-9\-._~+/]+=*$/.test(token)) {
-      return Response.json(
-        { error: 'invalid_token', error_description: 'The access token holds characters no token has' },
-        { status: 401, headers: { ...NO_STORE, 'www-authenticate': `Bearer error="invalid_token"` } },
-      );
-    }
+    if (token && !/^[A-Za-z0-9\-._~+/]+=*$/.test(token)) return invalidToken('The access token holds characters no token has');
     if (token) {
       // The check every API route makes of a bearer token (authenticator.ts): signed by a key we hold, not expired,
       // not revoked, its user not banned, its client and agent live. It verifies the signature before it reads
@@ -364,10 +359,7 @@ export function oauthProtocolRoutes() {
         await authenticator.authenticate(new Request(request.url, { headers: { authorization: `Bearer ${token}` } }));
       } catch (err) {
         if (!(err instanceof ApiError) || err.status !== 401) throw err;
-        return Response.json(
-          { error: 'invalid_token', error_description: err.message },
-          { status: 401, headers: { ...NO_STORE, 'www-authenticate': `Bearer error="invalid_token"` } },
-        );
+        return invalidToken(err.message);
       }
     }
     return library(c, forwarded);
@@ -527,6 +519,14 @@ function toBoolean(value: unknown): boolean | undefined {
   if (value === true || value === 'true') return true;
   if (value === false || value === 'false') return false;
   return undefined;
+}
+
+/** userinfo's refusal of a token (RFC 6750 §3.1), in the RFC's shape. */
+function invalidToken(description: string): Response {
+  return Response.json(
+    { error: 'invalid_token', error_description: description },
+    { status: 401, headers: { ...NO_STORE, 'www-authenticate': `Bearer error="invalid_token"` } },
+  );
 }
 
 /** A JSON array of strings as the library's adapter stores one (an array, or a JSON string inside the jsonb). */
