@@ -3073,6 +3073,13 @@ export type Database = {
           "verifications": number;
         }[];
       };
+      "subscription_continued_chain": {
+        Args: { "p_continued_from": string };
+        Returns: {
+          "depth": number;
+          "subscription_id": string;
+        }[];
+      };
       "subscription_grants_access": {
         Args: { "p_status": string };
         Returns: boolean;

@@ -735,9 +735,17 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'a commit or release retried after a restart looks its hold up on the new subscription only (404)',
-    file: 'supabase/migrations/20261126002700_hold_retries_follow_continued_usage.sql',
+    file: 'supabase/migrations/20261127000100_one_walk_along_continued_usage.sql',
     find: "    where r.id = p_reservation_id and (r.status <> 'held' or r.expires_at <= p_now)",
     replace: '    where false',
+    tests: ['tests/metering/usage-continues.test.ts'],
+  },
+  {
+    rule: 14,
+    name: 'the walk along continued_from stops at the subscription continued directly (a retry after two restarts counts again)',
+    file: 'supabase/migrations/20261127000100_one_walk_along_continued_usage.sql',
+    find: '     where c.depth < 100',
+    replace: '     where c.depth < 1',
     tests: ['tests/metering/usage-continues.test.ts'],
   },
   {
