@@ -1,10 +1,10 @@
-import { serve } from '@hono/node-server';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { startingHandler } from '../functions/health/starting.ts';
 import { ConfigError, loadConfig, type Config } from '../functions/platform/config.ts';
 import type { Database } from '../functions/platform/db.ts';
 import { createLogger } from '../functions/platform/logger.ts';
-import { answerRefusedRequestsInEnvelope, localDocsScript, openConfiguredDatabase, surviveLostDatabaseConnections, withPersistedSecret } from '../functions/platform/node-runtime.ts';
+import { envelopeHttpServer, localDocsScript, openConfiguredDatabase, surviveLostDatabaseConnections, withPersistedSecret } from '../functions/platform/node-runtime.ts';
 import { withDemoAdmin } from './demo-admin.ts';
 
 /**
@@ -37,12 +37,13 @@ async function main() {
   let handle: Handler = startingHandler({ config, logger, startedAt });
   let database: Database | undefined;
   let stopBackgroundWork: (() => Promise<void>) | undefined;
-  const server = serve({ fetch: (request, env) => handle(request, env), port: config.port, hostname: config.host }, (info) => {
+  const server = envelopeHttpServer((request, env) => handle(request, env), logger, config.host);
+  server.listen(config.port, config.host, () => {
+    const info = server.address() as AddressInfo;
     logger.info('listening', { url: config.publicBaseUrl, port: info.port, pid: process.pid, node: process.version });
     console.log(`\n  Agent Marketplace API listening on ${config.publicBaseUrl}  (docs: ${config.publicBaseUrl}/docs)`);
     console.log(`  Preparing the database: ${databaseKind} ...\n`);
   });
-  answerRefusedRequestsInEnvelope(server, logger);
   server.on('error', (err) => {
     console.error(`Cannot listen on port ${config.port}: ${err.message}`);
     process.exit(1);

@@ -3,8 +3,10 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { randomBytes, randomUUID } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { getRequestListener } from '@hono/node-server';
 import { failure } from '../http/envelope.ts';
 import { isConnectionLost, openPostgres, type Database } from './db.ts';
 import type { Config } from './config.ts';
@@ -95,6 +97,42 @@ export function surviveLostDatabaseConnections(logger: Logger): void {
 }
 
 /**
+ * The HTTP server `npm start` (and every test) serves the app with: @hono/node-server's request listener on a Node
+ * server whose every refusal answers the envelope. `defaultHostname` is the host a request without a Host header
+ * is taken to name (as the adapter's own `serve` passes its bind address).
+ */
+export function envelopeHttpServer(
+  fetch: (request: Request, env: unknown) => Response | Promise<Response>,
+  logger: Logger,
+  defaultHostname?: string,
+): Server {
+  const server = createServer(getRequestListener(fetch, { hostname: defaultHostname, errorHandler: unreadableRequestInEnvelope(logger) }));
+  answerRefusedRequestsInEnvelope(server, logger);
+  return server;
+}
+
+/**
+ * What the adapter cannot turn into a Request (a Host header or a request target that is no URL, a backslash in
+ * the path) answers 400 in the envelope instead of the adapter's empty 400. The adapter's reason is one of its own
+ * fixed sentences (never the request's bytes), so it is safe to repeat and to log. Anything else reaching here was
+ * thrown by the app's fetch before it returned a response (Hono's onError answers everything thrown inside a
+ * route): a 500 in the envelope, logged.
+ */
+function unreadableRequestInEnvelope(logger: Logger): (err: unknown) => Response {
+  return (err) => {
+    const requestId = randomUUID();
+    const headers = { 'content-type': 'application/json', 'x-request-id': requestId };
+    if (err instanceof Error && err.name === 'RequestError') {
+      logger.warn('request refused: its URL cannot be read', { status: 400, reason: err.message, requestId });
+      const message = `The request's URL cannot be read (${err.message})`;
+      return new Response(JSON.stringify(failure('VALIDATION_ERROR', message, { issues: [{ path: 'request', message }], requestId })), { status: 400, headers });
+    }
+    logger.error('the app threw before answering', { err, requestId });
+    return new Response(JSON.stringify(failure('INTERNAL', 'Internal error', { requestId })), { status: 500, headers });
+  };
+}
+
+/**
  * What Node's HTTP parser refuses before any handler runs gets the envelope too. Headers past Node's limit
  * (16 KiB, `--max-http-header-size`) answer 431, a request that does not arrive in time (Node's headersTimeout and
  * requestTimeout) 408, anything the
@@ -103,7 +141,7 @@ export function surviveLostDatabaseConnections(logger: Logger): void {
  * one warning it logs (the parser's error code and the peer's address, never the request's bytes: they may hold
  * a credential). A socket that is already gone is just closed.
  */
-export function answerRefusedRequestsInEnvelope(server: { on(event: 'clientError', listener: (err: Error, socket: Duplex) => void): unknown }, logger: Logger): void {
+function answerRefusedRequestsInEnvelope(server: Server, logger: Logger): void {
   server.on('clientError', (err, socket) => {
     const code = (err as NodeJS.ErrnoException).code;
     // As Node's own handler: nothing is written into a response already under way on this connection (pipelining).

@@ -215,8 +215,15 @@ describe('npm start', () => {
       const garbage = await rawRequest(running.baseUrl, 'HELLO /health\r\n\r\n');
       expect(garbage.status).toBe(400);
       expect(garbage.body).toMatchObject({ status: 'error', error: { code: 'VALIDATION_ERROR', details: { issues: [{ path: 'request' }] } } });
+      // and so does what the HTTP adapter cannot make a URL of (it answered an empty 400)
+      const unreadable = await rawRequest(running.baseUrl, 'GET /health HTTP/1.1\r\nHost: exa mple\r\nConnection: close\r\n\r\n');
+      expect([unreadable.status, unreadable.body]).toMatchObject([
+        400,
+        { status: 'error', data: null, error: { code: 'VALIDATION_ERROR', details: { issues: [{ path: 'request' }], requestId: unreadable.requestId } } },
+      ]);
+      expect(unreadable.requestId).not.toBe('');
       await until('the warnings', running, async () =>
-        running.output().includes(`"requestId":"${garbage.requestId}"`) && running.output().includes(`"requestId":"${huge.requestId}"`) ? true : undefined,
+        [garbage, huge, unreadable].every((r) => running.output().includes(`"requestId":"${r.requestId}"`)) ? true : undefined,
       );
       expect(running.output()).toContain('"msg":"request refused by the HTTP parser","status":431');
       expect(running.output()).not.toContain('tttttttt');

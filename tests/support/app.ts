@@ -1,4 +1,3 @@
-import { createAdaptorServer } from '@hono/node-server';
 import type { AddressInfo } from 'node:net';
 import { createApp, type App } from '../../functions/app.ts';
 import { buildDeps, type BuiltDeps } from '../../functions/deps.ts';
@@ -6,7 +5,7 @@ import { TestClock } from '../../functions/platform/clock.ts';
 import { loadConfig } from '../../functions/platform/config.ts';
 import type { Database, Db } from '../../functions/platform/db.ts';
 import { memoryLogger } from '../../functions/platform/logger.ts';
-import { localDocsScript } from '../../functions/platform/node-runtime.ts';
+import { envelopeHttpServer, localDocsScript } from '../../functions/platform/node-runtime.ts';
 import { createTestDatabase, type TestDatabase } from './databases.ts';
 import { HttpClient } from './http.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -53,7 +52,8 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   // The port is bound first (port 0: the kernel picks a free one) and the app attached once built, since the
   // config needs the URL. Asking for a free port and binding it later raced with other test files (EADDRINUSE).
   let handle: (request: Request, env: unknown) => Response | Promise<Response> = () => new Response('starting', { status: 503 });
-  const server = createAdaptorServer({ fetch: (request, env) => handle(request, env) }) as import('node:http').Server;
+  const logger = memoryLogger();
+  const server = envelopeHttpServer((request, env) => handle(request, env), logger);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => resolve());
@@ -70,7 +70,6 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   });
   const docsScript = localDocsScript();
   const clock = new TestClock(options.now ? new Date(options.now) : new Date());
-  const logger = memoryLogger();
   // Local uploads go to a temporary directory per app (removed on close), as `npm start` uses .data/uploads.
   const uploadsDir = mkdtempSync(join(tmpdir(), 'mkt-uploads-'));
   // No background loops whatever NODE_ENV a test simulates: tests deliver mail and webhooks themselves. With a
