@@ -1,7 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { serve, type ServerType } from '@hono/node-server';
 import postgres from 'postgres';
 // @ts-expect-error autocannon ships no types
 import autocannonUntyped from 'autocannon';
@@ -10,6 +9,7 @@ import { buildDeps } from '../../functions/deps.ts';
 import { loadConfig } from '../../functions/platform/config.ts';
 import type { openPostgres } from '../../functions/platform/db.ts';
 import { createLogger } from '../../functions/platform/logger.ts';
+import { envelopeHttpServer } from '../../functions/platform/node-runtime.ts';
 import { freePort } from '../postgres-server.ts';
 import type { HttpClient } from '../../tests/support/http.ts';
 import type { OpenLoopPlan, OpenLoopResult } from './open-loop.ts';
@@ -103,11 +103,12 @@ export async function serveAppInProcess(
   const port = await freePort();
   const baseUrl = `http://127.0.0.1:${port}`;
   const config = loadConfig({ PORT: String(port), PUBLIC_BASE_URL: baseUrl, ...env });
-  const deps = await buildDeps({ config, database, logger: createLogger({ level: logLevel }) });
+  const logger = createLogger({ level: logLevel });
+  const deps = await buildDeps({ config, database, logger });
   const app = createApp(deps);
-  const server = await new Promise<ServerType>((resolve) => {
-    const s = serve({ fetch: app.fetch, port, hostname: '127.0.0.1' }, () => resolve(s));
-  });
+  // the server npm start runs
+  const server = envelopeHttpServer(app.fetch, logger, '127.0.0.1');
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', () => resolve()));
   return { baseUrl, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
 }
 
