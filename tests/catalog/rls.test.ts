@@ -72,6 +72,34 @@ describe('anon and authenticated reads', () => {
     expect(ids(direct)).toEqual(published());
   });
 
+  it.each(['anon', 'authenticated'] as const)("%s reads the columns a tier shows, never its Stripe ids (found by a review)", async (role) => {
+    // The whole table was granted, so /rest/v1/tiers?select=stripe_price_id answered them (migration 20261127000200).
+    await sql`update tiers set stripe_product_id = 'prod_rls', stripe_price_id = ${`price_rls_${role}`}
+              where agent_id = ${agents.active!.id} and name = 'Public'`.execute(t.db);
+    for (const column of ['stripe_product_id', 'stripe_price_id']) {
+      expect(await as(role, sql`select ${sql.ref(column)} from tiers`)).toEqual({ error: '42501' });
+    }
+    expect(await as(role, sql`select * from tiers`)).toEqual({ error: '42501' });
+    const shown = (await as(role, sql`select id, agent_id, name, price_cents, currency, interval, is_public, features, created_at, updated_at
+                                       from tiers where agent_id = ${agents.active!.id}`)) as any[];
+    expect(shown.map((x) => x.name)).toEqual(['Public']);
+  });
+
+  it.each(['anon', 'authenticated'] as const)("%s does not read a tag only a draft or inactive agent carries (found by a review)", async (role) => {
+    // GET /tags hides such a tag so a draft's tags do not announce it; the tags policy was `using (true)`.
+    const suffix = `${role}-${crypto.randomUUID().slice(0, 8)}`;
+    const tag = async (slug: string, agentIds: string[]) => {
+      const [row] = await rows<{ id: string }>(t.db, sql`insert into tags (slug, name) values (${slug}, ${slug}) returning id`);
+      for (const agentId of agentIds) await sql`insert into agent_tags (agent_id, tag_id) values (${agentId}, ${row!.id})`.execute(t.db);
+    };
+    await tag(`secret-project-${suffix}`, [agents.draft!.id, agents.inactive!.id]);
+    await tag(`public-topic-${suffix}`, [agents.draft!.id, agents.coming_soon!.id]);
+    const read = (await as(role, sql`select slug from tags where slug like ${`%-${suffix}`}`)) as Array<{ slug: string }>;
+    expect(read.map((x) => x.slug)).toEqual([`public-topic-${suffix}`]);
+    const view = (await as(role, sql`select tags from catalog_agents where id = ${agents.coming_soon!.id}`)) as any[];
+    expect(view[0].tags).toContain(`public-topic-${suffix}`);
+  });
+
   it.each(['anon', 'authenticated'] as const)('%s sees metrics of published agents and quotas of their public tiers only', async (role) => {
     expect(ids(await as(role, sql`select agent_id from metric_definitions`))).toEqual(published());
     // A public tier of a draft or inactive agent is hidden, and so are its quotas: tier_quotas' policy asks for a public
