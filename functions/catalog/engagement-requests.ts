@@ -1,4 +1,4 @@
-import type { Db } from '../platform/db.ts';
+import { first, sql, type Db } from '../platform/db.ts';
 import type { AppDeps } from '../platform/app-types.ts';
 import { enforceDailyAllowance } from '../http/rate-limit.ts';
 import type { Interaction } from './interactions.ts';
@@ -54,21 +54,53 @@ export interface Requester {
   name: string;
 }
 
+/** The requester as the "user" row has them now: the address with whether its owner proved it. */
+interface CheckedRequester extends Requester {
+  emailVerified: boolean;
+}
+
+/**
+ * Reads the requester's email, name and whether that email is verified, in one statement from the "user" row (the
+ * principal does not carry the verification). Anyone may sign up with an address that is not theirs and never verify
+ * it, and contract.md's "user; 202" accepts their requests; so the staff mail and the feed say whether the address was
+ * proved, and an unproven one is not taken for that person's request (found by a review). A row gone meanwhile
+ * (the account removed during the request) counts as unverified.
+ */
+async function checkedRequester(db: Db, requester: Requester): Promise<CheckedRequester> {
+  const row = await first<{ email: string; name: string; emailVerified: boolean }>(
+    db,
+    sql`select email, name, "emailVerified" as "emailVerified" from "user" where id = ${requester.userId}`,
+  );
+  return row ? { userId: requester.userId, ...row, emailVerified: row.emailVerified === true } : { ...requester, emailVerified: false };
+}
+
+/** "Dana <dana@example.test>", with "(address not verified)" after an address its owner never proved. */
+function requesterLine(requester: CheckedRequester): string {
+  const who = `${requester.name || requester.email} <${requester.email}>`;
+  return requester.emailVerified ? who : `${who} (address not verified)`;
+}
+
 export async function requestDemo(
   db: Db,
   mailer: MailQueue,
   input: { agent: { id: string; name: string; slug: string }; requester: Requester; message?: string | undefined; publicBaseUrl: string },
   now: Date,
 ): Promise<{ interaction: Interaction; notified: number }> {
-  const { agent, requester } = input;
+  const { agent } = input;
   return db.transaction().execute(async (trx) => {
+    const requester = await checkedRequester(trx, input.requester);
     const interaction = await recordInteraction(
       trx,
       {
         type: 'demo_request',
         userId: requester.userId,
         agentId: agent.id,
-        metadata: { email: requester.email, name: requester.name, ...(input.message ? { message: input.message } : {}) },
+        metadata: {
+          email: requester.email,
+          name: requester.name,
+          emailVerified: requester.emailVerified,
+          ...(input.message ? { message: input.message } : {}),
+        },
       },
       now,
     );
@@ -78,7 +110,7 @@ export async function requestDemo(
         to,
         subject: `Demo request: ${agent.name}`,
         text: [
-          `${requester.name || requester.email} <${requester.email}> asked for a demo of ${agent.name} (${agent.slug}).`,
+          `${requesterLine(requester)} asked for a demo of ${agent.name} (${agent.slug}).`,
           input.message ? `\nMessage:\n${input.message}\n` : '',
           `Agent: ${input.publicBaseUrl}/agents/${agent.id}`,
           `Requested at: ${now.toISOString()}`,
@@ -94,15 +126,17 @@ export async function createEnterpriseInquiry(
   input: { agentId: string; requester: Requester; message?: string | undefined; companySize?: string | undefined },
   now: Date,
 ): Promise<Interaction> {
+  const requester = await checkedRequester(db, input.requester);
   return recordInteraction(
     db,
     {
       type: 'enterprise_inquiry',
-      userId: input.requester.userId,
+      userId: requester.userId,
       agentId: input.agentId,
       metadata: {
-        email: input.requester.email,
-        name: input.requester.name,
+        email: requester.email,
+        name: requester.name,
+        emailVerified: requester.emailVerified,
         ...(input.message ? { message: input.message } : {}),
         ...(input.companySize ? { companySize: input.companySize } : {}),
       },

@@ -77,11 +77,25 @@ export async function createTag(db: Db, input: { name: string; slug?: string | u
   }
 }
 
-/** Deletes the tag and untags its agents (the agents themselves are untouched). */
+/**
+ * Deletes the tag and untags its agents (the agents themselves are untouched).
+ *
+ * Lock order: agent rows, then tag rows, then agent_tags rows, as updateAgent takes them (its UPDATE locks the agent
+ * row, then setAgentTags takes the tags it links before touching the agent's agent_tags rows). Deleting the tag
+ * alone locked the tag first and then, by the cascade, the agent_tags rows an agent's re-tagging held while it waited
+ * for that tag: a deadlock, answered 503 concurrent_change (found by a review). So the agents carrying the tag are
+ * locked first, ordered by id (two deletions sharing agents lock them in the same order), with the lock the agent's
+ * UPDATE takes (`for no key update`: rows that only reference the agent, installs or reviews, are not held up).
+ */
 export async function deleteTag(db: Db, tagId: string): Promise<{ id: string }> {
-  const row = await first<{ id: string }>(db, sql`delete from public.tags where id = ${tagId} returning id`);
-  if (!row) throw notFound('Tag', { tagId });
-  return row;
+  return db.transaction().execute(async (trx) => {
+    await sql`select a.id from public.agents a
+              where a.id in (select at.agent_id from public.agent_tags at where at.tag_id = ${tagId})
+              order by a.id for no key update of a`.execute(trx);
+    const row = await first<{ id: string }>(trx, sql`delete from public.tags where id = ${tagId} returning id`);
+    if (!row) throw notFound('Tag', { tagId });
+    return row;
+  });
 }
 
 /** Replaces an agent's tags (inside the caller's transaction), creating missing tags by slug. */
@@ -96,15 +110,32 @@ export async function setAgentTags(trx: Db, agentId: string, names: string[], no
     }
     if (!wanted.has(slug)) wanted.set(slug, name);
   }
-  await sql`delete from public.agent_tags where agent_id = ${agentId}`.execute(trx);
-  if (wanted.size === 0) return;
+  if (wanted.size === 0) {
+    await sql`delete from public.agent_tags where agent_id = ${agentId}`.execute(trx);
+    return;
+  }
   const payload = JSON.stringify([...wanted].map(([slug, name]) => ({ slug, name })));
-  // Insert-if-missing then link; `on conflict do nothing` keeps an existing tag's display name.
-  await sql`insert into public.tags (slug, name, created_at)
-            select t ->> 'slug', t ->> 'name', ${now} from jsonb_array_elements(${payload}::text::jsonb) t
-            on conflict (slug) do nothing`.execute(trx);
-  await sql`insert into public.agent_tags (agent_id, tag_id)
-            select ${agentId}, tg.id from public.tags tg
+  // Lock order (see deleteTag): the caller holds the agent row; the tags come next, the agent_tags rows last. So the
+  // tags are made and taken (`for key share`, what the link's foreign key check would take) before the agent's old
+  // links are deleted: a re-tagging that waits for a tag being deleted holds none of the links that deletion removes.
+  // Insert-if-missing keeps an existing tag's display name (`on conflict do nothing`).
+  // A tag deleted (committed) between the two statements is skipped by the lock: make it again, a few times at most.
+  let tagIds: string[] = [];
+  for (let attempt = 0; tagIds.length < wanted.size && attempt < 3; attempt++) {
+    await sql`insert into public.tags (slug, name, created_at)
+              select t ->> 'slug', t ->> 'name', ${now} from jsonb_array_elements(${payload}::text::jsonb) t
+              on conflict (slug) do nothing`.execute(trx);
+    tagIds = (
+      await rows<{ id: string }>(
+        trx,
+        sql`select tg.id from public.tags tg
             where tg.slug in (select t ->> 'slug' from jsonb_array_elements(${payload}::text::jsonb) t)
+            order by tg.id for key share`,
+      )
+    ).map((r) => r.id);
+  }
+  await sql`delete from public.agent_tags where agent_id = ${agentId}`.execute(trx);
+  await sql`insert into public.agent_tags (agent_id, tag_id)
+            select ${agentId}, id from unnest(${tagIds}::uuid[]) as id
             on conflict do nothing`.execute(trx);
 }

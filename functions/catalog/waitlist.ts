@@ -5,15 +5,15 @@ import { iso } from './schemas.ts';
 
 /**
  * The waitlist of a coming-soon agent: (agent, email) pairs, emails lower-cased. Joining twice is not an
- * error (the second call answers 200 with the existing entry) and records the `waitlist_signup` interaction
- * only once. Joining the waitlist of an agent that is not coming soon is 422 INVALID_STATE: there is nothing
- * to wait for (an active agent can be installed or bought right away).
+ * error (the second call answers 200) and records the `waitlist_signup` interaction only once. Joining the waitlist
+ * of an agent that is not coming soon is 422 INVALID_STATE: there is nothing to wait for (an active agent can be installed or bought right away).
  */
 
 export interface WaitlistEntry {
   agentId: string;
   email: string;
   notified: true;
+  /** When the entry was made; for a duplicate join, the time of that request (see joinWaitlist). */
   createdAt: string;
 }
 
@@ -27,7 +27,7 @@ export async function joinWaitlist(
     throw new ApiError('INVALID_STATE', 'Only coming-soon agents have a waitlist', { status: agent.status });
   }
   const email = input.email.trim().toLowerCase();
-  const row = await first<{ createdAt: Date | string; created: boolean }>(
+  const row = await first<{ createdAt: Date | string }>(
     db,
     sql`with added as (
           insert into public.waitlist_entries (agent_id, email, user_id, created_at)
@@ -38,18 +38,14 @@ export async function joinWaitlist(
           insert into public.interactions (type, user_id, agent_id, metadata, created_at)
           select 'waitlist_signup', ${input.userId}, ${agent.id}, jsonb_build_object('email', ${email}::text), ${now} from added
         )
-        select created_at as "createdAt", true as created from added
-        union all
-        select created_at, false from public.waitlist_entries
-        where agent_id = ${agent.id} and email = ${email} and not exists (select 1 from added)`,
+        select created_at as "createdAt" from added`,
   );
-  if (row) return { entry: { agentId: agent.id, email, notified: true, createdAt: iso(row.createdAt) }, created: row.created };
-  // A concurrent join of the same email committed after this statement's snapshot: read it now.
-  const existing = await first<{ createdAt: Date | string }>(
-    db,
-    sql`select created_at as "createdAt" from public.waitlist_entries where agent_id = ${agent.id} and email = ${email}`,
-  );
-  return { entry: { agentId: agent.id, email, notified: true, createdAt: iso(existing!.createdAt) }, created: false };
+  if (row) return { entry: { agentId: agent.id, email, notified: true, createdAt: iso(row.createdAt) }, created: true };
+  // Already on the list (`do nothing` returns no row only when the pair exists, committed, perhaps by a concurrent
+  // join). The answer carries the time of this request, never the entry's own: joining is public and anonymous, and
+  // the stored createdAt told whoever typed an address since when its owner had been waiting for this agent (found by
+  // a review). The 200 itself is the contract's (duplicate -> 200).
+  return { entry: { agentId: agent.id, email, notified: true, createdAt: iso(now) }, created: false };
 }
 
 /**

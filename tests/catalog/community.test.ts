@@ -68,6 +68,27 @@ describe('tags', () => {
     expect(await names({})).toContain('Project Nightingale Acquisition');
   });
 
+  it('attack: deleting a tag while its agents are re-tagged answers 200 to every request, never 503 (lock order)', async () => {
+    // Was wrong: deleteTag locked the tag then (cascade) the agents' links, while re-tagging an agent held its links and waited for the tag: a deadlock, answered 503 concurrent_change.
+    for (let round = 0; round < 5; round++) {
+      const name = `Racy ${crypto.randomUUID().slice(0, 8)}`;
+      const agents = await Promise.all(Array.from({ length: 4 }, () => createAgent(t, admin, { tags: [name] })));
+      const newcomer = await createAgent(t, admin, { tags: ['Steady'] });
+      const tagId = (agents[0]!.tags as Array<{ id: string }>)[0]!.id;
+      const answers = await Promise.all([
+        ...[...agents, newcomer].map((a) => t.http.patch(`/agents/${a.id}`, { cookie: admin.cookie, json: { tags: [name, 'Steady'] } })),
+        t.http.delete(`/tags/${tagId}`, { cookie: admin.cookie }),
+      ]);
+      expect(answers.map((r) => `${r.status} ${r.body?.error?.details?.reason ?? ''}`.trim())).toEqual(answers.map(() => '200'));
+      // Each agent was re-tagged before the deletion (and lost the tag) or after it (and has the tag made again).
+      for (const a of [...agents, newcomer]) {
+        const tags = (await t.http.get(`/agents/${a.id}`, { cookie: admin.cookie })).body.data.tags as Array<{ id: string; slug: string }>;
+        expect(tags.map((x) => x.id)).not.toContain(tagId);
+        expect(tags.map((x) => x.slug)).toContain('steady');
+      }
+    }
+  });
+
   it('reuses an existing tag when an agent is tagged with its name', async () => {
     const tag = await t.http.post('/tags', { cookie: admin.cookie, json: { name: 'Data Science' } });
     const agent = await createAgent(t, admin, { tags: ['data science', 'DATA-SCIENCE'] });

@@ -155,6 +155,41 @@ describe('demo requests', () => {
     const recorded = await rows(t.db, sql`select 1 from interactions where type = 'demo_request' and agent_id in (${agent.id}, ${draft.id})`);
     expect(recorded).toHaveLength(0);
   });
+
+  it("attack: a demo request sent with someone else's unproven address reaches staff marked as not verified", async () => {
+    // Was wrong: anyone signed up as cto@victim.example, never verified, and staff were mailed "<cto@victim.example> asked for a demo" (and the feed recorded it) with nothing saying the address was unproven.
+    const staff = `sales-${crypto.randomUUID().slice(0, 8)}@example.test`;
+    expect((await t.http.post('/admin/notification-recipients', { cookie: admin.cookie, json: { email: staff } })).status).toBe(201);
+    const agent = await createAgent(t, admin, { name: 'Contract Copilot' });
+    const victim = `cto-${crypto.randomUUID().slice(0, 8)}@victim.example`;
+    const squatter = await signUp(t, { email: victim, name: 'Victim CTO' });
+    const owner = await signUp(t, { name: 'Proven Buyer', verified: true });
+    const ask = (who: TestUser) =>
+      t.http.post(`/agents/${agent.id}/demo-requests`, { cookie: who.cookie, json: { message: 'Send the quote to pay.me@attacker.example' } });
+
+    // Accepted all the same (contract.md: "user; 202"), but staff can tell the address was never proved.
+    const squatted = await ask(squatter);
+    expect(squatted.status).toBe(202);
+    const proven = await ask(owner);
+    expect(proven.status).toBe(202);
+    const mails = await mailsTo(t, staff);
+    expect(mails).toHaveLength(2);
+    const firstLine = (email: string) => mails.find((m) => m.text.includes(email))!.text.split('\n')[0];
+    expect(firstLine(victim)).toBe(`Victim CTO <${victim}> (address not verified) asked for a demo of Contract Copilot (${agent.slug}).`);
+    expect(firstLine(owner.email)).toBe(`Proven Buyer <${owner.email}> asked for a demo of Contract Copilot (${agent.slug}).`);
+    expect(mails.find((m) => m.text.includes(owner.email))!.text).not.toMatch(/not verified|unverified/i);
+
+    // The feed records it too, for demo requests and enterprise inquiries alike.
+    const inquired = await t.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie: squatter.cookie, json: { companySize: '1-10' } });
+    const inquiredProven = await t.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie: owner.cookie, json: {} });
+    expect([inquired.status, inquiredProven.status]).toEqual([202, 202]);
+    const feed = (await t.http.get('/admin/interactions?limit=20', { cookie: admin.cookie })).body.data;
+    const metadataOf = (res: { body: any }) => feed.find((i: any) => i.id === res.body.data.id)?.metadata;
+    expect(metadataOf(squatted)).toMatchObject({ email: victim, emailVerified: false });
+    expect(metadataOf(proven)).toMatchObject({ email: owner.email, emailVerified: true });
+    expect(metadataOf(inquired)).toMatchObject({ email: victim, emailVerified: false, companySize: '1-10' });
+    expect(metadataOf(inquiredProven)).toMatchObject({ email: owner.email, emailVerified: true });
+  });
 });
 
 describe('enterprise inquiries', () => {
@@ -192,9 +227,11 @@ describe('waitlist', () => {
     const joined = await t.http.post(base, { json: { email: user.email.toUpperCase() } });
     expect(joined.status).toBe(201);
     expect(joined.body.data).toMatchObject({ agentId: agent.id, email: user.email, notified: true });
+    t.clock.advance(60_000);
     const again = await t.http.post(base, { json: { email: user.email } });
     expect(again.status).toBe(200);
-    expect(again.body.data).toEqual(joined.body.data);
+    // A duplicate answers the time of this request, never the entry's own (the stranger's attack below).
+    expect(again.body.data).toEqual({ ...joined.body.data, createdAt: t.clock.now().toISOString() });
 
     // Dana's address is not verified yet: an address proves nothing until then (next test)
     expect((await t.http.get(base, { cookie: user.cookie })).body.data).toEqual({ notified: false });
@@ -220,6 +257,21 @@ describe('waitlist', () => {
     // Once the address is proved (the mailed link followed), its holder sees the entry.
     await verifyEmail(t, victim);
     expect((await t.http.get(base, { cookie: squatter.cookie })).body.data).toEqual({ notified: true });
+  });
+
+  it("attack: a stranger does not learn when an address joined a coming-soon agent's waitlist", async () => {
+    // Was wrong: joining is public and anonymous, and a duplicate join answered the stored entry, whose createdAt told whoever typed an address since when its owner had been on the list.
+    const soon = await createAgent(t, admin, { status: 'coming_soon' });
+    const base = `/agents/${soon.id}/waitlist`;
+    const victim = `buyer-${crypto.randomUUID().slice(0, 8)}@bigcorp.example`;
+    const joined = await t.http.post(base, { json: { email: victim } });
+    expect(joined.status).toBe(201);
+    t.clock.advance(3 * 24 * 60 * 60 * 1000);
+
+    const probe = await t.http.post(base, { json: { email: victim } });
+    expect(probe.status).toBe(200);
+    expect(probe.body.data.createdAt).not.toBe(joined.body.data.createdAt);
+    expect(probe.body.data).toEqual({ agentId: soon.id, email: victim, notified: true, createdAt: t.clock.now().toISOString() });
   });
 
   it('stays one entry under parallel joins of the same email', async () => {
