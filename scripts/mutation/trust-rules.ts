@@ -1063,11 +1063,11 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 24,
-    name: "a refresh the library refuses for the client's credentials spends the grant's allowance",
+    name: "the token endpoint reads the code or refresh token before the client authenticates (a wrong secret spends the grant's allowance, uses a code up)",
     file: 'functions/auth/oauth/protocol-gaps.ts',
-    find: '    if (counted && response.status === 401) await refundToken(c.var.deps, counted);',
+    find: '      if (refusal) return refusal;',
     replace: '',
-    tests: ['tests/oauth/refresh-allowance.test.ts'],
+    tests: ['tests/oauth/refresh-allowance.test.ts', 'tests/oauth/client-authentication-first.test.ts'],
   },
 
 
@@ -1159,6 +1159,14 @@ export const mutations: Mutation[] = [
     find: 'revoke select on public.usage_addons from authenticated;',
     replace: '',
     tests: ['tests/catalog/rls.test.ts'],
+  },
+  {
+    rule: 24,
+    name: 'a code_verifier that does not match answers 401 invalid_request',
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: "  return oauthError(400, description === 'code verification failed' ? 'invalid_grant' : body.error, description);",
+    replace: '  return response;',
+    tests: ['tests/oauth/client-authentication-first.test.ts'],
   },
   {
     rule: 27,

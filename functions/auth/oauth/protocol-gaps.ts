@@ -164,6 +164,12 @@ export function oauthProtocolRoutes() {
     if (refused) return refused;
     const grantType = form.get('grant_type');
     if (grantType === 'authorization_code' || grantType === 'refresh_token') {
+      // The client authenticates before its code or refresh token is looked at (found by a docs review): the library
+      // consumes the code first, so a code sent with a wrong secret was used up (anyone who saw a code, in a history
+      // or a log, could break that sign-in without the secret), a used one replayed ended the grant's tokens, and a
+      // refresh token answered invalid_grant or invalid_client as it was dead or live, to a caller without the secret.
+      const refusal = await clientRefused(c, request, form);
+      if (refusal) return refusal;
       // A token acts only within the agent that owns its client (contract.md, Trust boundaries): its audience is
       // that agent's resource, which the library lets only that client obtain (enforcePerClientResources). JWT
       // access tokens also need an audience to be minted at all; the first-party client's is the API itself.
@@ -202,10 +208,7 @@ export function oauthProtocolRoutes() {
         });
       }
     }
-    const response = await library(c, formRequest(request, form));
-    // The library refused the client's credentials (401 invalid_client): whoever sent it without the secret spent
-    // none of the grant's allowance (found by a review: a refresh token alone used up the agent's hour).
-    if (counted && response.status === 401) await refundToken(c.var.deps, counted);
+    const response = await protocolStatus(await library(c, formRequest(request, form)));
     if (exchange && response.status !== 200) await refundToken(c.var.deps, exchange);
     if (response.status >= 500 && grantUserId && !(await userExists(database.db, grantUserId))) {
       // The user was deleted while the library was writing the new refresh token: the foreign key refused the write.
@@ -271,15 +274,8 @@ export function oauthProtocolRoutes() {
     if (looksLikeJwt(token) && hint !== 'refresh_token') {
       // Ask the library's introspection with the caller's own credentials: it authenticates the client and only
       // calls the token active when it was issued to that client and is still valid.
-      const probe = new URLSearchParams(form);
-      probe.set('token_type_hint', 'access_token');
-      const introspectUrl = request.url.replace(/\/oauth2\/revoke(\?.*)?$/, '/oauth2/introspect');
-      const introspection = await library(c, formRequest(request, probe, { url: introspectUrl }));
-      if (introspection.status === 401) return introspection; // the client failed to authenticate
-      if (introspection.status === 400) {
-        const error = (await introspection.clone().json().catch(() => undefined)) as { error?: unknown } | undefined;
-        if (error?.error === 'invalid_client') return introspection;
-      }
+      const introspection = await introspectAsCaller(c, request, form, token);
+      if (await refusesClient(introspection)) return introspection;
       if (introspection.status === 200) {
         const claims = (await introspection.json().catch(() => undefined)) as { active?: unknown; jti?: unknown; exp?: unknown } | undefined;
         if (claims?.active === true && typeof claims.jti === 'string' && typeof claims.exp === 'number') {
@@ -412,6 +408,54 @@ function forwardHeaders(source: Headers): Headers {
  * header: the library binds each client to one authentication method, our agent clients are registered for
  * client_secret_basic, and RFC 6749 lets servers accept both.
  */
+/**
+ * Asks the library's introspection endpoint about `token` with the caller's own client credentials (those of `form`
+ * and its Authorization header): the library authenticates the client, and calls the token active only when it was
+ * issued to that client and is still valid.
+ */
+function introspectAsCaller(c: Context<AppEnv>, request: Request, form: URLSearchParams, token: string): Promise<Response> {
+  const probe = new URLSearchParams({ token, token_type_hint: 'access_token' });
+  for (const field of ['client_id', 'client_secret', 'client_assertion', 'client_assertion_type']) {
+    const value = form.get(field);
+    if (value !== null) probe.set(field, value);
+  }
+  const url = new URL(request.url);
+  url.pathname = url.pathname.replace(/\/oauth2\/[a-z]+$/, '/oauth2/introspect');
+  url.search = '';
+  return library(c, formRequest(request, probe, { url: url.href }));
+}
+
+/** The library's answer refuses the client's authentication (401, or 400 invalid_client). */
+async function refusesClient(response: Response): Promise<boolean> {
+  if (response.status === 401) return true;
+  if (response.status !== 400) return false;
+  const body = (await response.clone().json().catch(() => undefined)) as { error?: unknown } | undefined;
+  return body?.error === 'invalid_client';
+}
+
+/**
+ * The library's refusal when the caller does not authenticate as the client it names, before anything of the
+ * request is read (the library's own check: one definition of client authentication); undefined when it does.
+ */
+async function clientRefused(c: Context<AppEnv>, request: Request, form: URLSearchParams): Promise<Response | undefined> {
+  const probe = await introspectAsCaller(c, request, form, 'client-authentication-probe');
+  return (await refusesClient(probe)) ? probe : undefined;
+}
+
+/**
+ * RFC 6749 §5.2: 401 is the answer to a client that failed to authenticate, and nothing else. The library answers
+ * 401 invalid_request to an authenticated client's PKCE mistakes; they become 400, and a code_verifier that does not
+ * match its challenge is invalid_grant (RFC 7636 §4.6), which OAuth client libraries treat as "start the sign-in
+ * again".
+ */
+async function protocolStatus(response: Response): Promise<Response> {
+  if (response.status !== 401) return response;
+  const body = (await response.clone().json().catch(() => undefined)) as { error?: unknown; error_description?: unknown } | undefined;
+  if (typeof body?.error !== 'string' || body.error === 'invalid_client') return response;
+  const description = typeof body.error_description === 'string' ? body.error_description : '';
+  return oauthError(400, description === 'code verification failed' ? 'invalid_grant' : body.error, description);
+}
+
 function formRequest(
   original: Request,
   form: URLSearchParams,
