@@ -49,7 +49,7 @@ export const analyticsQuerySchema = z.object({
 });
 
 const funnelCounts = {
-  purchased: z.int().openapi({ description: 'Subscriptions created in the window (any tier, free included; not `incomplete`)' }),
+  purchased: z.int().openapi({ description: 'Subscriptions created in the window that were bought (any tier, free included; a checkout never paid is none)' }),
   activated: z.int().openapi({ description: 'Of those, with at least one usage increment or an install of the agent, by `to`' }),
   used: z.int().openapi({ description: 'Of those, with a usage increment in the last 30 days of the window' }),
 };

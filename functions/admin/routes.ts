@@ -59,7 +59,7 @@ const getAnalyticsRoute = createRoute({
   summary: 'Funnel (purchased, activated, used), per-agent breakdown and weekly lifecycle trends over a window',
   description:
     'Window [from, to], both inclusive; a date-only `to` includes that whole day (UTC). Default: the last 90 days. ' +
-    'purchased = subscriptions created in the window (not `incomplete`); activated = of those, with a usage increment or an ' +
+    'purchased = subscriptions created in the window that were bought (a checkout never paid is none); activated = of those, with a usage increment or an ' +
     'install of the agent by `to`; used = of those, with a usage increment in the last 30 days of the window. Weeks are ISO ' +
     'weeks (Monday, UTC). A reversed window, or one longer than 5 years, is a 400; an unknown agentId a 404.',
   security,

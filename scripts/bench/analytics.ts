@@ -71,10 +71,11 @@ try {
                  tiers as (select t.id, t.agent_id, t.price_cents, row_number() over (partition by t.agent_id order by t.price_cents) - 1 as n
                            from public.tiers t)
             insert into public.subscriptions (user_id, agent_id, tier_id, status, current_period_start, current_period_end,
-                                              canceled_at, stripe_subscription_id, created_at, updated_at)
+                                              canceled_at, stripe_subscription_id, created_at, updated_at, granted_access)
             select 'bench-user-' || (c.k % ${USERS} + 1), a.id, t.id, c.status, c.created, c.created + interval '30 days',
                    case when c.status = 'canceled' then least(now(), c.created + (random() * 60) * interval '1 day') end,
-                   case when t.price_cents > 0 then 'sub_bench_' || c.k end, c.created, c.created
+                   case when t.price_cents > 0 then 'sub_bench_' || c.k end, c.created, c.created,
+                   c.status <> 'incomplete' -- the canceled ones were live until canceled
             from (select k, now() - random() * interval '365 days' as created,
                          case when k % 20 < 16 then 'active' when k % 20 < 18 then 'canceled'
                               when k % 20 = 18 then 'past_due' else 'incomplete' end as status

@@ -97,12 +97,14 @@ export async function seedScenario(t: TestApp): Promise<Scenario> {
     canceledAt: Date | null = null,
   ) => {
     const end = new Date(createdAt.getTime() + 30 * 86_400_000);
+    // A canceled row here stands for a subscription that was live until it was canceled (it granted access); an
+    // incomplete one for a first payment that never came.
     const row = await first<{ id: string }>(
       t.db,
       sql`insert into public.subscriptions (user_id, agent_id, tier_id, status, current_period_start, current_period_end,
-                                            canceled_at, stripe_subscription_id, created_at, updated_at)
+                                            canceled_at, stripe_subscription_id, created_at, updated_at, granted_access)
           values (${user.userId}, ${tier.agentId}, ${tier.id}, ${status}, ${createdAt}, ${end}, ${canceledAt},
-                  ${tier.priceCents > 0 ? `sub_${key}_${tag}` : null}, ${createdAt}, ${canceledAt ?? createdAt})
+                  ${tier.priceCents > 0 ? `sub_${key}_${tag}` : null}, ${createdAt}, ${canceledAt ?? createdAt}, ${status !== 'incomplete'})
           returning id`,
     );
     subs[key] = row!.id;

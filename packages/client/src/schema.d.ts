@@ -142,7 +142,7 @@ export interface paths {
         };
         /**
          * Funnel (purchased, activated, used), per-agent breakdown and weekly lifecycle trends over a window
-         * @description Window [from, to], both inclusive; a date-only `to` includes that whole day (UTC). Default: the last 90 days. purchased = subscriptions created in the window (not `incomplete`); activated = of those, with a usage increment or an install of the agent by `to`; used = of those, with a usage increment in the last 30 days of the window. Weeks are ISO weeks (Monday, UTC). A reversed window, or one longer than 5 years, is a 400; an unknown agentId a 404.
+         * @description Window [from, to], both inclusive; a date-only `to` includes that whole day (UTC). Default: the last 90 days. purchased = subscriptions created in the window that were bought (a checkout never paid is none); activated = of those, with a usage increment or an install of the agent by `to`; used = of those, with a usage increment in the last 30 days of the window. Weeks are ISO weeks (Monday, UTC). A reversed window, or one longer than 5 years, is a 400; an unknown agentId a 404.
          */
         get: operations["getAnalytics"];
         put?: never;
@@ -2745,7 +2745,7 @@ export interface components {
             funnel: {
                 /** @description Of those, with at least one usage increment or an install of the agent, by `to` */
                 activated: number;
-                /** @description Subscriptions created in the window (any tier, free included; not `incomplete`) */
+                /** @description Subscriptions created in the window that were bought (any tier, free included; a checkout never paid is none) */
                 purchased: number;
                 /** @description Of those, with a usage increment in the last 30 days of the window */
                 used: number;
@@ -2757,7 +2757,7 @@ export interface components {
                 /** Format: uuid */
                 agentId: string;
                 name: string;
-                /** @description Subscriptions created in the window (any tier, free included; not `incomplete`) */
+                /** @description Subscriptions created in the window that were bought (any tier, free included; a checkout never paid is none) */
                 purchased: number;
                 slug: string;
                 /** @description Of those, with a usage increment in the last 30 days of the window */
