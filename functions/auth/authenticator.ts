@@ -6,6 +6,7 @@ import type { Config } from '../platform/config.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import { trustedOrigins, type Auth } from './better-auth.ts';
+import { requestOfTheUser } from './fetch-metadata.ts';
 import { revocationKeys } from './oauth/token-records.ts';
 import { ADMIN_SCOPE } from './oauth/provider-options.ts';
 
@@ -185,6 +186,7 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   }
 
   return {
+    requestOfTheUser: (request) => requestOfTheUser(request, origins),
     async bearerCheck(request) {
       const token = await bearerOnly(request);
       return token ? verifyBearer(token) : undefined;

@@ -36,6 +36,15 @@ export async function requireAdmin(c: Context<AppEnv>): Promise<Principal> {
   if (principal.role !== 'platform_admin') {
     throw new ApiError('FORBIDDEN', 'This action needs the platform_admin role');
   }
+  // An admin's cookie rides along on every request the admin's browser makes, and the session cookie is SameSite=None
+  // in production: any page the admin opened could fire `<img src=".../admin/analytics?from=2021-11-21">` again and
+  // again, a five-year window that keeps two database connections busy for seconds each (found by a review). Writes
+  // already need a trusted Origin; an admin read with the cookie must be the admin's own doing too (fetch-metadata.ts).
+  if (principal.via === 'cookie' && !c.var.deps.authenticator.requestOfTheUser(c.req.raw)) {
+    throw new ApiError('FORBIDDEN', 'Admin requests with a session cookie must come from the marketplace, a trusted origin, or a navigation', {
+      reason: 'cross_site',
+    });
+  }
   return principal;
 }
 

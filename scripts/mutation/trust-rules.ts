@@ -1169,6 +1169,22 @@ export const mutations: Mutation[] = [
     tests: ['tests/oauth/client-authentication-first.test.ts'],
   },
   {
+    rule: 29,
+    name: "another site's <img> runs admin reads with the admin's cookie",
+    file: 'functions/http/access.ts',
+    find: "  if (principal.via === 'cookie' && !c.var.deps.authenticator.requestOfTheUser(c.req.raw)) {",
+    replace: '  if (false) {',
+    tests: ['tests/admin/cross-site-reads.test.ts'],
+  },
+  {
+    rule: 29,
+    name: 'a prefetch another page asks for counts as the admin navigating',
+    file: 'functions/auth/fetch-metadata.ts',
+    find: '  if (speculative(request)) return false;',
+    replace: '',
+    tests: ['tests/admin/cross-site-reads.test.ts'],
+  },
+  {
     rule: 27,
     name: "a removed account's reviews stay listed and counted",
     file: 'supabase/migrations/20261127000200_removed_users_leave_the_catalog.sql',

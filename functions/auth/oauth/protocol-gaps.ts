@@ -9,6 +9,7 @@ import { refundToken, takeToken } from '../../platform/rate-limits.ts';
 import { decodeConsentCode, encodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, agentAudience, apiAudience } from './provider-options.ts';
 import { trustedOrigins } from '../better-auth.ts';
+import { requestOfTheUser, speculative } from '../fetch-metadata.ts';
 import {
   codeUserId,
   endRefreshTokenFamily,
@@ -648,16 +649,10 @@ function authorizationError(config: Config, to: { redirectUri: string; state: st
  * browser, or an old one) is taken as it comes.
  */
 function sessionMayAuthorize(request: Request, config: Config, frame: { silent: boolean; clientPages: string[] }): boolean {
-  const site = request.headers.get('sec-fetch-site');
-  if (site === null || site === 'same-origin' || site === 'same-site' || site === 'none') return true;
-  const mode = request.headers.get('sec-fetch-mode');
-  const dest = request.headers.get('sec-fetch-dest');
+  if (requestOfTheUser(request, trustedOrigins(config))) return true;
   // A speculative load (prefetch, prerender) is no one's authorization: a page can ask for it without a click.
-  if (request.headers.has('sec-purpose') || /prefetch/i.test(request.headers.get('purpose') ?? '')) return false;
-  if (mode === 'navigate' && (dest === null || dest === 'document')) return true;
-  if (mode === 'navigate' && frame.silent && isPageOf(request.headers.get('referer'), frame.clientPages)) return true;
-  const origin = request.headers.get('origin');
-  return mode === 'cors' && origin !== null && trustedOrigins(config).includes(origin);
+  if (speculative(request)) return false;
+  return request.headers.get('sec-fetch-mode') === 'navigate' && frame.silent && isPageOf(request.headers.get('referer'), frame.clientPages);
 }
 
 /** Whether a Referer is a page on the origin of one of these URLs (a client's registered redirect URIs). */

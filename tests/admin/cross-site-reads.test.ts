@@ -1,0 +1,65 @@
+import { request as httpRequest } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { createAdmin, type TestUser } from '../support/users.ts';
+
+/**
+ * An admin read with the session cookie must be the admin's own doing (found by a review of the admin room): reads
+ * skipped the origin check writes have, and the cookie is SameSite=None in production, so any page an admin opened
+ * could make their browser run the 5-year analytics window (seconds of two database connections each) again and again
+ * with an <img>, with nothing to read back. The marketplace's own callers never read admin data that way.
+ */
+let t: TestApp;
+let admin: TestUser;
+beforeAll(async () => {
+  t = await startTestApp({ now: '2026-11-20T09:00:00.000Z', env: { FRONTEND_URL: 'https://app.example' } });
+  admin = await createAdmin(t);
+});
+afterAll(() => t.close());
+
+const fiveYears = '/admin/analytics?from=2021-11-21&to=2026-11-20';
+/** A GET with exactly the headers a browser sends (raw: Node's fetch adds its own Sec-Fetch-Mode). */
+function read(path: string, headers: Record<string, string>): Promise<{ status: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(new URL(path, t.baseUrl), { method: 'GET', headers: { cookie: admin.cookie, ...headers } }, (res) => {
+      let text = '';
+      res.on('data', (d) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+describe("another site riding on an admin's cookie", () => {
+  it("attack: an <img>, a script, a frame or a prefetch of another site cannot run admin reads with the admin's cookie", async () => {
+    const fromElsewhere = { 'sec-fetch-site': 'cross-site', referer: 'https://evil.example/page' };
+    const requests: Array<Record<string, string>> = [
+      { 'sec-fetch-mode': 'no-cors', 'sec-fetch-dest': 'image' },
+      { 'sec-fetch-mode': 'no-cors', 'sec-fetch-dest': 'script' },
+      { 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'iframe' },
+      { 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty', origin: 'https://evil.example' },
+      { 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document', 'sec-purpose': 'prefetch' },
+    ];
+    for (const path of [fiveYears, '/admin/users', '/admin/interactions']) {
+      for (const headers of requests) {
+        const res = await read(path, { ...fromElsewhere, ...headers });
+        expect([path, headers, res.status, res.body?.error?.code, res.body?.error?.details?.reason]).toEqual([path, headers, 403, 'FORBIDDEN', 'cross_site']);
+      }
+    }
+  });
+
+  it('the admin page, a bookmark, a link followed, a trusted front end and a script without a browser still read', async () => {
+    const allowed: Array<Record<string, string>> = [
+      { 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty' },
+      { 'sec-fetch-site': 'none', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' },
+      { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' },
+      { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty', origin: 'https://app.example' },
+      {},
+    ];
+    for (const headers of allowed) {
+      const res = await read(fiveYears, headers);
+      expect([headers, res.status]).toEqual([headers, 200]);
+    }
+  });
+});
