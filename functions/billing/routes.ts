@@ -154,7 +154,7 @@ const getMySubscriptionRoute = createRoute({
   summary: 'The active (active or past_due) subscription to an agent; 404 when there is none',
   security,
   request: { params: z.object({ agentId: uuidParam('agentId') }) },
-  responses: { 200: jsonResponse(envelopeOf(subscriptionSchema), 'The active subscription'), ...errors(400, 401, 404) },
+  responses: { 200: jsonResponse(envelopeOf(subscriptionSchema), 'The active subscription'), ...errors(400, 401, 404, 'agentPath') },
 });
 
 const startCheckoutRoute = createRoute({
@@ -168,7 +168,7 @@ const startCheckoutRoute = createRoute({
   responses: {
     200: jsonResponse(envelopeOf(checkoutLinkSchema), 'Paid tier: go to checkoutUrl'),
     201: jsonResponse(envelopeOf(freeCheckoutSchema), 'Free tier: the subscription'),
-    ...errors(400, 401, 404, 409, 422, 429, 503),
+    ...errors(400, 401, 404, 409, 422, 429, 503, 'cookieWrite', 'withinAgent'),
   },
 });
 
@@ -180,7 +180,7 @@ const verifyCheckoutRoute = createRoute({
   summary: "Read-through to Stripe for one of the user's own checkout sessions; writes nothing",
   security,
   request: { params: z.object({ sessionId: sessionIdParam }) },
-  responses: { 200: jsonResponse(envelopeOf(checkoutSessionSchema), 'The session as Stripe sees it'), ...errors(400, 401, 404, 429, 503) },
+  responses: { 200: jsonResponse(envelopeOf(checkoutSessionSchema), 'The session as Stripe sees it'), ...errors(400, 401, 404, 429, 503, 'withinAgent') },
 });
 
 const cancelMySubscriptionRoute = createRoute({
@@ -212,7 +212,7 @@ const createPortalSessionRoute = createRoute({
         .strict(),
     ),
   },
-  responses: { 200: jsonResponse(envelopeOf(z.object({ url: z.url() })), 'Open this URL'), ...errors(400, 401, 404, 422, 429, 503) },
+  responses: { 200: jsonResponse(envelopeOf(z.object({ url: z.url() })), 'Open this URL'), ...errors(400, 401, 404, 422, 429, 503, 'cookieWrite', 'withinAgent') },
 });
 
 const startAnonymousCheckoutRoute = createRoute({

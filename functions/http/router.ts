@@ -58,8 +58,57 @@ const rateLimited = {
   content: { 'application/json': { schema: rateLimitedSchema } },
 };
 
-/** The error responses a route can give, for the OpenAPI document. */
-export function errors(...statuses: Array<400 | 401 | 402 | 403 | 404 | 409 | 413 | 415 | 422 | 429 | 501 | 503>) {
+type ErrorStatusCode = 400 | 401 | 402 | 403 | 404 | 409 | 413 | 415 | 422 | 429 | 501 | 503;
+
+/**
+ * Statuses the service answers on a route by a rule of its HTTP layer rather than by the route's own code: ONE
+ * definition per rule, named in `errors(...)` (e.g. `errors(400, 404, 'agentPath')`) by the routes it holds for, so
+ * that /openapi.json and the generated client list them. Named at least wherever it adds a status the route's own
+ * list lacks; tests/foundation/openapi-statuses.test.ts sends each rule's request to every operation and fails on a
+ * status the operation does not list.
+ */
+const RULES = {
+  /**
+   * The path names an agent (an id, or a published agent's slug): app.ts mounts agentBoundary (access.ts) on it, which
+   * verifies any bearer token sent before the route runs, public reads included.
+   */
+  agentPath: {
+    401: 'an invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed)',
+    403: "an agent's access token on a path that names another agent (a token acts only within its own agent)",
+  },
+  /** A write that reads the caller's session cookie: the authenticator refuses it from an untrusted `Origin` (CSRF). */
+  cookieWrite: {
+    403: 'a cookie-authenticated write from an untrusted `Origin`',
+  },
+  /**
+   * A route whose agent is not in its path (a checkout by tier, a checkout session, the billing portal): an agent's
+   * bearer token acts only within its own agent (requireWithinAgent, access.ts).
+   */
+  withinAgent: {
+    403: "an agent's access token acting outside its own agent (another agent's tier, checkout session or subscription)",
+  },
+  /**
+   * UNAVAILABLE: the database unreachable or too slow, a transaction ended by PostgreSQL to break a deadlock or a
+   * serialization conflict, and (usage writes) a counter held by another change: always with `Retry-After`, and safe
+   * to retry (docs/errors.md).
+   */
+  unavailable: {
+    503:
+      'UNAVAILABLE: the database is unreachable or too slow, a concurrent change ended the transaction (`details.reason: ' +
+      '"concurrent_change"`) or, for a usage write, its counter is held by another change (`details.reason: "counter_locked"`); ' +
+      'nothing was kept: retry after `Retry-After` seconds (a write with the same clientReqId)',
+  },
+} satisfies Record<string, Partial<Record<ErrorStatusCode, string>>>;
+
+export type ErrorRule = keyof typeof RULES;
+
+const retryAfter = { 'Retry-After': { description: 'Seconds to wait before retrying', schema: { type: 'string' as const } } };
+
+/**
+ * The error responses a route can give, for the OpenAPI document: statuses it answers by its own code, and the rules
+ * (RULES above) that hold for it. A status given by both, or by several rules, is listed once with every reason.
+ */
+export function errors(...items: Array<ErrorStatusCode | ErrorRule>) {
   const text: Record<number, string> = {
     400: 'Validation error or invalid cursor',
     401: 'Not signed in, or credentials invalid/expired/revoked',
@@ -73,8 +122,22 @@ export function errors(...statuses: Array<400 | 401 | 402 | 403 | 404 | 409 | 41
     501: 'Not implemented',
     503: 'Feature not configured or dependency unavailable',
   };
-  const out: Record<number, ReturnType<typeof errorResponse> | typeof rateLimited> = {};
-  for (const s of statuses) out[s] = s === 429 ? rateLimited : errorResponse(text[s]!);
+  const reasons = new Map<number, string[]>();
+  const add = (status: number, reason: string) => reasons.set(status, [...(reasons.get(status) ?? []), reason]);
+  for (const item of items) {
+    if (typeof item === 'number') add(item, text[item] ?? '');
+    else for (const [status, reason] of Object.entries(RULES[item])) add(Number(status), reason);
+  }
+  const out: Record<number, ReturnType<typeof errorResponse> | typeof rateLimited | (ReturnType<typeof errorResponse> & { headers: typeof retryAfter })> = {};
+  for (const [s, texts] of reasons) {
+    if (s === 429) {
+      out[s] = rateLimited;
+      continue;
+    }
+    const description = texts.join('; or ');
+    const response = errorResponse(description.charAt(0).toUpperCase() + description.slice(1));
+    out[s] = s === 503 && items.includes('unavailable') ? { ...response, headers: retryAfter } : response;
+  }
   return out as RouteConfig['responses'];
 }
 

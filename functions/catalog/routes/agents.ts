@@ -51,7 +51,7 @@ const getAgentRoute = createRoute({
   tags,
   summary: 'An agent in full (with capabilities, steps and changelog)',
   request: { params: agentIdParams },
-  responses: { 200: jsonResponse(envelopeOf(agentSchema), 'The agent'), ...errors(400, 404) },
+  responses: { 200: jsonResponse(envelopeOf(agentSchema), 'The agent'), ...errors(400, 404, 'agentPath') },
 });
 
 const getAgentBySlugRoute = createRoute({
@@ -63,7 +63,7 @@ const getAgentBySlugRoute = createRoute({
   request: {
     params: z.object({ slug: z.string().min(1).max(80).openapi({ param: { name: 'slug', in: 'path' }, example: 'support-copilot' }) }),
   },
-  responses: { 200: jsonResponse(envelopeOf(agentSchema), 'The agent'), ...errors(404) },
+  responses: { 200: jsonResponse(envelopeOf(agentSchema), 'The agent'), ...errors(404, 'agentPath') },
 });
 
 const updateAgentRoute = createRoute({
@@ -98,7 +98,7 @@ const installAgentRoute = createRoute({
   request: { params: agentIdParams },
   responses: {
     200: jsonResponse(envelopeOf(z.object({ installs: z.int() })), 'The agent’s install count'),
-    ...errors(400, 401, 404, 422),
+    ...errors(400, 401, 404, 422, 'agentPath', 'cookieWrite'),
   },
 });
 

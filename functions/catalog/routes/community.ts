@@ -54,7 +54,7 @@ const listReviewsRoute = createRoute({
   tags: ['Reviews'],
   summary: 'Reviews of an agent, newest first (paginated)',
   request: { params: agentIdParams, query: pageQuerySchema },
-  responses: { 200: jsonResponse(pageEnvelopeOf(reviewSchema), 'A page of reviews'), ...errors(400, 404) },
+  responses: { 200: jsonResponse(pageEnvelopeOf(reviewSchema), 'A page of reviews'), ...errors(400, 404, 'agentPath') },
 });
 
 const upsertReviewRoute = createRoute({
@@ -68,7 +68,7 @@ const upsertReviewRoute = createRoute({
   responses: {
     200: jsonResponse(envelopeOf(reviewSchema), 'Your review, replaced'),
     201: jsonResponse(envelopeOf(reviewSchema), 'Your review, created'),
-    ...errors(400, 401, 404, 415),
+    ...errors(400, 401, 404, 415, 'agentPath', 'cookieWrite'),
   },
 });
 

@@ -45,7 +45,7 @@ function contentRoutesFor(kind: ContentKind) {
       tags,
       summary: `${one === 'Step' ? 'How-it-works steps' : 'Capabilities'} of an agent, in order (not paginated)`,
       request: { params: agentIdParams },
-      responses: { 200: jsonResponse(envelopeOf(z.array(schema)), 'The list'), ...errors(400, 404) },
+      responses: { 200: jsonResponse(envelopeOf(z.array(schema)), 'The list'), ...errors(400, 404, 'agentPath') },
     }),
     add: createRoute({
       operationId: kind === 'capabilities' ? 'addCapability' : 'addStep',
@@ -88,7 +88,7 @@ const listChangelogRoute = createRoute({
   tags,
   summary: 'An agent’s changelog, newest first (not paginated)',
   request: { params: agentIdParams },
-  responses: { 200: jsonResponse(envelopeOf(z.array(changelogEntrySchema)), 'The changelog'), ...errors(400, 404) },
+  responses: { 200: jsonResponse(envelopeOf(z.array(changelogEntrySchema)), 'The changelog'), ...errors(400, 404, 'agentPath') },
 });
 
 const addChangelogRoute = createRoute({
@@ -120,7 +120,7 @@ const listVideosRoute = createRoute({
   tags,
   summary: 'An agent’s videos, newest first',
   request: { params: agentIdParams },
-  responses: { 200: jsonResponse(envelopeOf(z.array(videoSchema)), 'The videos'), ...errors(400, 404) },
+  responses: { 200: jsonResponse(envelopeOf(z.array(videoSchema)), 'The videos'), ...errors(400, 404, 'agentPath') },
 });
 
 const registerVideoRoute = createRoute({

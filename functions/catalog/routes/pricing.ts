@@ -18,7 +18,7 @@ const listTiersRoute = createRoute({
   request: { params: z.object({ agentId: uuidParam('agentId') }) },
   responses: {
     200: jsonResponse(envelopeOf(z.array(z.union([tierSchema, enterpriseTierSchema]))), 'The pricing tiers'),
-    ...errors(400, 404),
+    ...errors(400, 404, 'agentPath'),
   },
 });
 

@@ -35,7 +35,7 @@ const routes = {
     tags: ['Metrics and quotas'],
     summary: "The agent's metric definitions (not paginated)",
     request: { params: agentParams },
-    responses: { 200: jsonResponse(envelopeOf(z.array(metricDefinitionSchema)), 'Metric definitions'), ...errors(400, 404) },
+    responses: { 200: jsonResponse(envelopeOf(z.array(metricDefinitionSchema)), 'Metric definitions'), ...errors(400, 404, 'agentPath') },
   }),
   create: createRoute({
     operationId: 'createMetricDefinition',
@@ -54,7 +54,7 @@ const routes = {
     tags: ['Metrics and quotas'],
     summary: 'One metric definition',
     request: { params: metricParams },
-    responses: { 200: jsonResponse(envelopeOf(metricDefinitionSchema), 'The metric definition'), ...errors(400, 404) },
+    responses: { 200: jsonResponse(envelopeOf(metricDefinitionSchema), 'The metric definition'), ...errors(400, 404, 'agentPath') },
   }),
   update: createRoute({
     operationId: 'updateMetricDefinition',
@@ -83,7 +83,7 @@ const routes = {
     tags: ['Metrics and quotas'],
     summary: "The tier's base quotas, one per metric (a metric without a row is denied)",
     request: { params: tierParams },
-    responses: { 200: jsonResponse(envelopeOf(z.array(tierQuotaSchema)), 'Quotas by metric slug'), ...errors(400, 404) },
+    responses: { 200: jsonResponse(envelopeOf(z.array(tierQuotaSchema)), 'Quotas by metric slug'), ...errors(400, 404, 'agentPath') },
   }),
   upsertQuota: createRoute({
     operationId: 'upsertTierQuota',

@@ -41,7 +41,7 @@ const incrementRoute = createRoute({
   request: { params: metricParams, body: jsonBody(incrementUsageBody) },
   responses: {
     200: { ...jsonResponse(envelopeOf(usageResultSchema), 'Counted (or the stored result of this clientReqId)'), headers: quotaHeaderDocs },
-    ...errors(400, 401, 402, 403, 404, 415),
+    ...errors(400, 401, 402, 403, 404, 415, 'unavailable'),
     ...quotaExceeded429,
     ...idempotencyConflict,
   },
@@ -57,7 +57,7 @@ const decrementRoute = createRoute({
   request: { params: metricParams, body: jsonBody(decrementUsageBody) },
   responses: {
     200: { ...jsonResponse(envelopeOf(usageResultSchema), 'Decremented (or the stored result of this clientReqId)'), headers: quotaHeaderDocs },
-    ...errors(400, 401, 402, 403, 404, 415, 422),
+    ...errors(400, 401, 402, 403, 404, 415, 422, 'unavailable'),
     ...idempotencyConflict,
   },
 });
@@ -72,7 +72,7 @@ const listRoute = createRoute({
   request: { params: agentParams },
   responses: {
     200: jsonResponse(envelopeOf(z.array(usageRecordSchema)), 'One usage record per metric'),
-    ...errors(400, 401, 403, 404),
+    ...errors(400, 401, 403, 404, 'unavailable'),
   },
 });
 
@@ -86,7 +86,7 @@ const getRoute = createRoute({
   request: { params: metricParams },
   responses: {
     200: jsonResponse(envelopeOf(usageRecordSchema), 'The usage record'),
-    ...errors(400, 401, 403, 404),
+    ...errors(400, 401, 403, 404, 'unavailable'),
   },
 });
 

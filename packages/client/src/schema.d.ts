@@ -6106,6 +6106,24 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Resource not found */
             404: {
                 headers: {
@@ -6295,6 +6313,24 @@ export interface operations {
             };
             /** @description Validation error or invalid cursor */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6567,6 +6603,24 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Resource not found */
             404: {
                 headers: {
@@ -6832,6 +6886,24 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Resource not found */
             404: {
                 headers: {
@@ -7024,8 +7096,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Not signed in, or credentials invalid/expired/revoked */
+            /** @description Not signed in, or credentials invalid/expired/revoked; or an invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent); or a cookie-authenticated write from an untrusted `Origin` */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7102,8 +7183,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Not signed in, or credentials invalid/expired/revoked */
+            /** @description Not signed in, or credentials invalid/expired/revoked; or an invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent); or a cookie-authenticated write from an untrusted `Origin` */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7178,8 +7268,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Not signed in, or credentials invalid/expired/revoked */
+            /** @description Not signed in, or credentials invalid/expired/revoked; or an invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent); or a cookie-authenticated write from an untrusted `Origin` */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7234,6 +7333,24 @@ export interface operations {
             };
             /** @description Validation error or invalid cursor */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7365,6 +7482,24 @@ export interface operations {
             };
             /** @description Validation error or invalid cursor */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7579,6 +7714,24 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Resource not found */
             404: {
                 headers: {
@@ -7770,6 +7923,24 @@ export interface operations {
             };
             /** @description Validation error or invalid cursor */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8065,6 +8236,24 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Resource not found */
             404: {
                 headers: {
@@ -8128,8 +8317,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Not signed in, or credentials invalid/expired/revoked */
+            /** @description Not signed in, or credentials invalid/expired/revoked; or an invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent); or a cookie-authenticated write from an untrusted `Origin` */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8237,6 +8435,24 @@ export interface operations {
         responses: {
             /** @description Validation error or invalid cursor */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8367,6 +8583,24 @@ export interface operations {
             };
             /** @description Validation error or invalid cursor */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8564,6 +8798,24 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Resource not found */
             404: {
                 headers: {
@@ -8620,6 +8872,24 @@ export interface operations {
             };
             /** @description Validation error or invalid cursor */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent); or a cookie-authenticated write from an untrusted `Origin` */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8690,6 +8960,24 @@ export interface operations {
                         /** @enum {string} */
                         status: "success";
                     };
+                };
+            };
+            /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description Resource not found */
@@ -16587,6 +16875,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description A cookie-authenticated write from an untrusted `Origin`; or an agent's access token acting outside its own agent (another agent's tier, checkout session or subscription) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Resource not found */
             404: {
                 headers: {
@@ -16699,6 +16996,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description A cookie-authenticated write from an untrusted `Origin`; or an agent's access token acting outside its own agent (another agent's tier, checkout session or subscription) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Resource not found */
             404: {
                 headers: {
@@ -16784,6 +17090,15 @@ export interface operations {
             };
             /** @description Not signed in, or credentials invalid/expired/revoked */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token acting outside its own agent (another agent's tier, checkout session or subscription) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -16890,8 +17205,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Not signed in, or credentials invalid/expired/revoked */
+            /** @description Not signed in, or credentials invalid/expired/revoked; or an invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -17063,6 +17387,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description UNAVAILABLE: the database is unreachable or too slow, a concurrent change ended the transaction (`details.reason: "concurrent_change"`) or, for a usage write, its counter is held by another change (`details.reason: "counter_locked"`); nothing was kept: retry after `Retry-After` seconds (a write with the same clientReqId) */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getMyUsage: {
@@ -17121,6 +17456,17 @@ export interface operations {
             /** @description Resource not found */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE: the database is unreachable or too slow, a concurrent change ended the transaction (`details.reason: "concurrent_change"`) or, for a usage write, its counter is held by another change (`details.reason: "counter_locked"`); nothing was kept: retry after `Retry-After` seconds (a write with the same clientReqId) */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -17231,6 +17577,17 @@ export interface operations {
             /** @description Not allowed in the current state */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE: the database is unreachable or too slow, a concurrent change ended the transaction (`details.reason: "concurrent_change"`) or, for a usage write, its counter is held by another change (`details.reason: "counter_locked"`); nothing was kept: retry after `Retry-After` seconds (a write with the same clientReqId) */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -17355,6 +17712,17 @@ export interface operations {
                     "application/json": components["schemas"]["QuotaExceededError"];
                 };
             };
+            /** @description UNAVAILABLE: the database is unreachable or too slow, a concurrent change ended the transaction (`details.reason: "concurrent_change"`) or, for a usage write, its counter is held by another change (`details.reason: "counter_locked"`); nothing was kept: retry after `Retry-After` seconds (a write with the same clientReqId) */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     reserveUsage: {
@@ -17473,6 +17841,17 @@ export interface operations {
                     "application/json": components["schemas"]["QuotaExceededError"] | components["schemas"]["RateLimitedError"];
                 };
             };
+            /** @description UNAVAILABLE: the database is unreachable or too slow, a concurrent change ended the transaction (`details.reason: "concurrent_change"`) or, for a usage write, its counter is held by another change (`details.reason: "counter_locked"`); nothing was kept: retry after `Retry-After` seconds (a write with the same clientReqId) */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getReservation: {
@@ -17540,6 +17919,17 @@ export interface operations {
             /** @description Resource not found */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE: the database is unreachable or too slow, a concurrent change ended the transaction (`details.reason: "concurrent_change"`) or, for a usage write, its counter is held by another change (`details.reason: "counter_locked"`); nothing was kept: retry after `Retry-After` seconds (a write with the same clientReqId) */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -17656,6 +18046,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description UNAVAILABLE: the database is unreachable or too slow, a concurrent change ended the transaction (`details.reason: "concurrent_change"`) or, for a usage write, its counter is held by another change (`details.reason: "counter_locked"`); nothing was kept: retry after `Retry-After` seconds (a write with the same clientReqId) */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     releaseReservation: {
@@ -17738,6 +18139,17 @@ export interface operations {
             /** @description Not allowed in the current state */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE: the database is unreachable or too slow, a concurrent change ended the transaction (`details.reason: "concurrent_change"`) or, for a usage write, its counter is held by another change (`details.reason: "counter_locked"`); nothing was kept: retry after `Retry-After` seconds (a write with the same clientReqId) */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
