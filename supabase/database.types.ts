@@ -2577,6 +2577,10 @@ export type Database = {
         }[];
       };
       "agent_is_published": { Args: { "p_status": string }; Returns: boolean };
+      "another_usable_admin": {
+        Args: { "p_user_id": string };
+        Returns: boolean;
+      };
       "authorization_code_grant": {
         Args: { "p_value": string };
         Returns: string;

@@ -23,6 +23,7 @@ import { ownsMostOrganizations, takeOrganizationCreation } from './organization-
 import { refuseBadLibraryInput } from './library-input.ts';
 import { mayMailRecipient } from './recipient-allowance.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
+import { isLastAdminRefusal, lastAdminRefused } from './set-user-role.ts';
 import { CLOSED_ENDPOINTS } from './oauth/closed-endpoints.ts';
 
 
@@ -128,6 +129,9 @@ export function authOptions(deps: AuthDeps) {
         if (isUniqueViolation(err)) {
           throw new ApiError('CONFLICT', 'Another request just wrote the same unique value (e.g. an organization slug); choose another and retry');
         }
+        // set-role, update-user, ban-user and remove-user check the caller, then write: of two admins taking each other
+        // away at once, the database refuses the later write (migration 20261127000400), 422 as on our routes.
+        if (isLastAdminRefusal(err)) throw lastAdminRefused();
         if (isAPIError(err) && err.status !== 'INTERNAL_SERVER_ERROR') return;
         logger.error('better-auth: request failed', { err });
       },

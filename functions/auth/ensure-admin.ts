@@ -23,11 +23,14 @@ async function ensure(
   const db = deps.database.db;
   const email = admin.email.toLowerCase();
   const ctx = await deps.auth.$context;
-  let user = await first<{ id: string; role: string | null }>(db, sql`select id, role from "user" where email = ${email}`);
+  let user = await first<{ id: string; role: string | null; banned: boolean | null }>(
+    db,
+    sql`select id, role, banned from "user" where email = ${email}`,
+  );
   let created = false;
   if (!user) {
     const result = await deps.auth.api.signUpEmail({ body: { email, password: admin.password, name: admin.name ?? 'Platform admin' } });
-    user = { id: result.user.id, role: null };
+    user = { id: result.user.id, role: null, banned: false };
     created = true;
   } else {
     const account = await first<{ id: string; password: string | null }>(
@@ -45,9 +48,13 @@ async function ensure(
       }
     }
   }
-  if (user.role !== 'platform_admin') {
-    await sql`update "user" set role = 'platform_admin', banned = false, "emailVerified" = true, "updatedAt" = ${deps.clock.now()}
+  // A usable admin: the role, and no ban. The ban was lifted only with a missing role, so an ADMIN_EMAIL admin that
+  // another admin banned (role kept) stayed banned on every restart: the way back closed when it was needed.
+  if (user.role !== 'platform_admin' || user.banned) {
+    await sql`update "user" set role = 'platform_admin', banned = false, "banReason" = null, "banExpires" = null,
+                     "emailVerified" = true, "updatedAt" = ${deps.clock.now()}
                where id = ${user.id}`.execute(db);
+    if (user.banned) deps.logger.warn('ADMIN_EMAIL account was banned: ban lifted at start-up', { userId: user.id });
   }
   deps.logger.info('admin account ensured', { userId: user.id, email, created });
   return { userId: user.id, created };

@@ -71,7 +71,8 @@ const banUserRoute = createRoute({
       },
     },
   },
-  responses: { 200: jsonResponse(envelopeOf(bannedUserSchema), 'The banned user'), ...errors(400, 401, 403, 404) },
+  // 422: the last usable admin is never banned (two admins banning each other at once: the later one).
+  responses: { 200: jsonResponse(envelopeOf(bannedUserSchema), 'The banned user'), ...errors(400, 401, 403, 404, 422) },
 });
 
 const unbanUserRoute = createRoute({
@@ -90,13 +91,13 @@ const setUserRoleRoute = createRoute({
   method: 'put',
   path: '/admin/users/{userId}/role',
   tags: ['Administration'],
-  summary: 'Set a user role; demoting your own account is refused (403)',
+  summary: 'Set a user role; demoting your own account is refused (403), and so is demoting the last admin (422)',
   security,
   request: {
     params: z.object({ userId: userIdParam }),
     body: jsonBody(z.object({ role: z.enum(ROLES) }).strict()),
   },
-  responses: { 200: jsonResponse(envelopeOf(bannedUserSchema), 'The user with the new role'), ...errors(400, 401, 403, 404) },
+  responses: { 200: jsonResponse(envelopeOf(bannedUserSchema), 'The user with the new role'), ...errors(400, 401, 403, 404, 422) },
 });
 
 /** `onUserBanned`: the other domains' part of a ban (app.ts passes billing's). */

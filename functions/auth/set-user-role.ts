@@ -1,5 +1,5 @@
 import type { AppDeps } from '../platform/app-types.ts';
-import { ApiError } from '../http/errors.ts';
+import { ApiError, pgCode, pgConstraint } from '../http/errors.ts';
 import { sql } from '../platform/db.ts';
 import type { Role } from './better-auth.ts';
 import { getUser } from './users.ts';
@@ -8,11 +8,15 @@ import { getUser } from './users.ts';
  * Changes a user's role (PUT /admin/users/{userId}/role). An admin cannot demote their own account: the
  * platform could otherwise lose its last admin by accident. The library's /api/auth/admin/set-role and
  * /admin/update-user are guarded by the same rule (see `refuseSelfDemotion` in mount.ts).
+ *
+ * That check reads the role the request was authenticated with, so two admins demoting each other at once both
+ * passed it. What holds is the database's rule (trigger `user_keeps_a_platform_admin`, migration 20261127000400):
+ * no write leaves the marketplace without a usable admin; the later of the two is refused, 422 INVALID_STATE.
  */
 export async function setUserRole(deps: AppDeps, input: { actorId: string; userId: string; role: Role }) {
   if (input.actorId === input.userId && input.role !== 'platform_admin') throw selfDemotion();
   const db = deps.database.db;
-  await sql`update "user" set role = ${input.role}, "updatedAt" = ${deps.clock.now()} where id = ${input.userId}`.execute(db);
+  await keepingAnAdmin(sql`update "user" set role = ${input.role}, "updatedAt" = ${deps.clock.now()} where id = ${input.userId}`.execute(db));
   deps.logger.info('user role set', { userId: input.userId, role: input.role, by: input.actorId });
   return getUser(db, input.userId);
 }
@@ -23,4 +27,30 @@ export const selfDemotion = () => new ApiError('FORBIDDEN', 'You cannot remove t
 export function keepsAdminRole(role: unknown): boolean {
   const list = Array.isArray(role) ? role : typeof role === 'string' ? role.split(',') : [];
   return list.map((r) => String(r).trim()).includes('platform_admin');
+}
+
+/**
+ * The refusal of the database rule `platform_keeps_an_admin` (migration 20261127000400): a demotion, ban or removal
+ * that would leave no platform admin who is not banned and can sign in. Every path answers it 422 INVALID_STATE: our
+ * routes through `keepingAnAdmin`, the auth library's endpoints through its error hook (better-auth.ts, onAPIError).
+ */
+export function isLastAdminRefusal(error: unknown): boolean {
+  return pgCode(error) === '23514' && pgConstraint(error) === 'platform_keeps_an_admin';
+}
+
+export const lastAdminRefused = () =>
+  new ApiError(
+    'INVALID_STATE',
+    'This would leave the marketplace without a platform admin who can act (another admin changed meanwhile)',
+    { reason: 'last_platform_admin' },
+  );
+
+/** Runs a write to a user row, answering the last-admin rule's refusal as 422 INVALID_STATE. */
+export async function keepingAnAdmin<T>(write: Promise<T>): Promise<T> {
+  try {
+    return await write;
+  } catch (err) {
+    if (isLastAdminRefusal(err)) throw lastAdminRefused();
+    throw err;
+  }
 }

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createTestDatabase, type TestDatabase } from '../support/databases.ts';
+import { createAdmin, signIn as signInAs } from '../support/users.ts';
 
 /** ADMIN_EMAIL / ADMIN_PASSWORD: the account exists with role platform_admin after every start. */
 let db: TestDatabase;
@@ -19,7 +20,8 @@ describe('admin account at start', () => {
       const res = await signIn(first1, 'boss@market.example', 'first admin pw');
       expect(res.status).toBe(200);
       expect(res.body.user.role).toBe('platform_admin');
-      // Someone demotes the account in the database...
+      // Someone demotes the account in the database (another admin exists: the last one cannot be demoted)...
+      await createAdmin(first1);
       await sql`update "user" set role = 'user' where email = 'boss@market.example'`.execute(first1.db);
     } finally {
       await first1.close();
@@ -41,6 +43,45 @@ describe('admin account at start', () => {
       expect(signups!.n).toBe(1);
     } finally {
       await second.close();
+    }
+  });
+
+  // Was: the ban was lifted only with a missing role, so an ADMIN_EMAIL admin another admin banned stayed banned.
+  it('attack: an ADMIN_EMAIL admin banned by another admin signs in again after a restart (the ban is lifted and logged)', async () => {
+    const env = { ADMIN_EMAIL: 'root-admin@market.example', ADMIN_PASSWORD: 'root admin password 1' };
+    let t = await startTestApp({ testDatabase: db, env });
+    try {
+      const root = await signInAs(t, { email: env.ADMIN_EMAIL, password: env.ADMIN_PASSWORD });
+      const other = await createAdmin(t);
+      const ban = await t.http.post(`/admin/users/${root.userId}/ban`, {
+        cookie: other.cookie,
+        json: { reason: 'mistaken' },
+        headers: { origin: t.baseUrl },
+      });
+      expect(ban.status, ban.text).toBe(200);
+      expect((await signIn(t, env.ADMIN_EMAIL, env.ADMIN_PASSWORD)).status).toBe(403); // BANNED_USER
+      // The other admin is gone too (demoted, or simply a leaver): the operator restarts with ADMIN_* set.
+      await sql`update "user" set role = 'user' where id = ${other.userId}`.execute(t.db);
+    } finally {
+      await t.close();
+    }
+    t = await startTestApp({ testDatabase: db, env });
+    try {
+      const res = await signIn(t, env.ADMIN_EMAIL, env.ADMIN_PASSWORD);
+      expect(res.status, res.text).toBe(200);
+      expect(res.body.user).toMatchObject({ role: 'platform_admin', banned: false, banReason: null, banExpires: null });
+      const root = await signInAs(t, { email: env.ADMIN_EMAIL, password: env.ADMIN_PASSWORD });
+      expect((await t.http.get('/admin/users', { cookie: root.cookie })).status).toBe(200);
+      const warned = t.logs.filter((l) => l.msg === 'ADMIN_EMAIL account was banned: ban lifted at start-up');
+      expect(warned).toHaveLength(1);
+      expect(warned[0]).toMatchObject({ level: 'warn', userId: root.userId });
+      expect(JSON.stringify(t.logs)).not.toContain(env.ADMIN_PASSWORD);
+      // A start with nothing to repair lifts nothing and warns of nothing.
+      await t.close();
+      t = await startTestApp({ testDatabase: db, env });
+      expect(t.logs.filter((l) => l.msg === 'ADMIN_EMAIL account was banned: ban lifted at start-up')).toHaveLength(0);
+    } finally {
+      await t.close();
     }
   });
 });

@@ -419,7 +419,7 @@ export interface paths {
             cookie?: never;
         };
         get?: never;
-        /** Set a user role; demoting your own account is refused (403) */
+        /** Set a user role; demoting your own account is refused (403), and so is demoting the last admin (422) */
         put: operations["setUserRole"];
         post?: never;
         delete?: never;
@@ -5753,6 +5753,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Not allowed in the current state */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     setUserRole: {
@@ -5816,6 +5825,15 @@ export interface operations {
             };
             /** @description Resource not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not allowed in the current state */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
