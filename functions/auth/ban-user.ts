@@ -1,7 +1,7 @@
 import type { AppDeps } from '../platform/app-types.ts';
 import { ApiError } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
-import { keepingAnAdmin } from './set-user-role.ts';
+import { keepingAnAdmin } from './last-admin.ts';
 import { getUser } from './users.ts';
 
 /**

@@ -23,7 +23,7 @@ import { ownsMostOrganizations, takeOrganizationCreation } from './organization-
 import { refuseBadLibraryInput } from './library-input.ts';
 import { mayMailRecipient } from './recipient-allowance.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
-import { isLastAdminRefusal, lastAdminRefused } from './set-user-role.ts';
+import { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
 import { CLOSED_ENDPOINTS } from './oauth/closed-endpoints.ts';
 
 

@@ -1,7 +1,8 @@
 import type { AppDeps } from '../platform/app-types.ts';
-import { ApiError, pgCode, pgConstraint } from '../http/errors.ts';
+import { ApiError } from '../http/errors.ts';
 import { sql } from '../platform/db.ts';
 import type { Role } from './better-auth.ts';
+import { keepingAnAdmin } from './last-admin.ts';
 import { getUser } from './users.ts';
 
 /**
@@ -27,30 +28,4 @@ export const selfDemotion = () => new ApiError('FORBIDDEN', 'You cannot remove t
 export function keepsAdminRole(role: unknown): boolean {
   const list = Array.isArray(role) ? role : typeof role === 'string' ? role.split(',') : [];
   return list.map((r) => String(r).trim()).includes('platform_admin');
-}
-
-/**
- * The refusal of the database rule `platform_keeps_an_admin` (migration 20261127000400): a demotion, ban or removal
- * that would leave no platform admin who is not banned and can sign in. Every path answers it 422 INVALID_STATE: our
- * routes through `keepingAnAdmin`, the auth library's endpoints through its error hook (better-auth.ts, onAPIError).
- */
-export function isLastAdminRefusal(error: unknown): boolean {
-  return pgCode(error) === '23514' && pgConstraint(error) === 'platform_keeps_an_admin';
-}
-
-export const lastAdminRefused = () =>
-  new ApiError(
-    'INVALID_STATE',
-    'This would leave the marketplace without a platform admin who can act (another admin changed meanwhile)',
-    { reason: 'last_platform_admin' },
-  );
-
-/** Runs a write to a user row, answering the last-admin rule's refusal as 422 INVALID_STATE. */
-export async function keepingAnAdmin<T>(write: Promise<T>): Promise<T> {
-  try {
-    return await write;
-  } catch (err) {
-    if (isLastAdminRefusal(err)) throw lastAdminRefused();
-    throw err;
-  }
 }
