@@ -163,6 +163,12 @@ describe('authorization code flow', () => {
     expect(me.body.data).toMatchObject({ id: flow.user.userId, email: flow.user.email });
   });
 
+  test('userinfo without a token is challenged with WWW-Authenticate: Bearer and no error code in it (RFC 6750 §3)', async () => {
+    for (const res of [await t.http.get('/api/auth/oauth2/userinfo'), await postForm(t, '/api/auth/oauth2/userinfo', null, {})]) {
+      expect([res.status, res.headers.get('www-authenticate'), res.body.error]).toEqual([401, 'Bearer', 'invalid_request']);
+    }
+  });
+
   test('userinfo (GET and POST) answers the user claims of the granted scopes', async () => {
     const res = await oauth.userInfoRequest(as, client, flow.tokens.access_token, insecure);
     const info = await oauth.processUserInfoResponse(as, client, flow.user.userId, res);
@@ -277,6 +283,15 @@ describe('revocation (RFC 7009)', () => {
     for (const token of ['no-such-token', 'eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.', 'a'.repeat(300)]) {
       const res = await postForm(t, '/api/auth/oauth2/revoke', agent, { token });
       expect(res.status).toBe(200);
+    }
+  });
+
+  test('every revocation answers the same empty 200, with no JSON content type a client would try to parse', async () => {
+    // The library's answer for a refresh token was an empty body labelled application/json (found by a docs walk-through).
+    const { tokens } = await runFlow();
+    for (const [token, hint] of [[tokens.refresh_token!, 'refresh_token'], [tokens.access_token, 'access_token'], ['no-such-token', 'refresh_token']] as const) {
+      const res = await postForm(t, '/api/auth/oauth2/revoke', agent, { token, token_type_hint: hint });
+      expect([hint, res.status, res.text, res.headers.get('content-type'), res.headers.get('cache-control')]).toEqual([hint, 200, '', null, 'no-store']);
     }
   });
 

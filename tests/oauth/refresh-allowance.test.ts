@@ -70,4 +70,14 @@ describe('attack: an agent refreshing one grant in a loop', () => {
     const real = await refresh(client, refreshToken);
     expect(real.status, real.text).toBe(200);
   });
+
+  test("attack: another agent presenting the grant's refresh token with its own secret spends none of the allowance", async () => {
+    // Another client authenticates fine (its own secret), and the library refuses the token: it counted all the same.
+    const user = await signUp(t);
+    const { refreshToken } = await accessTokenFor(t, user, { client });
+    const hostile = await createOAuthClient(t, { name: 'Hostile refresher' });
+    for (let i = 0; i < 70; i++) expect((await refresh(hostile, refreshToken)).status).toBe(400);
+    const real = await refresh(client, refreshToken);
+    expect(real.status, real.text).toBe(200);
+  });
 });

@@ -11,7 +11,7 @@ import { ADMIN_SCOPE, agentAudience, apiAudience } from './provider-options.ts';
 import { trustedOrigins } from '../better-auth.ts';
 import { requestOfTheUser, speculative } from '../fetch-metadata.ts';
 import {
-  codeUserId,
+  pendingCode,
   endRefreshTokenFamily,
   endReusedRefreshToken,
   findRefreshToken,
@@ -163,26 +163,40 @@ export function oauthProtocolRoutes() {
     // RFC 8707 lets resource repeat; nothing else may (repeatedParameter says why).
     const refused = refuseRepeated(form.keys(), ['resource']);
     if (refused) return refused;
-    const grantType = form.get('grant_type');
+    // The grant type as the library reads it (it trims it): `authorization_code ` with a trailing space went past every
+    // check below to the library's code exchange (found by a review).
+    const grantType = form.get('grant_type')?.trim() ?? null;
+    if (grantType !== null) form.set('grant_type', grantType);
+    // The client authenticates before anything else of the request is looked at (found by a docs review): the library
+    // consumes the code first, so a code sent with a wrong secret was used up (anyone who saw a code, in a history or a
+    // log, could break that sign-in without the secret), a used one replayed ended the grant's tokens, and a refresh
+    // token answered invalid_grant or invalid_client as it was dead or live, to a caller without the secret.
+    const refusal = await clientRefused(c, request, form);
+    if (refusal) return refusal;
+    const caller = requestingClientId(request, form);
     if (grantType === 'authorization_code' || grantType === 'refresh_token') {
-      // The client authenticates before its code or refresh token is looked at (found by a docs review): the library
-      // consumes the code first, so a code sent with a wrong secret was used up (anyone who saw a code, in a history
-      // or a log, could break that sign-in without the secret), a used one replayed ended the grant's tokens, and a
-      // refresh token answered invalid_grant or invalid_client as it was dead or live, to a caller without the secret.
-      const refusal = await clientRefused(c, request, form);
-      if (refusal) return refusal;
       // A token acts only within the agent that owns its client (contract.md, Trust boundaries): its audience is
       // that agent's resource, which the library lets only that client obtain (enforcePerClientResources). JWT
       // access tokens also need an audience to be minted at all; the first-party client's is the API itself.
-      const clientId = requestingClientId(request, form);
-      const agentId = clientId ? await ensureAgentResource(database.db, config, clientId, clock.now()) : undefined;
+      const agentId = caller ? await ensureAgentResource(database.db, config, caller, clock.now()) : undefined;
       if (!form.has('resource')) form.set('resource', agentId ? agentAudience(config, agentId) : apiAudience(config));
     }
     const code = grantType === 'authorization_code' ? form.get('code') : null;
     const codeId = code ? await sha256Base64Url(code) : null;
+    // Read now: the library consumes the code before it writes the tokens, and before it compares the client, and on a
+    // code already used it revokes the tokens issued from it, also before: another agent, authenticated with its own
+    // secret, used up a code issued to this one (the user's sign-in broken) or, replaying a used one, ended its grant
+    // (found by a review). Another client's code, pending or used, is refused here and never reaches the library.
+    const codeIssued = codeId ? await pendingCode(database.db, codeId) : undefined;
+    const codeClient = codeIssued ? codeIssued.clientId : codeId ? (await redeemedCode(database.db, codeId))?.clientId : undefined;
+    if (codeClient !== undefined && codeClient !== caller) return oauthError(400, 'invalid_grant', 'invalid code');
+    const codeUser = codeIssued?.userId;
     const presented = grantType === 'refresh_token' ? form.get('refresh_token') : null;
     const before = presented ? await findRefreshToken(database.db, presented) : undefined;
-    const counted = before && !before.revoked && before.expiresAt > clock.now() ? refreshAllowanceKey(before) : undefined;
+    // Only the token's own client spends its grant's allowance (another agent presenting a token it got hold of is
+    // refused by the library, and must not use up the grant's hour).
+    const counted =
+      before && !before.revoked && before.expiresAt > clock.now() && before.clientId === caller ? refreshAllowanceKey(before) : undefined;
     if (counted) {
       // Counted before the library rotates anything: a refused refresh writes no row. Only a live token counts (a
       // revoked or expired one is refused and writes nothing, and a reused one must still reach the reuse detection).
@@ -193,14 +207,11 @@ export function oauthProtocolRoutes() {
         });
       }
     }
-    // Read now: the library consumes the code before it writes the tokens
-    const codeUser = codeId ? await codeUserId(database.db, codeId) : undefined;
     const grantUserId = before?.userId ?? codeUser;
     // Every refresh token a code gives passes here, whichever endpoint issued the code (the library's hooks can issue
     // one after any request that sets the session cookie): its exchange is counted, per client and user, and given back
     // when nothing was issued (CODES_PER_HOUR says why here and not where codes are issued).
-    const exchangeClient = codeUser ? requestingClientId(request, form) : undefined;
-    const exchange = codeUser && exchangeClient ? `oauth-code-exchange|${exchangeClient}|${codeUser}` : undefined;
+    const exchange = codeUser && caller ? `oauth-code-exchange|${caller}|${codeUser}` : undefined;
     if (exchange) {
       const allowance = await takeToken(c.var.deps, exchange, CODES_PER_HOUR, HOUR_MS);
       if (!allowance.allowed) {
@@ -248,12 +259,13 @@ export function oauthProtocolRoutes() {
     } else if (codeId) {
       // RFC 6749 §4.1.2: a code used twice was stolen; the library drops the refresh tokens issued from it, we end the
       // family (a refresh of it under way writes into it no more) and revoke the access tokens.
+      // (Only the code's own client gets here with a used code: another's replay is refused above.)
       const redeemed = await redeemedCode(database.db, codeId);
       if (redeemed) {
         await endRefreshTokenFamily(database.db, { ...redeemed, authorizationCodeId: codeId });
         await revokeAccessTokensOfGrant(database.db, codeId, clock.now());
       }
-    } else if (before && before.expiresAt > clock.now() && (await presentedAgain(database.db, before, response, requestingClientId(request, form)))) {
+    } else if (before && before.expiresAt > clock.now() && (await presentedAgain(database.db, before, response, caller))) {
       // A refresh token used twice: the family ends (the library's deletion, if it made one, again under the user's
       // row, so a rotation racing it dies too), and the access tokens minted for that client and user die on their
       // next request. Not for an expired token: the library refuses it before anything else, and it is gone because
@@ -284,7 +296,7 @@ export function oauthProtocolRoutes() {
         }
       }
       // RFC 7009 §2.2: invalid, expired, unknown or foreign tokens also answer 200.
-      return new Response(null, { status: 200, headers: NO_STORE });
+      return revoked();
     }
     const before = token ? await findRefreshToken(database.db, token) : undefined;
     const response = await library(c, formRequest(request, form));
@@ -304,11 +316,11 @@ export function oauthProtocolRoutes() {
         // refresh tokens for the user, expired or not. The grant ends as on the token endpoint, its access tokens with it.
         await endReusedRefreshToken(database.db, before, clock.now());
       }
-      if (error?.error === 'invalid_request' || error?.error === 'unsupported_token_type') {
-        return new Response(null, { status: 200, headers: NO_STORE });
-      }
+      if (error?.error === 'invalid_request' || error?.error === 'unsupported_token_type') return revoked();
     }
-    return response;
+    // The library's 200 is an empty body labelled JSON, which a client reading every answer as JSON threw on (found by
+    // a docs walk-through): every revocation answers the same empty 200 (RFC 7009 §2.2: the body is ignored).
+    return response.status === 200 ? revoked() : response;
   });
 
   router.post('/api/auth/oauth2/introspect', async (c) => {
@@ -347,17 +359,23 @@ export function oauthProtocolRoutes() {
     // A token is RFC 6750's b64token: anything else (a form value with a line break or a character above U+00FF)
     // cannot even be put in a header to check it, which was a 500 (found by a review).
     if (token && !/^[A-Za-z0-9\-._~+/]+=*$/.test(token)) return invalidToken('The access token holds characters no token has');
-    if (token) {
-      // The check every API route makes of a bearer token (authenticator.ts): signed by a key we hold, not expired,
-      // not revoked, its user not banned, its client and agent live. It verifies the signature before it reads
-      // anything (a made-up token's claims, a NUL or an iat past any date, made a lookup by unverified claims fail
-      // with a 500; the library itself answers 500 for a key id it does not know).
-      try {
-        await authenticator.authenticate(new Request(request.url, { headers: { authorization: `Bearer ${token}` } }));
-      } catch (err) {
-        if (!(err instanceof ApiError) || err.status !== 401) throw err;
-        return invalidToken(err.message);
-      }
+    // RFC 6750 §3: a request without a token is challenged (WWW-Authenticate: Bearer), with no error code in the
+    // challenge; the library answered 401 without one (found by a docs walk-through).
+    if (!token) {
+      return Response.json(
+        { error: 'invalid_request', error_description: 'access token not found' },
+        { status: 401, headers: { ...NO_STORE, 'www-authenticate': 'Bearer' } },
+      );
+    }
+    // The check every API route makes of a bearer token (authenticator.ts): signed by a key we hold, not expired,
+    // not revoked, its user not banned, its client and agent live. It verifies the signature before it reads
+    // anything (a made-up token's claims, a NUL or an iat past any date, made a lookup by unverified claims fail
+    // with a 500; the library itself answers 500 for a key id it does not know).
+    try {
+      await authenticator.authenticate(new Request(request.url, { headers: { authorization: `Bearer ${token}` } }));
+    } catch (err) {
+      if (!(err instanceof ApiError) || err.status !== 401) throw err;
+      return invalidToken(err.message);
     }
     return library(c, forwarded);
   });
@@ -567,6 +585,9 @@ function toBoolean(value: unknown): boolean | undefined {
 }
 
 /** userinfo's refusal of a token (RFC 6750 §3.1), in the RFC's shape. */
+/** The answer to every revocation the client was authenticated for (RFC 7009 §2.2): 200, empty. */
+const revoked = () => new Response(null, { status: 200, headers: NO_STORE });
+
 function invalidToken(description: string): Response {
   return Response.json(
     { error: 'invalid_token', error_description: description },

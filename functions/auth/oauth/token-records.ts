@@ -236,12 +236,13 @@ export async function findRefreshToken(
   );
 }
 
-/** The user an authorization code (hashed id) not yet exchanged was issued to, from the library's record of it. */
-export async function codeUserId(db: Db, authorizationCodeId: string): Promise<string | undefined> {
+/** The user and client an authorization code (hashed id) not yet exchanged was issued to, from the library's record of it. */
+export async function pendingCode(db: Db, authorizationCodeId: string): Promise<{ userId: string; clientId: string | undefined } | undefined> {
   const row = await first<{ value: string }>(db, sql`select value from verification where identifier = ${authorizationCodeId}`);
   try {
-    const userId = row ? (JSON.parse(row.value) as { userId?: unknown }).userId : undefined;
-    return typeof userId === 'string' ? userId : undefined;
+    const value = row ? (JSON.parse(row.value) as { userId?: unknown; query?: { client_id?: unknown } }) : undefined;
+    if (typeof value?.userId !== 'string') return undefined;
+    return { userId: value.userId, clientId: typeof value.query?.client_id === 'string' ? value.query.client_id : undefined };
   } catch {
     return undefined;
   }
