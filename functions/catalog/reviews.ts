@@ -1,5 +1,5 @@
 import type { z } from '@hono/zod-openapi';
-import { forbidden, notFound } from '../http/errors.ts';
+import { ApiError, forbidden, notFound } from '../http/errors.ts';
 import { afterCursor, finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { reviewSchema } from './schemas.ts';
@@ -52,15 +52,21 @@ export async function upsertReview(
   input: { agentId: string; userId: string; rating: number; title?: string | undefined; body?: string | undefined },
   now: Date,
 ): Promise<{ review: Review; created: boolean }> {
+  // Written under a share lock of the author's row: a removal of the author (whose trigger deletes their reviews,
+  // migration 20261127000200) waits for this write, or this write finds the author gone and writes nothing. Without it
+  // a review sent while its author was being removed was written after the removal's delete and stayed, listed and
+  // counted, for a user who no longer exists (found by a review; reviews.user_id has no foreign key to "user").
   const row = await first<Row & { created: boolean }>(
     db,
-    sql`insert into public.reviews as r (agent_id, user_id, rating, title, body, created_at, updated_at)
-        values (${input.agentId}, ${input.userId}, ${input.rating}, ${input.title || null}, ${input.body || null}, ${now}, ${now})
+    sql`with author as (select u.id from public."user" u where u.id = ${input.userId} for key share)
+        insert into public.reviews as r (agent_id, user_id, rating, title, body, created_at, updated_at)
+        select ${input.agentId}, author.id, ${input.rating}, ${input.title || null}, ${input.body || null}, ${now}, ${now} from author
         on conflict (agent_id, user_id) do update
           set rating = excluded.rating, title = excluded.title, body = excluded.body, updated_at = excluded.updated_at
         returning ${columns}, (xmax = 0) as created`,
   );
-  const { created, ...review } = row!;
+  if (!row) throw new ApiError('UNAUTHORIZED', 'This account no longer exists');
+  const { created, ...review } = row;
   return { review: toReview(review), created };
 }
 

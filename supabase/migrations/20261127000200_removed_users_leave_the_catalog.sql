@@ -9,10 +9,13 @@
 --    (interactions.user_id on delete set null), kept their email, name and messages in its metadata. Now one trigger,
 --    before the user row goes (so before the foreign keys' own actions), deletes their reviews, their installs (and
 --    takes each from its agent's installs counter, so accounts made to inflate it and removed stop counting), their
---    waitlist entries (those they joined signed in, and any for their address), and strips email, name and message
---    from the metadata of their interactions; the rows stay, as analytics history, with their type, agent and time.
+--    waitlist entries (those they joined signed in, and any for their address once they had verified it), and strips
+--    email, name and message from the metadata of their interactions; the rows stay, as analytics history, with their type, agent and time.
 --    A trigger rather than foreign keys: installs need their counter moved, and the interactions need their metadata
---    cleaned, in the same transaction as the removal.
+--    cleaned, in the same transaction as the removal. A review written while its author is being removed takes a share
+--    lock of the author's row (functions/catalog/reviews.ts), so it is written before the removal or not at all.
+--    (Amended in place before release, after a review of the first version: it deleted every waitlist entry of the
+--    removed account's address, verified or not.)
 -- 2. Tags: the policy was `using (true)`, so /rest/v1/tags listed a tag only a draft carries, which GET /tags hides
 --    (catalog/tags.ts listTags: "a draft's tags do not announce it"). Now a tag is read when a published agent carries
 --    it. (GET /tags also lists a tag no agent carries yet; the Data API cannot tell that one from a draft's without
@@ -31,7 +34,9 @@ begin
     delete from public.agent_installs where user_id = old.id returning agent_id
   )
   update public.agents a set installs = greatest(a.installs - 1, 0) from gone where a.id = gone.agent_id;
-  delete from public.waitlist_entries where user_id = old.id or email = lower(old.email);
+  -- the entries they joined signed in, and those of their address only if they had proved it is theirs: an account
+  -- made with someone else's address and never verified must not take the owner's entries with it
+  delete from public.waitlist_entries where user_id = old.id or (old."emailVerified" and email = lower(old.email));
   update public.interactions set metadata = metadata - array['email', 'name', 'message']
    where user_id = old.id and metadata ?| array['email', 'name', 'message'];
   return old;

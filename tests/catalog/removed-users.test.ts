@@ -74,9 +74,10 @@ describe('a removed user', () => {
       sql`select type, user_id, metadata from interactions
           where type <> 'install' and agent_id in (${agent.id}, ${soon.id}) order by type`,
     );
+    // what is left says nothing about who it was (emailVerified is whether the address had been proved, not which)
     expect(kept).toEqual([
-      { type: 'demo_request', user_id: null, metadata: {} },
-      { type: 'enterprise_inquiry', user_id: null, metadata: { companySize: '11-50' } },
+      { type: 'demo_request', user_id: null, metadata: { emailVerified: false } },
+      { type: 'enterprise_inquiry', user_id: null, metadata: { companySize: '11-50', emailVerified: false } },
       { type: 'waitlist_signup', user_id: null, metadata: {} },
     ]);
     // and their waitlist entry went with them

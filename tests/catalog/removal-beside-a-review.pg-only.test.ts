@@ -1,0 +1,52 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rows, sql } from '../../functions/platform/db.ts';
+import { eventually, statementsWaitingForLock } from '../support/databases.ts';
+import type { CallResult } from '../support/http.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { createAgent } from './helpers.ts';
+
+/**
+ * Found by a review (03). Migration 20261127000200 erases a removed user's reviews with a before-delete trigger, but
+ * reviews.user_id has no foreign key to "user": a review whose request was authenticated before the removal and
+ * written after the trigger's DELETE ran was kept for good, listed and counted, by a user who no longer exists. The
+ * review is now written under a share lock of its author's row (functions/catalog/reviews.ts), so the removal waits
+ * for it and then erases it.
+ *
+ * The interleaving is made exact: a transaction holds the agent's row (the review's foreign key check on agent_id
+ * waits for it), the review is sent and waits, the admin's removal is sent, then the agent row is let go.
+ */
+let t: TestApp;
+let admin: TestUser;
+beforeAll(async () => {
+  t = await startTestApp();
+  admin = await createAdmin(t);
+});
+afterAll(() => t.close());
+
+describe('a review in flight while its author is removed', () => {
+  it('attack: does not outlive the removal', async () => {
+    const agent = await createAgent(t, admin);
+    const bomber = await signUp(t);
+    let review: Promise<CallResult> | undefined;
+    let removal: Promise<CallResult> | undefined;
+    let removalAnswered = false;
+    await t.db.transaction().execute(async (trx) => {
+      await sql`select 1 from agents where id = ${agent.id} for update`.execute(trx);
+      review = t.http.put(`/agents/${agent.id}/reviews`, { cookie: bomber.cookie, json: { rating: 1, title: 'Scam' } });
+      await eventually('the review waits for the agent row', async () => (await statementsWaitingForLock(t.db, '%insert into public.reviews%')) > 0);
+      removal = t.http.post('/api/auth/admin/remove-user', { cookie: admin.cookie, headers: { origin: t.baseUrl }, json: { userId: bomber.userId } });
+      void removal.then(() => (removalAnswered = true));
+      // the removal waits for the review's hold on its author; without that hold it ran to its end meanwhile
+      await eventually('the removal waits for the review, or has answered', async () =>
+        removalAnswered || (await statementsWaitingForLock(t.db, '%delete from "user"%')) > 0,
+      );
+    });
+    const [res, removed] = [await review!, await removal!];
+    expect(removed.status, removed.text).toBe(200);
+    // Either refused, or written and then gone with its author; never a review of a user who does not exist.
+    expect(await rows(t.db, sql`select 1 from "user" where id = ${bomber.userId}`)).toEqual([]);
+    expect((await t.http.get(`/agents/${agent.id}`)).body.data, `review answered ${res.status}`).toMatchObject({ reviewCount: 0 });
+    expect(await rows(t.db, sql`select id from reviews where user_id = ${bomber.userId}`)).toEqual([]);
+  });
+});
