@@ -1,6 +1,7 @@
 import { z } from '@hono/zod-openapi';
 import { requireAgent } from '../catalog/index.ts';
 import { ApiError } from '../http/errors.ts';
+import { rateLimited } from '../http/rate-limit.ts';
 import type { Clock } from '../platform/clock.ts';
 import { rows, sql, type Db } from '../platform/db.ts';
 
@@ -133,6 +134,27 @@ interface TrendRow {
   new_subscriptions: number;
   cancellations: number;
   active: number;
+}
+
+/**
+ * The admins whose analytics are being computed in this process. An admin's analytics run one at a time: a window
+ * can keep two database connections busy for seconds, and a page of another site can navigate a window it opened
+ * through /admin/analytics again and again without a click (a top-level navigation is the admin's own by its fetch
+ * metadata, security rule 29; found by a review). The admin page asks once per change of its form; a second call while
+ * one runs answers 429 RATE_LIMITED, Retry-After 1. Per process: N instances run at most N at once per admin.
+ */
+const running = new Set<string>();
+
+export async function analyticsOneAtATime<T>(adminId: string, compute: () => Promise<T>): Promise<T> {
+  if (running.has(adminId)) {
+    throw rateLimited(1, 'Your previous analytics request is still being computed; ask again when it has answered', { concurrentLimit: 1 });
+  }
+  running.add(adminId);
+  try {
+    return await compute();
+  } finally {
+    running.delete(adminId);
+  }
 }
 
 export async function getAnalytics(

@@ -4,7 +4,7 @@ import { requireAdmin } from '../http/access.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../http/envelope.ts';
 import { pageQuerySchema } from '../http/pagination.ts';
 import { errors, jsonResponse, newRouter, SECURITY } from '../http/router.ts';
-import { analyticsQuerySchema, analyticsSchema, getAnalytics } from './analytics.ts';
+import { analyticsOneAtATime, analyticsQuerySchema, analyticsSchema, getAnalytics } from './analytics.ts';
 import { adminPage } from './page.ts';
 import { textParam } from './params.ts';
 import { listSubscriptionsQuerySchema } from './subscriptions.ts';
@@ -61,10 +61,11 @@ const getAnalyticsRoute = createRoute({
     'Window [from, to], both inclusive; a date-only `to` includes that whole day (UTC). Default: the last 90 days. ' +
     'purchased = subscriptions created in the window that were bought (a checkout never paid is none); activated = of those, with a usage increment or an ' +
     'install of the agent by `to`; used = of those, with a usage increment in the last 30 days of the window. Weeks are ISO ' +
-    'weeks (Monday, UTC). A reversed window, or one longer than 5 years, is a 400; an unknown agentId a 404.',
+    'weeks (Monday, UTC). A reversed window, or one longer than 5 years, is a 400; an unknown agentId a 404; a second ' +
+    'request of the same admin while one is being computed, 429 with Retry-After.',
   security,
   request: { query: analyticsQuerySchema },
-  responses: { 200: jsonResponse(envelopeOf(analyticsSchema), 'Analytics for the window'), ...errors(400, 401, 403, 404) },
+  responses: { 200: jsonResponse(envelopeOf(analyticsSchema), 'Analytics for the window'), ...errors(400, 401, 403, 404, 429) },
 });
 
 export function adminRoutes() {
@@ -90,9 +91,10 @@ export function adminRoutes() {
   });
 
   router.openapi(getAnalyticsRoute, async (c) => {
-    await requireAdmin(c);
+    const admin = await requireAdmin(c);
     const { deps } = c.var;
-    return c.json(ok(await getAnalytics(deps.database.db, deps.clock, c.req.valid('query'))), 200);
+    const analytics = await analyticsOneAtATime(admin.userId, () => getAnalytics(deps.database.db, deps.clock, c.req.valid('query')));
+    return c.json(ok(analytics), 200);
   });
 
   // The page is HTML, not an API operation: it stays out of the OpenAPI document. Access is checked inside.

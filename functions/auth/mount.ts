@@ -1,5 +1,6 @@
 import { Hono, type Context, type Next } from 'hono';
 import type { AppDeps, AppEnv } from '../platform/app-types.ts';
+import { crossSiteAdminRequest } from '../http/access.ts';
 import { enforceRateLimit } from '../http/rate-limit.ts';
 import { verifyOnlyInTheAccountsSession } from './email-verification.ts';
 import { userExists } from './oauth/token-records.ts';
@@ -35,6 +36,13 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
   router.post('/api/auth/sign-in/email', limitFailedSignIns());
   router.post('/api/auth/change-password', limitFailedPasswordChanges());
   router.get('/api/auth/verify-email', verifyOnlyInTheAccountsSession());
+  // The library's admin reads (list-users, get-user, ...) by cookie, as ours (requireAdmin): only the admin's own
+  // requests, never what another site's page makes the admin's browser send (security rule 29; found by a review:
+  // list-users answered an <img> of another site). Its writes are POSTs, under the library's own origin check.
+  router.get('/api/auth/admin/*', async (c, next) => {
+    if (c.req.header('cookie') && !c.var.deps.authenticator.requestOfTheUser(c.req.raw)) throw crossSiteAdminRequest();
+    await next();
+  });
   router.post('/api/auth/admin/set-role', refuseSelfDemotion((body) => ({ userId: body?.userId, role: body?.role, changesRole: true })));
   router.post(
     '/api/auth/admin/update-user',

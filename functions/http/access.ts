@@ -40,13 +40,15 @@ export async function requireAdmin(c: Context<AppEnv>): Promise<Principal> {
   // in production: any page the admin opened could fire `<img src=".../admin/analytics?from=2021-11-21">` again and
   // again, a five-year window that keeps two database connections busy for seconds each (found by a review). Writes
   // already need a trusted Origin; an admin read with the cookie must be the admin's own doing too (fetch-metadata.ts).
-  if (principal.via === 'cookie' && !c.var.deps.authenticator.requestOfTheUser(c.req.raw)) {
-    throw new ApiError('FORBIDDEN', 'Admin requests with a session cookie must come from the marketplace, a trusted origin, or a navigation', {
-      reason: 'cross_site',
-    });
-  }
+  if (principal.via === 'cookie' && !c.var.deps.authenticator.requestOfTheUser(c.req.raw)) throw crossSiteAdminRequest();
   return principal;
 }
+
+/** The refusal of an admin request another site's page made the admin's browser send (security rule 29). */
+export const crossSiteAdminRequest = () =>
+  new ApiError('FORBIDDEN', 'Admin requests with a session cookie must come from the marketplace, a trusted origin, or a navigation', {
+    reason: 'cross_site',
+  });
 
 export async function isAdmin(c: Context<AppEnv>): Promise<boolean> {
   return (await currentPrincipal(c))?.role === 'platform_admin';

@@ -142,7 +142,7 @@ export interface paths {
         };
         /**
          * Funnel (purchased, activated, used), per-agent breakdown and weekly lifecycle trends over a window
-         * @description Window [from, to], both inclusive; a date-only `to` includes that whole day (UTC). Default: the last 90 days. purchased = subscriptions created in the window that were bought (a checkout never paid is none); activated = of those, with a usage increment or an install of the agent by `to`; used = of those, with a usage increment in the last 30 days of the window. Weeks are ISO weeks (Monday, UTC). A reversed window, or one longer than 5 years, is a 400; an unknown agentId a 404.
+         * @description Window [from, to], both inclusive; a date-only `to` includes that whole day (UTC). Default: the last 90 days. purchased = subscriptions created in the window that were bought (a checkout never paid is none); activated = of those, with a usage increment or an install of the agent by `to`; used = of those, with a usage increment in the last 30 days of the window. Weeks are ISO weeks (Monday, UTC). A reversed window, or one longer than 5 years, is a 400; an unknown agentId a 404; a second request of the same admin while one is being computed, 429 with Retry-After.
          */
         get: operations["getAnalytics"];
         put?: never;
@@ -4480,6 +4480,17 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds until the window ends */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RateLimitedError"];
                 };
             };
         };
