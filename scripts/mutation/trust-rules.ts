@@ -1230,7 +1230,7 @@ export const mutations: Mutation[] = [
     file: 'supabase/migrations/20261127000200_removed_users_leave_the_catalog.sql',
     find: '  delete from public.waitlist_entries where user_id = old.id or (old."emailVerified" and email = lower(old.email));',
     replace: '  delete from public.waitlist_entries where user_id = old.id or email = lower(old.email);',
-    tests: ['tests/catalog/removal-waitlist-of-the-owner.test.ts'],
+    tests: ['tests/catalog/removed-users.test.ts'],
   },
   {
     rule: 29,

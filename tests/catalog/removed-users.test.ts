@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rows, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { createAdmin, signUp, verifyEmail, type TestUser } from '../support/users.ts';
 import { createAgent, walk } from './helpers.ts';
 
 /**
@@ -82,6 +82,22 @@ describe('a removed user', () => {
     ]);
     // and their waitlist entry went with them
     expect(await rows(t.db, sql`select id from waitlist_entries where email = ${person.email.toLowerCase()}`)).toEqual([]);
+  });
+
+  it("attack: removing an account that never proved its address leaves the address owner's waitlist entries", async () => {
+    // The removal erased every entry of the account's address, whoever made it: an account squatting someone's address
+    // (sign-up needs no verified address), once removed, took that person's own entries with it (found by a review).
+    const soon = await createAgent(t, admin, { status: 'coming_soon' });
+    const victim = `owner-${crypto.randomUUID().slice(0, 8)}@example.test`;
+    expect((await t.http.post(`/agents/${soon.id}/waitlist`, { json: { email: victim } })).status).toBe(201); // signed out
+    const squatter = await signUp(t, { email: victim });
+    expect((await removeUser(squatter.userId)).status).toBe(200);
+    // the real owner signs up, proves the address, and is still on the list
+    const owner = await signUp(t, { email: victim });
+    await verifyEmail(t, victim);
+    const status = await t.http.get(`/agents/${soon.id}/waitlist`, { cookie: owner.cookie });
+    expect([status.status, status.body.data?.notified]).toEqual([200, true]);
+    expect((await t.http.post(`/agents/${soon.id}/waitlist`, { json: { email: victim } })).status).toBe(200); // already on it
   });
 
   it("a removal the library refuses leaves the user's reviews and installs as they were", async () => {
