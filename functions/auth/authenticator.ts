@@ -186,7 +186,7 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   }
 
   return {
-    requestOfTheUser: (request) => requestOfTheUser(request, origins),
+    adminRequestOfTheUser: (request) => requestOfTheUser(request, origins, { crossSiteNavigation: false }),
     async bearerCheck(request) {
       const token = await bearerOnly(request);
       return token ? verifyBearer(token) : undefined;

@@ -1,19 +1,26 @@
 /**
  * Whether a browser request was made by the user rather than by a page of another site riding on their cookie, read
  * from the fetch metadata browsers send (Sec-Fetch-Site, -Mode, -Dest): a request of the marketplace's own origin or
- * site, one the user typed or bookmarked (`none`), a top-level navigation (a link followed, a redirect: the user sees
- * where they land), or a CORS fetch from a trusted origin (a front end on FRONTEND_URL). Anything else cross-site (an
- * image, a script, a frame, a form's GET into a frame, an untrusted fetch) is another site's doing, and so is a
- * speculative load (prefetch, prerender), which a page can ask for without a click. A request without fetch metadata
- * (not a browser, or an old one) is taken as it comes: a non-browser has no cookie of the user's to ride on.
+ * site, one the user typed or bookmarked (`none`), a CORS fetch from a trusted origin (a front end on FRONTEND_URL),
+ * and, where a page is meant to be navigated to from elsewhere (`crossSiteNavigation`: the authorize endpoint), a
+ * top-level navigation (a link followed, a redirect: the user sees where they land). A JSON API is not navigated to
+ * from other sites: there a page of another site could navigate a popup it opened again and again without a click
+ * (found by a review of the admin reads), so a cross-site navigation is not the user's there. Anything else
+ * cross-site (an image, a script, a frame, a form's GET into a frame, an untrusted fetch) is another site's doing, and
+ * so is a speculative load (prefetch, prerender), which a page can ask for without a click. A request without fetch
+ * metadata (not a browser, or an old one) is taken as it comes: a non-browser has no cookie of the user's to ride on.
  */
-export function requestOfTheUser(request: Request, trustedOrigins: ReadonlySet<string> | readonly string[]): boolean {
+export function requestOfTheUser(
+  request: Request,
+  trustedOrigins: ReadonlySet<string> | readonly string[],
+  options: { crossSiteNavigation: boolean },
+): boolean {
   const site = request.headers.get('sec-fetch-site');
   if (site === null || site === 'same-origin' || site === 'same-site' || site === 'none') return true;
   if (speculative(request)) return false;
   const mode = request.headers.get('sec-fetch-mode');
   const dest = request.headers.get('sec-fetch-dest');
-  if (mode === 'navigate' && (dest === null || dest === 'document')) return true;
+  if (options.crossSiteNavigation && mode === 'navigate' && (dest === null || dest === 'document')) return true;
   const origin = request.headers.get('origin');
   const trusted = trustedOrigins instanceof Set ? trustedOrigins : new Set(trustedOrigins);
   return mode === 'cors' && origin !== null && trusted.has(origin);

@@ -40,7 +40,7 @@ export async function requireAdmin(c: Context<AppEnv>): Promise<Principal> {
   // in production: any page the admin opened could fire `<img src=".../admin/analytics?from=2021-11-21">` again and
   // again, a five-year window that keeps two database connections busy for seconds each (found by a review). Writes
   // already need a trusted Origin; an admin read with the cookie must be the admin's own doing too (fetch-metadata.ts).
-  if (principal.via === 'cookie' && !c.var.deps.authenticator.requestOfTheUser(c.req.raw)) throw crossSiteAdminRequest();
+  if (principal.via === 'cookie' && !c.var.deps.authenticator.adminRequestOfTheUser(c.req.raw)) throw crossSiteAdminRequest();
   return principal;
 }
 

@@ -32,8 +32,11 @@ export interface Authenticator {
    * is bad) and returns what the database must still check; otherwise undefined (use authenticate()).
    */
   bearerCheck(request: Request): Promise<BearerCheck | undefined>;
-  /** Whether a browser request was the user's own doing, not another site's riding on their cookie (fetch metadata). */
-  requestOfTheUser(request: Request): boolean;
+  /**
+   * Whether a browser request to an admin API was the admin's own doing, not another site's riding on their cookie
+   * (fetch metadata; a navigation from another site is not: the admin API is not navigated to, the /admin page is).
+   */
+  adminRequestOfTheUser(request: Request): boolean;
 }
 
 /** A verified access token, pending the database's word on its user (see public.bearer_caller). */

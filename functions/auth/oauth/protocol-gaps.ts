@@ -186,10 +186,12 @@ export function oauthProtocolRoutes() {
     // Read now: the library consumes the code before it writes the tokens, and before it compares the client, and on a
     // code already used it revokes the tokens issued from it, also before: another agent, authenticated with its own
     // secret, used up a code issued to this one (the user's sign-in broken) or, replaying a used one, ended its grant
-    // (found by a review). Another client's code, pending or used, is refused here and never reaches the library.
+    // (found by a review). A code reaches the library only when it is known to be the caller's: pending, or used and
+    // still leaving a trace of its grant (then its own client's replay ends that grant, RFC 6749 §4.1.2). Another
+    // client's code, and one nobody can tell the client of (unknown, or whose grant is gone), is answered here.
     const codeIssued = codeId ? await pendingCode(database.db, codeId) : undefined;
     const codeClient = codeIssued ? codeIssued.clientId : codeId ? (await redeemedCode(database.db, codeId))?.clientId : undefined;
-    if (codeClient !== undefined && codeClient !== caller) return oauthError(400, 'invalid_grant', 'invalid code');
+    if (codeId && codeClient !== caller) return oauthError(400, 'invalid_grant', 'invalid code');
     const codeUser = codeIssued?.userId;
     const presented = grantType === 'refresh_token' ? form.get('refresh_token') : null;
     const before = presented ? await findRefreshToken(database.db, presented) : undefined;
@@ -670,7 +672,7 @@ function authorizationError(config: Config, to: { redirectUri: string; state: st
  * browser, or an old one) is taken as it comes.
  */
 function sessionMayAuthorize(request: Request, config: Config, frame: { silent: boolean; clientPages: string[] }): boolean {
-  if (requestOfTheUser(request, trustedOrigins(config))) return true;
+  if (requestOfTheUser(request, trustedOrigins(config), { crossSiteNavigation: true })) return true;
   // A speculative load (prefetch, prerender) is no one's authorization: a page can ask for it without a click.
   if (speculative(request)) return false;
   return request.headers.get('sec-fetch-mode') === 'navigate' && frame.silent && isPageOf(request.headers.get('referer'), frame.clientPages);

@@ -180,10 +180,16 @@ export async function revokeAccessTokensOfGrant(db: Db, authorizationCodeId: str
 
 /** The client and user an authorization code (hashed id) was exchanged for, if it already was. */
 export async function redeemedCode(db: Db, authorizationCodeId: string): Promise<{ clientId: string; userId: string } | undefined> {
+  // The access tokens' record is pruned once they expire (10 hours); the refresh tokens of the grant (rotated ones
+  // included) keep the code's id for their 30 days, so a used code is known as used, and whose, as long as its grant
+  // can still be ended (found by a review: after 10 hours another agent's replay reached the library, which revoked it).
   return first(
     db,
-    sql`select client_id as "clientId", user_id as "userId"
-          from public.oauth_issued_access_tokens where authorization_code_id = ${authorizationCodeId} limit 1`,
+    sql`(select client_id as "clientId", user_id as "userId"
+           from public.oauth_issued_access_tokens where authorization_code_id = ${authorizationCodeId} limit 1)
+        union all
+        (select "clientId", "userId" from "oauthRefreshToken" where "authorizationCodeId" = ${authorizationCodeId} limit 1)
+        limit 1`,
   );
 }
 
