@@ -1236,7 +1236,7 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 24,
-    name: "a used code's client is known only while its access tokens' record lasts (10 hours), then another agent's replay ends the grant",
+    name: "a used code's client is known only while its access tokens' record lasts (10 hours): then its own client's replay no longer ends the grant",
     file: 'functions/auth/oauth/token-records.ts',
     find: '        (select "clientId", "userId" from "oauthRefreshToken" where "authorizationCodeId" = ${authorizationCodeId} limit 1)',
     replace: '        (select "clientId", "userId" from "oauthRefreshToken" where false)',
@@ -1276,11 +1276,11 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 29,
-    name: 'a prefetch another page asks for counts as the admin navigating',
+    name: "a prefetch another page asks for counts as the user's navigation (an authorization issues a code)",
     file: 'functions/auth/fetch-metadata.ts',
     find: '  if (speculative(request)) return false;',
     replace: '',
-    tests: ['tests/admin/cross-site-reads.test.ts'],
+    tests: ['tests/oauth/authorization-codes.test.ts'],
   },
   {
     rule: 27,
