@@ -14,7 +14,7 @@ import { openApiDocument } from './openapi-document.ts';
 import { healthRoutes } from './health/index.ts';
 import { catalogRoutes, localFileRoutes } from './catalog/index.ts';
 import { meteringRoutes } from './metering/index.ts';
-import { authLibraryRoutes, identityRoutes, oauthRoutes, trustedOriginCors } from './auth/index.ts';
+import { authLibraryRoutes, identityRoutes, isLastAdminRefusal, lastAdminRefused, oauthRoutes, trustedOriginCors } from './auth/index.ts';
 import { billingRoutes, cancelSubscriptionsOnBan, cancelSubscriptionsOnUserRemoval } from './billing/index.ts';
 import { adminRoutes } from './admin/index.ts';
 import { webhookRoutes } from './webhooks/index.ts';
@@ -115,6 +115,8 @@ export function createApp(deps: AppDeps) {
 export type App = ReturnType<typeof createApp>;
 
 function errorResponse(err: unknown, c: Context<AppEnv>, deps: AppDeps): Response {
+  // The database's rule that one usable admin remains (migration 20261127000400), whichever route wrote the row.
+  if (isLastAdminRefusal(err)) return errorResponse(lastAdminRefused(), c, deps);
   if (err instanceof ApiError) {
     if (err.code === 'UNAUTHORIZED') return unauthorizedResponse(c, deps.config, err.message, err.details, err.headers);
     return c.json(failure(err.code, err.message, err.details), err.status, err.headers);

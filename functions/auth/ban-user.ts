@@ -1,7 +1,6 @@
 import type { AppDeps } from '../platform/app-types.ts';
 import { ApiError } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
-import { keepingAnAdmin } from './last-admin.ts';
 import { getUser } from './users.ts';
 
 /**
@@ -33,14 +32,12 @@ export async function banUser(deps: AppDeps, input: BanInput, onUserBanned: OnUs
   if (input.actorId === input.userId) throw new ApiError('FORBIDDEN', 'You cannot ban your own account');
   const db = deps.database.db;
   // Two admins banning each other at once both pass the check above; the database's rule refuses the later one
-  // (trigger `user_keeps_a_platform_admin`: the last admin who is not banned stays so), 422 INVALID_STATE.
-  const updated = await keepingAnAdmin(
-    first<{ id: string }>(
-      db,
-      sql`update "user" set banned = true, "banReason" = ${input.reason ?? null}, "banExpires" = null, "updatedAt" = ${deps.clock.now()}
-           where id = ${input.userId}
-       returning id`,
-    ),
+  // (trigger `user_keeps_a_platform_admin`: the last admin who is not banned stays so), 422 INVALID_STATE (app.ts).
+  const updated = await first<{ id: string }>(
+    db,
+    sql`update "user" set banned = true, "banReason" = ${input.reason ?? null}, "banExpires" = null, "updatedAt" = ${deps.clock.now()}
+         where id = ${input.userId}
+     returning id`,
   );
   if (!updated) return getUser(db, input.userId); // 404
   deps.logger.info('user banned', { userId: input.userId, by: input.actorId, cancelSubscriptions: !!input.cancelSubscriptions });

@@ -2,7 +2,6 @@ import type { AppDeps } from '../platform/app-types.ts';
 import { ApiError } from '../http/errors.ts';
 import { sql } from '../platform/db.ts';
 import type { Role } from './better-auth.ts';
-import { keepingAnAdmin } from './last-admin.ts';
 import { getUser } from './users.ts';
 
 /**
@@ -17,7 +16,7 @@ import { getUser } from './users.ts';
 export async function setUserRole(deps: AppDeps, input: { actorId: string; userId: string; role: Role }) {
   if (input.actorId === input.userId && input.role !== 'platform_admin') throw selfDemotion();
   const db = deps.database.db;
-  await keepingAnAdmin(sql`update "user" set role = ${input.role}, "updatedAt" = ${deps.clock.now()} where id = ${input.userId}`.execute(db));
+  await sql`update "user" set role = ${input.role}, "updatedAt" = ${deps.clock.now()} where id = ${input.userId}`.execute(db);
   deps.logger.info('user role set', { userId: input.userId, role: input.role, by: input.actorId });
   return getUser(db, input.userId);
 }
