@@ -1,5 +1,6 @@
 import { first, sql, type Db } from '../platform/db.ts';
 import type { AppDeps } from '../platform/app-types.ts';
+import { ApiError } from '../http/errors.ts';
 import { enforceDailyAllowance } from '../http/rate-limit.ts';
 import type { Interaction } from './interactions.ts';
 import { recordInteraction } from './interactions.ts';
@@ -64,14 +65,16 @@ interface CheckedRequester extends Requester {
  * principal does not carry the verification). Anyone may sign up with an address that is not theirs and never verify
  * it, and contract.md's "user; 202" accepts their requests; so the staff mail and the feed say whether the address was
  * proved, and an unproven one is not taken for that person's request (found by a review). A row gone meanwhile
- * (the account removed during the request) counts as unverified.
+ * (the account removed during the request) is a 401, as for any caller whose account no longer exists (the
+ * interaction's foreign key would refuse it with a 500).
  */
 async function checkedRequester(db: Db, requester: Requester): Promise<CheckedRequester> {
   const row = await first<{ email: string; name: string; emailVerified: boolean }>(
     db,
     sql`select email, name, "emailVerified" as "emailVerified" from "user" where id = ${requester.userId}`,
   );
-  return row ? { userId: requester.userId, ...row, emailVerified: row.emailVerified === true } : { ...requester, emailVerified: false };
+  if (!row) throw new ApiError('UNAUTHORIZED', 'This account no longer exists');
+  return { userId: requester.userId, ...row, emailVerified: row.emailVerified === true };
 }
 
 /** "Dana <dana@example.test>", with "(address not verified)" after an address its owner never proved. */
