@@ -66,12 +66,14 @@ interface CheckedRequester extends Requester {
  * it, and contract.md's "user; 202" accepts their requests; so the staff mail and the feed say whether the address was
  * proved, and an unproven one is not taken for that person's request (found by a review). A row gone meanwhile
  * (the account removed during the request) is a 401, as for any caller whose account no longer exists (the
- * interaction's foreign key would refuse it with a 500).
+ * interaction's foreign key would refuse it with a 500). The row is read `for key share`, what the interaction's
+ * foreign key check takes, so a removal that starts after this read waits for the request's transaction and then
+ * erases what it recorded (migration 20261127000200), instead of ending first and leaving the insert a 500.
  */
 async function checkedRequester(db: Db, requester: Requester): Promise<CheckedRequester> {
   const row = await first<{ email: string; name: string; emailVerified: boolean }>(
     db,
-    sql`select email, name, "emailVerified" as "emailVerified" from "user" where id = ${requester.userId}`,
+    sql`select email, name, "emailVerified" as "emailVerified" from "user" where id = ${requester.userId} for key share`,
   );
   if (!row) throw new ApiError('UNAUTHORIZED', 'This account no longer exists');
   return { userId: requester.userId, ...row, emailVerified: row.emailVerified === true };
@@ -129,21 +131,23 @@ export async function createEnterpriseInquiry(
   input: { agentId: string; requester: Requester; message?: string | undefined; companySize?: string | undefined },
   now: Date,
 ): Promise<Interaction> {
-  const requester = await checkedRequester(db, input.requester);
-  return recordInteraction(
-    db,
-    {
-      type: 'enterprise_inquiry',
-      userId: requester.userId,
-      agentId: input.agentId,
-      metadata: {
-        email: requester.email,
-        name: requester.name,
-        emailVerified: requester.emailVerified,
-        ...(input.message ? { message: input.message } : {}),
-        ...(input.companySize ? { companySize: input.companySize } : {}),
+  return db.transaction().execute(async (trx) => {
+    const requester = await checkedRequester(trx, input.requester);
+    return recordInteraction(
+      trx,
+      {
+        type: 'enterprise_inquiry',
+        userId: requester.userId,
+        agentId: input.agentId,
+        metadata: {
+          email: requester.email,
+          name: requester.name,
+          emailVerified: requester.emailVerified,
+          ...(input.message ? { message: input.message } : {}),
+          ...(input.companySize ? { companySize: input.companySize } : {}),
+        },
       },
-    },
-    now,
-  );
+      now,
+    );
+  });
 }

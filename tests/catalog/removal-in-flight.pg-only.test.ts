@@ -7,7 +7,7 @@ import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { createAgent } from './helpers.ts';
 
 /**
- * Found by a review (03). Migration 20261127000200 erases a removed user's reviews with a before-delete trigger, but
+ * A request authenticated before its user's removal and written after it. Found by a review (03) for reviews. Migration 20261127000200 erases a removed user's reviews with a before-delete trigger, but
  * reviews.user_id has no foreign key to "user": a review whose request was authenticated before the removal and
  * written after the trigger's DELETE ran was kept for good, listed and counted, by a user who no longer exists. The
  * review is now written under a share lock of its author's row (functions/catalog/reviews.ts), so the removal waits
@@ -48,5 +48,46 @@ describe('a review in flight while its author is removed', () => {
     expect(await rows(t.db, sql`select 1 from "user" where id = ${bomber.userId}`)).toEqual([]);
     expect((await t.http.get(`/agents/${agent.id}`)).body.data, `review answered ${res.status}`).toMatchObject({ reviewCount: 0 });
     expect(await rows(t.db, sql`select id from reviews where user_id = ${bomber.userId}`)).toEqual([]);
+  });
+});
+
+/**
+ * The same interleaving for a demo request and an enterprise inquiry (found in a read-through): the requester's row was
+ * read without a lock, the removal ran to its end meanwhile, and the interaction's foreign key on user_id then refused
+ * the insert (500). The row is now read `for key share` (functions/catalog/engagement-requests.ts), so the removal
+ * waits for the request and then strips what it recorded of the removed person's address, name and message.
+ */
+describe.each([
+  ['demo request', 'demo-requests', 'demo_request'],
+  ['enterprise inquiry', 'enterprise-inquiries', 'enterprise_inquiry'],
+])('a %s in flight while its sender is removed', (_, path, type) => {
+  it('answers without a 500 and keeps nothing personal of the removed sender', async () => {
+    const agent = await createAgent(t, admin);
+    const sender = await signUp(t);
+    let request: Promise<CallResult> | undefined;
+    let removal: Promise<CallResult> | undefined;
+    let removalAnswered = false;
+    await t.db.transaction().execute(async (trx) => {
+      await sql`select 1 from agents where id = ${agent.id} for update`.execute(trx);
+      request = t.http.post(`/agents/${agent.id}/${path}`, { cookie: sender.cookie, json: { message: 'call me on 555-0100' } });
+      await eventually('the request waits for the agent row', async () => (await statementsWaitingForLock(t.db, '%insert into public.interactions%')) > 0);
+      removal = t.http.post('/api/auth/admin/remove-user', { cookie: admin.cookie, headers: { origin: t.baseUrl }, json: { userId: sender.userId } });
+      void removal.then(() => (removalAnswered = true));
+      await eventually('the removal waits for the request, or has answered', async () =>
+        removalAnswered || (await statementsWaitingForLock(t.db, '%delete from "user"%')) > 0,
+      );
+    });
+    const [res, removed] = [await request!, await removal!];
+    expect(removed.status, removed.text).toBe(200);
+    expect(res.status, res.text).toBe(202);
+    const recorded = await rows<{ userId: string | null; metadata: Record<string, unknown> }>(
+      t.db,
+      sql`select user_id as "userId", metadata from interactions where type = ${type} and agent_id = ${agent.id}`,
+    );
+    expect(recorded).toHaveLength(1);
+    expect(recorded[0]!.userId).toBeNull();
+    const kept = JSON.stringify(recorded[0]!.metadata);
+    expect(kept).not.toContain(sender.email);
+    expect(kept).not.toContain('555-0100');
   });
 });
