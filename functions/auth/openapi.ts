@@ -13,7 +13,7 @@ import type { Auth } from './better-auth.ts';
 
 type Json = Record<string, any>;
 
-/** Library endpoints that do nothing on this marketplace: no social providers, and their error/landing pages. */
+/** Library endpoints that do nothing on this marketplace: no social providers, their error/landing pages, impersonation. */
 const INERT = new Set([
   '/sign-in/social',
   '/callback/{id}',
@@ -26,6 +26,10 @@ const INERT = new Set([
   '/ok',
   '/error',
   '/oauth2/public-client-prelogin',
+  // Impersonation is granted to no role (rule 22: a session of the user would outlive the admin's demotion or ban),
+  // so the library answers 403 to everyone; a documented operation nobody may call only misleads an integrator.
+  '/admin/impersonate-user',
+  '/admin/stop-impersonating',
 ]);
 
 /** What the user's browser (the front end) calls in the OAuth flow, as opposed to what agent backends call. */

@@ -176,6 +176,10 @@ describe('the library’s /api/auth/admin/* endpoints', () => {
     expect(res.status).toBe(403);
     expect(res.headers.getSetCookie().some((c) => c.includes('session_token=') && !c.includes('Max-Age=0'))).toBe(false);
     expect(await first<{ n: number }>(t.db, sql`select count(*)::int as n from session where "userId" = ${victim.userId}`)).toEqual(sessionsBefore);
+    // and the API document does not offer what nobody may call
+    const documented = Object.keys((await t.http.get('/openapi.json')).body.paths);
+    expect(documented).toContain('/api/auth/admin/ban-user');
+    expect(documented.filter((path) => path.includes('impersonat'))).toEqual([]);
   });
 
   it('set-role: a non-admin cannot promote themselves; an admin cannot demote themselves', async () => {
