@@ -40,13 +40,14 @@ describe('without FRONTEND_URL', () => {
     expect(res.text).toContain('invalid_redirect: redirect_uri is not registered for this client (exact match required)');
   });
 
-  test("the library's own errors (an unknown client) land on the same page", async () => {
+  test('an unknown client lands on the same page, told that the client_id is not registered', async () => {
     const { challenge } = pkcePair();
     const landing = await followAuthorize(t, authorizeUrl({ ...agent, clientId: 'no-such-client' }, { challenge }), user.cookie);
     expect(landing.origin + landing.pathname).toBe(`${t.baseUrl}/api/auth/error`);
     const res = await t.http.get(landing.pathname + landing.search);
     expectOurPage(res);
     expect(res.text).toContain('not known to the marketplace');
+    expect(res.text).toContain('invalid_client: client_id is not registered with the marketplace');
   });
 
   test('attack: a made-up link puts markup in the code and the description: shown as text, the code as "unknown"', async () => {

@@ -74,6 +74,14 @@ export function oauthProtocolRoutes() {
     const checked = clientId && redirectUri !== null && !params.has('request_uri');
     const registered = checked ? await registeredRedirectUris(database.db, clientId) : undefined;
     const signedIn = sessionMayAuthorize(request, config, { silent: params.get('prompt') === 'none', clientPages: registered ?? [] });
+    if (checked && !registered) {
+      // The library's page says "client_id is required" for a client_id it does not know, which sends its developer
+      // looking for a missing parameter; the code is the same (invalid_client), the words say what is wrong.
+      const error = new URL(`${config.publicBaseUrl}/api/auth/error`);
+      error.searchParams.set('error', 'invalid_client');
+      error.searchParams.set('error_description', 'client_id is not registered with the marketplace');
+      return redirectOrJson(request, error.toString());
+    }
     if (checked) {
       // The library would also accept another port on a loopback host (RFC 8252 native apps); our contract
       // says "matched exactly". Same answer as the library gives for an unregistered URI.
