@@ -89,7 +89,11 @@ export function stateOf(sub: Stripe.Subscription): StripeSubscriptionState {
       pendingKind = 'downgrade';
     }
   }
-  const status = localStatus(sub.status);
+  // Stripe bills price x quantity. A portal whose configuration allows quantity changes lets the subscriber set 0
+  // (then nothing is charged): no access, as for an unpaid subscription, until it is 1 or more again (found by a
+  // review). More than 1 pays more for the same access; that is the customer's own choice and changes nothing here.
+  const paidFor = (item.quantity ?? 1) >= 1;
+  const status = !paidFor && localStatus(sub.status) !== 'canceled' ? 'incomplete' : localStatus(sub.status);
   return {
     stripeSubscriptionId: sub.id,
     stripeCustomerId: idOf(sub.customer as string | { id: string })!,

@@ -44,11 +44,20 @@ export async function verifyStripeEvent(deps: BillingDeps, payload: string, sign
     throw new ApiError('PAYMENTS_NOT_CONFIGURED', 'The Stripe webhook is not configured (STRIPE_WEBHOOK_SECRET)');
   }
   if (!signature) throw badSignature('The Stripe-Signature header is missing');
+  let event: Stripe.Event;
   try {
-    return await payments.stripe.webhooks.constructEventAsync(payload, signature, payments.webhookSecret, undefined, payments.cryptoProvider);
+    event = await payments.stripe.webhooks.constructEventAsync(payload, signature, payments.webhookSecret, undefined, payments.cryptoProvider);
   } catch {
     throw badSignature('The Stripe signature does not match this payload');
   }
+  // The signature proves who sent the body, not its shape: Stripe always sends these, but a signed body without them
+  // (a hand-made test event, another integration's tooling) answered 500 from deep in the handler (found by a review).
+  const object = (event as { data?: { object?: unknown } }).data?.object;
+  if (typeof event.id !== 'string' || !event.id || typeof event.type !== 'string' || typeof object !== 'object' || object === null) {
+    const message = 'A Stripe event has a string id and type and an object at data.object';
+    throw new ApiError('VALIDATION_ERROR', message, { issues: [{ path: 'body', message }] });
+  }
+  return event;
 }
 
 function badSignature(message: string) {

@@ -56,6 +56,24 @@ describe('signature', () => {
     expect((await post(payload, header)).status).toBe(200);
   });
 
+  it('answers 400 and stores nothing for a signed event without an id, a type or a data.object (was a 500)', async () => {
+    const base = { object: 'event', created: 1, api_version: '2026-10-28.endive', livemode: false };
+    const eventsBefore = await countRows(w.t, 'stripe_events');
+    for (const event of [
+      { ...base, id: 'evt_null_object', type: 'invoice.paid', data: { object: null } },
+      { ...base, id: 'evt_no_data', type: 'customer.subscription.updated' },
+      { ...base, type: 'customer.subscription.updated', data: { object: { id: 'sub_unknown' } } },
+      { ...base, id: 42, type: 'customer.subscription.updated', data: { object: { id: 'sub_unknown' } } },
+      { ...base, id: 'evt_no_type', data: { object: { id: 'sub_unknown' } } },
+    ]) {
+      const { payload, header } = await w.fake.sign(event);
+      const res = await post(payload, header);
+      expect(res.status, res.text).toBe(400);
+      expect(res.body.error.code).toBe('VALIDATION_ERROR');
+    }
+    expect(await countRows(w.t, 'stripe_events')).toBe(eventsBefore);
+  });
+
   it('refuses a signature older than the tolerance (a replayed capture)', async () => {
     const { events } = await checkoutEvents(w);
     const payload = JSON.stringify(events[0]);
@@ -153,6 +171,29 @@ describe('processing', () => {
     await deliver(w, w.fake.takeEvents());
     expect(await first(w.t.db, sql`select status, tier_id from subscriptions where id = ${subscriptionId}`)).toEqual({ status: 'canceled', tier_id: own.id });
     expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).status).toBe(404);
+  });
+
+  it('attack: a subscription whose quantity is set to 0 (billed nothing) grants no access until it is 1 again', async () => {
+    // A customer portal configured to allow quantity changes lets the subscriber set 0: Stripe then charges 0 x price,
+    // and the tier was still served (found by a review).
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 5000 });
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId, subscriptionId } = await buyPaidTier(w, user, tier.id);
+    const item = w.fake.subscriptions.get(stripeSubscriptionId)!.items.data[0];
+    const created = w.fake.events.find((e) => e.type === 'customer.subscription.created' && e.data.object.id === stripeSubscriptionId)!;
+    const updated = (n: number) => ({ ...created, id: `evt_quantity_${n}_${subscriptionId}`, type: 'customer.subscription.updated' });
+    const statusRow = () => first(w.t.db, sql`select status, tier_id from subscriptions where id = ${subscriptionId}`);
+
+    item.quantity = 0;
+    await deliver(w, [updated(0)]);
+    expect(await statusRow()).toEqual({ status: 'incomplete', tier_id: tier.id });
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).status).toBe(404);
+
+    item.quantity = 1;
+    await deliver(w, [updated(1)]);
+    expect(await statusRow()).toEqual({ status: 'active', tier_id: tier.id });
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).body.data).toMatchObject({ status: 'active' });
   });
 
   it('answers 5xx and records nothing when Stripe cannot be read, so Stripe retries', async () => {
