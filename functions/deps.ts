@@ -6,7 +6,7 @@ import type { Database } from './platform/db.ts';
 import type { Logger } from './platform/logger.ts';
 import { createAuth, createAuthenticator, ensureAdmin, ensureSigningKey } from './auth/index.ts';
 import { startHousekeeping } from './internal/index.ts';
-import { startUnclaimedPurchaseUndo } from './billing/index.ts';
+import { startBillingRounds } from './billing/index.ts';
 import { createPayments } from './platform/stripe.ts';
 import { createMailer, type MailFiles, type MailTransport } from './platform/mailer.ts';
 import { createStorage, type FileStore } from './platform/storage.ts';
@@ -68,7 +68,7 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
   const webhookWorker = createWebhookWorker({ database, clock, logger, config });
   const payments = await createPayments(config);
   let stopHousekeeping: (() => Promise<void>) | undefined;
-  let stopUndo: (() => Promise<void>) | undefined;
+  let stopBilling: (() => Promise<void>) | undefined;
   return {
     config,
     database,
@@ -88,15 +88,16 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
         webhookWorker.start();
         // Expired sessions, tokens and codes, done mails, webhook history: what pg_cron's job does, where it runs too.
         stopHousekeeping = startHousekeeping({ database, clock, logger });
-        // Anonymous purchases nobody claimed, refunded and canceled (what POST /internal/drain also does).
-        if (payments) stopUndo = startUnclaimedPurchaseUndo({ config, database, logger, clock, mailer, payments });
+        // Anonymous purchases nobody claimed, refunded and canceled; deleted agents' subscriptions set to end (what POST
+        // /internal/drain also does).
+        if (payments) stopBilling = startBillingRounds({ config, database, logger, clock, mailer, payments, auth });
       }
     },
     shutdown: async () => {
       await stopHousekeeping?.();
       stopHousekeeping = undefined;
-      await stopUndo?.();
-      stopUndo = undefined;
+      await stopBilling?.();
+      stopBilling = undefined;
       await mailer.stop();
       await webhookWorker.stop();
     },

@@ -1585,6 +1585,7 @@ export type Database = {
       };
       "subscriptions": {
         Row: {
+          "agent_deleted_mailed_at": string | null;
           "agent_id": string;
           "cancel_at_period_end": boolean;
           "canceled_at": string | null;
@@ -1609,6 +1610,7 @@ export type Database = {
         };
         ComputedFields: "webhook_subscription_data";
         Insert: {
+          "agent_deleted_mailed_at"?: string | null;
           "agent_id": string;
           "cancel_at_period_end"?: boolean;
           "canceled_at"?: string | null;
@@ -1631,6 +1633,7 @@ export type Database = {
           "user_id": string;
         };
         Update: {
+          "agent_deleted_mailed_at"?: string | null;
           "agent_id"?: string;
           "cancel_at_period_end"?: boolean;
           "canceled_at"?: string | null;

@@ -8,4 +8,6 @@ export { cancelSubscriptionsOnBan } from './cancel-subscription.ts';
 export { findActiveSubscription, SUBSCRIPTION_STATUSES, subscriptionSchema, type SubscriptionDto } from './subscriptions.ts';
 export { listMarketplaceSubscriptions, subscriptionsWithAgentAndTier } from './subscription-lists.ts';
 export { cancelSubscriptionsOnUserRemoval } from './user-removal.ts';
-export { startUnclaimedPurchaseUndo, undoUnclaimedPurchases, type UnclaimedPurchasesReport } from './unclaimed-purchases.ts';
+export { undoUnclaimedPurchases, type UnclaimedPurchasesReport } from './unclaimed-purchases.ts';
+export { stopRenewalsOfDeletedAgents, type DeletedAgentsReport } from './deleted-agents.ts';
+export { startBillingRounds } from './billing-rounds.ts';

@@ -181,21 +181,3 @@ function undoneMail(deps: Deps, email: string, purchase: string) {
       `If you did not buy anything, ignore this mail.\n`,
   };
 }
-
-/**
- * The Node entry's loop (functions/deps.ts), for a server that no scheduler calls POST /internal/drain on: a round
- * every `everyMs`, any number of instances at once. Returns stop, which waits (bounded) for a round under way.
- */
-export function startUnclaimedPurchaseUndo(deps: Deps, everyMs = 15 * 60_000): () => Promise<void> {
-  let running: Promise<unknown> | undefined;
-  const timer = setInterval(() => {
-    running ??= undoUnclaimedPurchases(deps)
-      .catch((err) => deps.logger.warn('undoing unclaimed purchases failed; the next round retries', { err }))
-      .finally(() => (running = undefined));
-  }, everyMs);
-  (timer as { unref?: () => void }).unref?.();
-  return async () => {
-    clearInterval(timer);
-    await Promise.race([running, new Promise((r) => setTimeout(r, 5_000).unref?.())]);
-  };
-}

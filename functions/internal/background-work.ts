@@ -1,5 +1,5 @@
 import type { AppDeps } from '../platform/app-types.ts';
-import { undoUnclaimedPurchases, type UnclaimedPurchasesReport } from '../billing/index.ts';
+import { stopRenewalsOfDeletedAgents, undoUnclaimedPurchases, type DeletedAgentsReport, type UnclaimedPurchasesReport } from '../billing/index.ts';
 import { first, sql } from '../platform/db.ts';
 import { drainWebhookOutbox, type DrainResult } from '../webhooks/index.ts';
 
@@ -13,7 +13,8 @@ import { drainWebhookOutbox, type DrainResult } from '../webhooks/index.ts';
  *   - the mail outbox (platform/mailer.ts) and the agent-webhook outbox (webhooks/drain.ts), each claiming what it
  *     sends with FOR UPDATE SKIP LOCKED under a lease, so concurrent drains never send the same mail or delivery;
  *   - when payments are configured, anonymous purchases nobody claimed, canceled and refunded at Stripe
- *     (billing/unclaimed-purchases.ts), each held under a lease too, and mailed about once.
+ *     (billing/unclaimed-purchases.ts), each held under a lease too, and mailed about once; and the paid subscriptions
+ *     of deleted agents set to end at their period's end, their users mailed once (billing/deleted-agents.ts).
  *
  * Production runs no long-lived process of ours: on Supabase, pg_cron runs the housekeeping in SQL and asks the
  * Edge Function to drain the outboxes through pg_net (POST /internal/drain, routes.ts beside this file); on a plain
@@ -45,27 +46,38 @@ export interface BackgroundWorkReport {
   webhooks: DrainResult;
   /** anonymous purchases nobody claimed: given up this round, and undone (refunded, canceled, mailed) this round */
   purchases: UnclaimedPurchasesReport;
+  /** paid subscriptions of deleted (inactive) agents set to end at their period's end this round */
+  deletedAgents: DeletedAgentsReport;
   durationMs: number;
 }
 
 export const DEFAULT_DRAIN_LIMIT = 100;
 
-type Deps = Pick<AppDeps, 'database' | 'clock' | 'logger' | 'config' | 'mailer' | 'payments'>;
+type Deps = Pick<AppDeps, 'database' | 'clock' | 'logger' | 'config' | 'mailer' | 'payments' | 'auth'>;
 
 /**
- * One bounded round: housekeeping, then up to `limit` mails and `limit` webhook attempts, and a few unclaimed
- * purchases undone, side by side (a slow Stripe holds back no mail; an undo's mail goes out in the next round).
+ * One bounded round: housekeeping, then up to `limit` mails and `limit` webhook attempts, a few unclaimed purchases
+ * undone and a few deleted agents' renewals stopped, side by side (a slow Stripe holds back no mail; their mails go
+ * out in the next round).
  */
 export async function runBackgroundWork(deps: Deps, options: { limit?: number } = {}): Promise<BackgroundWorkReport> {
   const started = performance.now();
   const limit = options.limit ?? DEFAULT_DRAIN_LIMIT;
   const housekeeping = await runHousekeeping(deps);
-  const [mailHandled, webhooks, purchases] = await Promise.all([
+  const [mailHandled, webhooks, purchases, deletedAgents] = await Promise.all([
     deps.mailer.deliverPending({ limit }),
     drainWebhookOutbox(deps, { limit }),
     undoUnclaimedPurchases(deps),
+    stopRenewalsOfDeletedAgents(deps),
   ]);
-  return { housekeeping, mail: { handled: mailHandled }, webhooks, purchases, durationMs: Math.round(performance.now() - started) };
+  return {
+    housekeeping,
+    mail: { handled: mailHandled },
+    webhooks,
+    purchases,
+    deletedAgents,
+    durationMs: Math.round(performance.now() - started),
+  };
 }
 
 /** The SQL housekeeping at the service's clock (the pg_cron job runs the same function at the database's clock). */

@@ -54,6 +54,12 @@ const drainReport = z
         undone: z.int().openapi({ description: 'given-up purchases refunded in full, canceled at Stripe and their address mailed' }),
       })
       .openapi({ description: 'Anonymous purchases whose claim link was not used within 7 days after it expired (docs/billing.md, "Claims")' }),
+    deletedAgents: z
+      .object({
+        renewalsStopped: z.int().openapi({ description: "paid subscriptions of deleted agents set to end at their period's end, their users mailed" }),
+        failed: z.int().openapi({ description: 'ones Stripe or the database refused this round (logged; a later round tries again)' }),
+      })
+      .openapi({ description: 'Paid subscriptions of agents an admin deleted (docs/billing.md, "Deleted agents")' }),
     durationMs: z.int(),
   })
   .openapi('DrainReport');
@@ -63,7 +69,7 @@ const drainRoute = createRoute({
   method: 'post',
   path: '/internal/drain',
   tags: ['Internal'],
-  summary: 'For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes, unclaimed purchases)',
+  summary: "For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes, unclaimed purchases, deleted agents' renewals)",
   description:
     'Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails, ' +
     'webhook deliveries and unclaimed purchases to undo are claimed with FOR UPDATE SKIP LOCKED, so none is sent or ' +

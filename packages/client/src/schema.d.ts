@@ -2204,7 +2204,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes, unclaimed purchases)
+         * For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes, unclaimed purchases, deleted agents' renewals)
          * @description Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails, webhook deliveries and unclaimed purchases to undo are claimed with FOR UPDATE SKIP LOCKED, so none is sent or undone twice by concurrent calls. The body may be absent or `{}`; `limit` bounds the batch. 404 when DRAIN_TOKEN is not configured.
          */
         post: operations["drainBackgroundWork"];
@@ -3147,6 +3147,13 @@ export interface components {
             message?: string;
         };
         DrainReport: {
+            /** @description Paid subscriptions of agents an admin deleted (docs/billing.md, "Deleted agents") */
+            deletedAgents: {
+                /** @description ones Stripe or the database refused this round (logged; a later round tries again) */
+                failed: number;
+                /** @description paid subscriptions of deleted agents set to end at their period's end, their users mailed */
+                renewalsStopped: number;
+            };
             durationMs: number;
             housekeeping: {
                 /** @description mails done (sent, logged or failed for good) more than 7 days ago, deleted */

@@ -1,0 +1,23 @@
+import type { BillingDeps } from './billing-deps.ts';
+import { stopRenewalsOfDeletedAgents } from './deleted-agents.ts';
+import { undoUnclaimedPurchases } from './unclaimed-purchases.ts';
+
+/**
+ * The Node entry's billing loop (functions/deps.ts), for a server that no scheduler calls POST /internal/drain on: a
+ * round every `everyMs` of what the drain does at Stripe (unclaimed purchases undone, deleted agents' renewals
+ * stopped), any number of instances at once (each step is safe to run concurrently). Returns stop, which waits
+ * (bounded) for a round under way.
+ */
+export function startBillingRounds(deps: BillingDeps, everyMs = 15 * 60_000): () => Promise<void> {
+  let running: Promise<unknown> | undefined;
+  const timer = setInterval(() => {
+    running ??= Promise.all([undoUnclaimedPurchases(deps), stopRenewalsOfDeletedAgents(deps)])
+      .catch((err) => deps.logger.warn('a billing round failed; the next round retries', { err }))
+      .finally(() => (running = undefined));
+  }, everyMs);
+  (timer as { unref?: () => void }).unref?.();
+  return async () => {
+    clearInterval(timer);
+    await Promise.race([running, new Promise((r) => setTimeout(r, 5_000).unref?.())]);
+  };
+}

@@ -1,0 +1,81 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, sql } from '../../functions/platform/db.ts';
+import { mailsTo } from '../support/mail.ts';
+import { signUp } from '../support/users.ts';
+import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+
+/**
+ * An agent deleted by an admin (DELETE /agents/{agentId}: status inactive) can no longer be used: its OAuth client is
+ * disabled and its tokens revoked. Its paid subscriptions were left as they were, so Stripe charged their users every
+ * period for it (found by review 06). Now the background work (POST /internal/drain, the Node entry's billing loop)
+ * sets each to cancel at period end at Stripe and mails its user once (functions/billing/deleted-agents.ts).
+ */
+const TOKEN = 'drain-token-for-tests-0123456789abcdef';
+const SUBJECT = (agent: string) => `${agent} was removed from Agent Marketplace: your subscription will not renew`;
+
+let w: BillingWorld;
+beforeAll(async () => {
+  w = await startBillingWorld({ env: { DRAIN_TOKEN: TOKEN } });
+});
+afterAll(() => w.close());
+
+const drain = async () => {
+  const res = await w.t.http.post('/internal/drain', { bearer: TOKEN });
+  expect(res.status, res.text).toBe(200);
+  return res.body.data as { deletedAgents: { renewalsStopped: number; failed: number } };
+};
+const paidInvoicesOf = (stripeSubscriptionId: string) =>
+  [...w.fake.invoices.values()].filter((i) => i.parent?.subscription_details?.subscription === stripeSubscriptionId && i.status === 'paid');
+
+describe('an agent deleted while users pay for it', () => {
+  it('attack on the buyer: its subscriptions stop renewing (no charge for the next period) and each user is told once', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
+    // another agent's subscriber, whose agent stays, is left alone
+    const kept = await activeAgent(w);
+    const keptUser = await signUp(w.t);
+    const keptSub = await buyPaidTier(w, keptUser, (await paidTier(w, kept.id, { priceCents: 900 })).id);
+
+    expect((await w.t.http.delete(`/agents/${agent.id}`, { cookie: w.admin.cookie })).status).toBe(200);
+    const first_ = await drain();
+    expect(first_.deletedAgents).toEqual({ renewalsStopped: 1, failed: 0 });
+    await deliverPending(w);
+
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+    expect(w.fake.subscriptions.get(keptSub.stripeSubscriptionId)!.cancel_at_period_end).toBe(false);
+    // the user sees the subscription end at its period's end: paid for, kept until then
+    const mine = await w.t.http.get('/me/subscriptions', { cookie: user.cookie });
+    expect(mine.body.data.items ?? mine.body.data).toEqual(
+      expect.arrayContaining([expect.objectContaining({ agentId: agent.id, status: 'active', cancelAtPeriodEnd: true })]),
+    );
+    const mails = (await mailsTo(w.t, user.email)).filter((m) => m.subject === SUBJECT(agent.name));
+    expect(mails).toHaveLength(1);
+    expect(mails[0]!.text).toContain('nothing more will be charged');
+
+    // a second round finds nothing to do and mails nobody again
+    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, failed: 0 });
+    expect((await mailsTo(w.t, user.email)).filter((m) => m.subject === SUBJECT(agent.name))).toHaveLength(1);
+
+    // the period turns at Stripe: the subscription ends, no second invoice
+    w.fake.advancePeriod(stripeSubscriptionId);
+    await deliverPending(w);
+    expect(paidInvoicesOf(stripeSubscriptionId)).toHaveLength(1);
+    expect(await first(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`)).toEqual({
+      status: 'canceled',
+    });
+    expect(w.fake.subscriptions.get(keptSub.stripeSubscriptionId)!.cancel_at_period_end).toBe(false);
+  });
+
+  it('an agent made active again before a round keeps its subscriptions renewing', async () => {
+    const agent = await activeAgent(w);
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
+    expect((await w.t.http.delete(`/agents/${agent.id}`, { cookie: w.admin.cookie })).status).toBe(200);
+    const back = await w.t.http.patch(`/agents/${agent.id}`, { cookie: w.admin.cookie, json: { status: 'active' } });
+    expect(back.status, back.text).toBe(200);
+    expect((await drain()).deletedAgents.renewalsStopped).toBe(0);
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.cancel_at_period_end).toBe(false);
+  });
+});
