@@ -14,13 +14,31 @@ export class ApiError extends Error {
    * counted it: send the same call again with this clientReqId, never with a new one.
    */
   clientReqId: string | undefined;
-  constructor(status: number, code: string, message: string, details: Record<string, unknown>, requestId: string | undefined) {
+  /**
+   * The answer's Retry-After, in seconds (a date is turned into the seconds until it), whatever the status: a 503
+   * `UNAVAILABLE` (retry the same call, same clientReqId, after it), a 429 `RATE_LIMITED`, a rolling quota's 429
+   * `QUOTA_EXCEEDED` (seconds until it resets). Undefined when the answer had none.
+   */
+  retryAfterSeconds: number | undefined;
+  constructor(
+    status: number,
+    code: string,
+    message: string,
+    details: Record<string, unknown>,
+    requestId: string | undefined,
+    retryAfterSeconds?: number,
+  ) {
     super(message);
     this.name = new.target.name;
     this.status = status;
     this.code = code;
     this.details = details;
     this.requestId = requestId;
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
+  /** Same as `retryAfterSeconds`. */
+  get retryAfter(): number | undefined {
+    return this.retryAfterSeconds;
   }
 }
 
@@ -49,12 +67,7 @@ export class QuotaExceededError extends ApiError {
   get replayed(): boolean {
     return this.details.replayed === true;
   }
-  /** Seconds until the quota resets (the Retry-After header), when it resets at a known time. */
-  retryAfterSeconds: number | undefined;
-  /** Same as `retryAfterSeconds`. */
-  get retryAfter(): number | undefined {
-    return this.retryAfterSeconds;
-  }
+  // retryAfterSeconds (alias retryAfter), from ApiError: seconds until the quota resets, when it resets at a known time
 }
 
 /** 402 SUBSCRIPTION_REQUIRED: the user has no active subscription to the agent. */
@@ -81,29 +94,26 @@ export class NetworkError extends ApiError {
   }
 }
 
-/** 429 RATE_LIMITED: retry after `retryAfterSeconds`. */
-export class RateLimitedError extends ApiError {
-  retryAfterSeconds: number | undefined;
-}
+/** 429 RATE_LIMITED: retry after `retryAfterSeconds` (from ApiError). */
+export class RateLimitedError extends ApiError {}
 
 /** The error of an envelope response (status >= 400), as its class. */
 export function apiErrorOf(response: Response, body: unknown): ApiError {
   const error = (body as { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | null)?.error;
   const code = error?.code ?? `HTTP_${response.status}`;
-  const args = [response.status, code, error?.message ?? response.statusText, error?.details ?? {}, response.headers.get('x-request-id') ?? undefined] as const;
-  const retryAfter = response.headers.get('retry-after');
-  const seconds = retryAfter !== null && /^\d+$/.test(retryAfter) ? Number(retryAfter) : undefined;
+  const args = [
+    response.status,
+    code,
+    error?.message ?? response.statusText,
+    error?.details ?? {},
+    response.headers.get('x-request-id') ?? undefined,
+    retryAfterSecondsOf(response.headers),
+  ] as const;
   switch (code) {
-    case 'QUOTA_EXCEEDED': {
-      const err = new QuotaExceededError(...args);
-      err.retryAfterSeconds = seconds;
-      return err;
-    }
-    case 'RATE_LIMITED': {
-      const err = new RateLimitedError(...args);
-      err.retryAfterSeconds = seconds;
-      return err;
-    }
+    case 'QUOTA_EXCEEDED':
+      return new QuotaExceededError(...args);
+    case 'RATE_LIMITED':
+      return new RateLimitedError(...args);
     case 'SUBSCRIPTION_REQUIRED':
       return new SubscriptionRequiredError(...args);
     case 'NOT_FOUND':
@@ -113,4 +123,13 @@ export function apiErrorOf(response: Response, body: unknown): ApiError {
     default:
       return new ApiError(...args);
   }
+}
+
+/** Retry-After (RFC 9110 §10.2.3) in seconds: delta-seconds, or an HTTP-date as the seconds until it (0 if past). */
+export function retryAfterSecondsOf(headers: Headers): number | undefined {
+  const value = headers.get('retry-after')?.trim();
+  if (!value) return undefined;
+  if (/^\d+$/.test(value)) return Number(value);
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - Date.now()) / 1000));
 }

@@ -1,15 +1,17 @@
 import createClient from 'openapi-fetch';
-import { apiErrorOf, NetworkError, type ApiError } from './errors.ts';
+import { apiErrorOf, NetworkError, retryAfterSecondsOf, type ApiError } from './errors.ts';
 import type { components, paths } from './schema.d.ts';
 
 /**
  * Metering for an agent backend: increment, decrement, reserve + commit / release, for one user's access token at
- * this agent. Each call gets a clientReqId (generated unless given) that is reused on every retry, so a retry never
- * counts twice. Retries: network errors and 503 (honouring Retry-After), a bounded number of times, with jitter.
- * Never retried: 429 QUOTA_EXCEEDED (a retry replays it), and any other 4xx. A 401 asks the accessToken function once
- * for a fresh token (`{ rejected }`) and sends the same call again with it. Errors are ApiError subclasses (no answer
- * at all: NetworkError), each carrying the call's clientReqId. An error of the accessToken function itself (a
- * refused refresh) is thrown as it is, never retried: sending a refresh token again can end the user's grant.
+ * this agent, and usage reads. Each write gets a clientReqId (generated unless given) that is reused on every retry, so
+ * a retry never counts twice. Every attempt is bounded by timeoutMs. Retries: network errors, attempts timed out, and
+ * 502, 503, 504 (honouring Retry-After, up to maxDelayMs), a bounded number of times, with jitter. Never retried:
+ * 429 QUOTA_EXCEEDED (a retry replays it), and any other 4xx. A 401 asks the accessToken function once for a fresh
+ * token (`{ rejected }`) and sends the same call again with it. All of this holds for usage() too. Errors are ApiError
+ * subclasses (no answer at all, or none in time: NetworkError), each carrying the call's clientReqId and the answer's
+ * Retry-After (retryAfterSeconds). An error of the accessToken function itself (a refused refresh) is thrown as it
+ * is, never retried: sending a refresh token again can end the user's grant.
  */
 
 export type UsageRecord = components['schemas']['UsageRecord'];
@@ -45,10 +47,19 @@ export interface MeterOptions {
    * give up). Refresh one token at a time: createOAuth's refresh shares one request per refresh token.
    */
   accessToken: string | ((request: AccessTokenRequest) => string | Promise<string>);
-  /** Retries after the first attempt, for network errors and 503 (default 3). */
+  /** Retries after the first attempt, for network errors, timeouts and 502, 503, 504 (default 3). */
   retries?: number;
-  /** Upper bound of one wait between attempts before jitter (up to 50 % more), in ms (default 5000). */
+  /**
+   * Upper bound of one wait between attempts before jitter (up to 50 % more), in ms (default 5000). It bounds a
+   * server's Retry-After too: a longer one is waited for this long (the error still carries the whole Retry-After).
+   */
   maxDelayMs?: number;
+  /**
+   * Longest wait for one attempt's answer (headers and body), in ms (default 10 000). An attempt past it is a network
+   * error: retried with the same clientReqId, and a NetworkError once the retries are spent (the call may have been
+   * counted). The longest a call can take is about (1 + retries) x timeoutMs plus the waits between attempts.
+   */
+  timeoutMs?: number;
   fetch?: typeof fetch;
 }
 
@@ -59,25 +70,32 @@ export function createMeter(options: MeterOptions) {
   const agentId = options.agentId;
   const retries = options.retries ?? 3;
   const maxDelayMs = options.maxDelayMs ?? 5000;
+  const timeoutMs = options.timeoutMs ?? 10_000;
 
   /** Runs one API call with retries; the call builds the same request (same clientReqId) every time. */
-  async function withRetries<T>(send: (headers: Record<string, string>) => Promise<{ data?: unknown; error?: unknown; response: Response }>, clientReqId: string | undefined): Promise<MeterResult<T>> {
+  async function withRetries<T>(
+    send: (headers: Record<string, string>, signal: AbortSignal) => Promise<{ data?: unknown; error?: unknown; response: Response }>,
+    clientReqId: string | undefined,
+  ): Promise<MeterResult<T>> {
     // outside the retries: a token function that fails (a refused refresh) is the caller's error as it is
     let accessToken = await token();
     let renewed = false;
     for (let attempt = 0; ; attempt++) {
       let result: { data?: unknown; error?: unknown; response: Response };
       try {
-        result = await send({ authorization: `Bearer ${accessToken}` });
+        const headers = { authorization: `Bearer ${accessToken}` };
+        result = await bounded((signal) => send(headers, signal), timeoutMs);
       } catch (err) {
-        // no answer: the request may or may not have arrived; the key makes a retry safe
+        // no answer (or none in time): the request may or may not have arrived; the key makes a retry safe
         if (attempt >= retries) throw keyed(new NetworkError(err), clientReqId);
         await sleep(backoff(attempt, undefined, maxDelayMs));
         continue;
       }
       const { response } = result;
-      if (response.status === 503 && attempt < retries) {
-        await sleep(backoff(attempt, response.headers.get('retry-after'), maxDelayMs));
+      // the service unavailable for now, or a gateway in front of it that lost it (a crashed isolate): the call may
+      // or may not have been done, and the same clientReqId makes sending it again safe
+      if (RETRIED.has(response.status) && attempt < retries) {
+        await sleep(backoff(attempt, retryAfterSecondsOf(response.headers), maxDelayMs));
         continue;
       }
       // a 401 (the token expired early, or the user signed out of the marketplace): once, with a fresh token; the
@@ -106,11 +124,12 @@ export function createMeter(options: MeterOptions) {
     increment(metricSlug: string, input: { amount?: number; clientReqId?: string } = {}): Promise<MeterResult<UsageRecord & { replayed: boolean }>> {
       const clientReqId = input.clientReqId ?? crypto.randomUUID();
       return withRetries(
-        (headers) =>
+        (headers, signal) =>
           client.POST('/me/usage/{agentId}/{metricSlug}/increment', {
             params: { path: { agentId, metricSlug } },
             body: { clientReqId, amount: input.amount ?? 1 },
             headers,
+            signal,
           }),
         clientReqId,
       );
@@ -120,11 +139,12 @@ export function createMeter(options: MeterOptions) {
     decrement(metricSlug: string, input: { amount?: number; clientReqId?: string } = {}): Promise<MeterResult<UsageRecord & { replayed: boolean }>> {
       const clientReqId = input.clientReqId ?? crypto.randomUUID();
       return withRetries(
-        (headers) =>
+        (headers, signal) =>
           client.POST('/me/usage/{agentId}/{metricSlug}/decrement', {
             params: { path: { agentId, metricSlug } },
             body: { clientReqId, amount: input.amount ?? 1 },
             headers,
+            signal,
           }),
         clientReqId,
       );
@@ -134,11 +154,12 @@ export function createMeter(options: MeterOptions) {
     reserve(metricSlug: string, input: { amount: number; ttlSeconds?: number; clientReqId?: string }): Promise<MeterResult<Reservation>> {
       const clientReqId = input.clientReqId ?? crypto.randomUUID();
       return withRetries(
-        (headers) =>
+        (headers, signal) =>
           client.POST('/me/usage/{agentId}/{metricSlug}/reservations', {
             params: { path: { agentId, metricSlug } },
             body: { clientReqId, amount: input.amount, ...(input.ttlSeconds !== undefined ? { ttlSeconds: input.ttlSeconds } : {}) },
             headers,
+            signal,
           }),
         clientReqId,
       );
@@ -147,11 +168,12 @@ export function createMeter(options: MeterOptions) {
     /** Counts what was actually used (0..held) and frees the rest. Repeating the same commit is safe. */
     commit(reservationId: string, amount: number): Promise<MeterResult<Reservation>> {
       return withRetries(
-        (headers) =>
+        (headers, signal) =>
           client.POST('/me/usage/{agentId}/reservations/{reservationId}/commit', {
             params: { path: { agentId, reservationId } },
             body: { amount },
             headers,
+            signal,
           }),
         undefined,
       );
@@ -160,23 +182,28 @@ export function createMeter(options: MeterOptions) {
     /** Frees every held unit. Repeating it is safe. */
     release(reservationId: string): Promise<MeterResult<Reservation>> {
       return withRetries(
-        (headers) =>
+        (headers, signal) =>
           client.POST('/me/usage/{agentId}/reservations/{reservationId}/release', {
             params: { path: { agentId, reservationId } },
             headers,
+            signal,
           }),
         undefined,
       );
     },
 
-    /** The user's usage of one metric (a read: no clientReqId). */
+    /** The user's usage of one metric (a read: no clientReqId; token renewal, timeout and retries as above). */
     async usage(metricSlug: string): Promise<UsageRecord> {
-      const { data, error, response } = await client.GET('/me/usage/{agentId}/{metricSlug}', {
-        params: { path: { agentId, metricSlug } },
-        headers: { authorization: `Bearer ${await token()}` },
-      });
-      if (!response.ok) throw apiErrorOf(response, error);
-      return data!.data;
+      const read = await withRetries<UsageRecord>(
+        (headers, signal) =>
+          client.GET('/me/usage/{agentId}/{metricSlug}', {
+            params: { path: { agentId, metricSlug } },
+            headers,
+            signal,
+          }),
+        undefined,
+      );
+      return read.data;
     },
   };
 }
@@ -196,9 +223,30 @@ function quotaOf(headers: Headers): Quota {
   return { limit: read('x-quota-limit'), remaining: read('x-quota-remaining') };
 }
 
+/** Statuses sent again with the same request: 503 UNAVAILABLE, and a gateway's 502 and 504. Never a 4xx. */
+const RETRIED = new Set([502, 503, 504]);
+
+/**
+ * One attempt, ended after `ms` with a TimeoutError whatever the fetch does with the signal (a fetch given in the
+ * options may ignore it): a server that accepts the connection and never answers, or stops half way through the
+ * body, cannot hold the call.
+ */
+function bounded<T>(attempt: (signal: AbortSignal) => Promise<T>, ms: number): Promise<T> {
+  const controller = new AbortController();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return new Promise<T>((resolve, reject) => {
+    timer = setTimeout(() => {
+      const reason = new DOMException(`timed out after ${ms} ms`, 'TimeoutError');
+      controller.abort(reason);
+      reject(reason);
+    }, Math.min(ms, 2 ** 31 - 1));
+    attempt(controller.signal).then(resolve, reject);
+  }).finally(() => clearTimeout(timer));
+}
+
 /** Exponential from 200 ms, or the server's Retry-After; capped; plus up to 50 % jitter so retries spread out. */
-function backoff(attempt: number, retryAfter: string | null | undefined, maxDelayMs: number): number {
-  const base = retryAfter && /^\d+$/.test(retryAfter) ? Number(retryAfter) * 1000 : 200 * 2 ** attempt;
+function backoff(attempt: number, retryAfterSeconds: number | undefined, maxDelayMs: number): number {
+  const base = retryAfterSeconds !== undefined ? retryAfterSeconds * 1000 : 200 * 2 ** attempt;
   const capped = Math.min(base, maxDelayMs);
   return capped + Math.random() * capped * 0.5;
 }
