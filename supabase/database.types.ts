@@ -2681,6 +2681,10 @@ export type Database = {
         Args: { "p_limit": number; "p_now": string };
         Returns: number;
       };
+      "mailbox_takes_account_back": {
+        Args: { "p_user_id": string };
+        Returns: undefined;
+      };
       "metering_batch_as_bearer": {
         Args: {
           "p_agent_ids": (string)[];

@@ -190,11 +190,16 @@ export function authOptions(deps: AuthDeps) {
       // boundaries): the `account_password_change_revokes_credentials` trigger (migration 20261123000401) does it
       // for every path that writes a password, as the ban trigger does for bans. This flag is the library's own half.
       revokeSessionsOnPasswordReset: true,
-      // The reset link went to the mailbox, so using it proves the address: it is verified now, after the reset ended
-      // every session and token of the account (the address's owner locked out of an account someone else made
-      // with it gets it here; email-verification.ts).
+      // The reset link went to the mailbox, so using it proves the address: the mailbox's owner takes the account
+      // back here (an account someone else made with the address, email-verification.ts; or one a thief held). After
+      // the password trigger ended every session and token of the account, public.mailbox_takes_account_back
+      // (migration 20261127000700) verifies the address and ends every OAuth consent of the account with the tokens
+      // issued under it: a consent given by whoever held the account before is not the owner's, and it let that
+      // agent sign the owner in silently (`prompt=none`) once they signed in (review 05). Every reset, of a verified
+      // account too: a thief may have consented from a stolen session or password, and a reset is how the owner
+      // recovers; the cost is one consent screen per agent, which has to send the user through authorize anyway.
       onPasswordReset: async ({ user }) => {
-        await sql`update "user" set "emailVerified" = true where id = ${user.id} and not "emailVerified"`.execute(database.db);
+        await sql`select public.mailbox_takes_account_back(${user.id})`.execute(database.db);
       },
       resetPasswordTokenExpiresIn: 60 * 60,
       sendResetPassword: ({ user, url }) =>

@@ -14,8 +14,9 @@ import { trustedOrigins } from './better-auth.ts';
  * Now a click without a session of that account verifies nothing: the browser goes to the link's callbackURL with
  * `error=SIGN_IN_TO_VERIFY` and `verify=<the link>` (without a callbackURL: 401 `{ code: "SIGN_IN_TO_VERIFY" }`);
  * the built-in sign-in page opens the link again once signed in (a front end does the same). The address's real owner, who cannot sign in with a password someone else chose,
- * uses "forgot password": the reset goes to the mailbox, proves it, verifies the address (better-auth.ts,
- * onPasswordReset) and ends every session and token of the account (the password trigger). Verified or unknown
+ * uses "forgot password": the reset goes to the mailbox, proves it, verifies the address and ends every OAuth consent
+ * given from the account (better-auth.ts, onPasswordReset: a consent the creator gave let that agent sign the owner in
+ * silently afterwards, review 05) and every session and token of the account (the password trigger). Verified or unknown
  * accounts, malformed tokens and callbacks off our origins go to the library, which answers them as before.
  */
 export function verifyOnlyInTheAccountsSession() {

@@ -12,9 +12,10 @@ import { invalidState } from './tiers.ts';
  * POST /checkout/anonymous/claim { token }: the mailed claim link used. Holding the token shows the caller reads
  * the mail of the purchase's address, so, for the account that holds that address now (made here if none does):
  *   1. the claim is used up, the address marked verified and, if it was not verified, the account's password
- *      replaced and all its sessions and tokens ended (whoever set them never proved the address; the attacker of
- *      a pre-hijack loses the account here), and the Stripe customer linked: one SQL function,
- *      billing_claim_purchase;
+ *      replaced, all its sessions and tokens ended and its consents to agents too (whoever set them never proved
+ *      the address; the attacker of a pre-hijack loses the account here, and their agent no longer signs the owner
+ *      in silently: public.mailbox_takes_account_back, as a password reset), and the Stripe customer linked: one
+ *      SQL function, billing_claim_purchase;
  *   2. the subscription is written by the one writer as the webhook would (writeStripeRead), undoing at Stripe what
  *      the marketplace will not serve: a purchase of a banned account, a second paid subscription to an agent the
  *      account already pays for (refunded in full and canceled; the answer shows the subscription it keeps);

@@ -139,7 +139,7 @@ export const mutations: Mutation[] = [
     rule: 4,
     name: "a purchase claim takes the user's row before the credential row (a password change beside it deadlocks)",
     // the newest restatement of billing_claim_purchase (first in 20261125001100_purchase_claim_lock_order.sql)
-    file: 'supabase/migrations/20261126001800_unclaimed_purchases_undone.sql',
+    file: 'supabase/migrations/20261127000700_takeover_ends_consents.sql',
     find: `  perform 1 from account a where a."userId" = p_user_id and a."providerId" = 'credential' for update;`,
     replace: '  perform 1;',
     tests: ['tests/billing/claim-lock-order.pg-only.test.ts'],
@@ -147,10 +147,19 @@ export const mutations: Mutation[] = [
   {
     rule: 4,
     name: 'a claim of a purchase given up (refunded, canceled) goes through: the purchase is served and refunded',
-    file: 'supabase/migrations/20261126001800_unclaimed_purchases_undone.sql',
-    find: '  if v_claim.abandoned_at is not null then -- (changed in 20261126001800)',
-    replace: '  if false then -- (changed in 20261126001800)',
+    // the newest restatement of billing_claim_purchase (the check came in 20261126001800)
+    file: 'supabase/migrations/20261127000700_takeover_ends_consents.sql',
+    find: '  if v_claim.abandoned_at is not null then',
+    replace: '  if false then',
     tests: ['tests/billing/unclaimed-purchases.test.ts', 'tests/billing/unclaimed-purchase-race.pg-only.test.ts'],
+  },
+  {
+    rule: 4,
+    name: "a purchase claim leaves the consents the unverified holder gave (their agent signs the owner in silently)",
+    file: 'supabase/migrations/20261127000700_takeover_ends_consents.sql',
+    find: '    perform public.mailbox_takes_account_back(p_user_id); -- (added in 20261127000700: the holder\'s consents end)',
+    replace: '    perform 1;',
+    tests: ['tests/billing/anonymous-checkout.test.ts'],
   },
   {
     rule: 4,
@@ -460,10 +469,26 @@ export const mutations: Mutation[] = [
   {
     rule: 10,
     name: 'a password reset leaves the address unverified (its owner is locked out of verifying it)',
-    file: 'functions/auth/better-auth.ts',
-    find: '        await sql`update "user" set "emailVerified" = true where id = ${user.id} and not "emailVerified"`.execute(database.db);',
-    replace: '        void user;',
+    file: 'supabase/migrations/20261127000700_takeover_ends_consents.sql',
+    find: '  update "user" set "emailVerified" = true, "updatedAt" = now() where id = p_user_id and not "emailVerified";',
+    replace: '  perform 1;',
     tests: ['tests/identity/sessions.test.ts'],
+  },
+  {
+    rule: 10,
+    name: "a password reset leaves the account's consents (the pre-registrant's agent signs the owner in silently)",
+    file: 'supabase/migrations/20261127000700_takeover_ends_consents.sql',
+    find: '  delete from "oauthConsent" where "userId" = p_user_id;',
+    replace: '  perform 1;',
+    tests: ['tests/identity/takeover-ends-consents.test.ts'],
+  },
+  {
+    rule: 10,
+    name: 'a password reset does not take the account back (neither verifies the address nor ends the consents)',
+    file: 'functions/auth/better-auth.ts',
+    find: '        await sql`select public.mailbox_takes_account_back(${user.id})`.execute(database.db);',
+    replace: '        void user;',
+    tests: ['tests/identity/takeover-ends-consents.test.ts'],
   },
   {
     rule: 10,

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, rows, sql } from '../../functions/platform/db.ts';
 import { insertTier } from '../support/fixtures.ts';
 import { deliverMail, lastMailTo, linkIn, mailsTo } from '../support/mail.ts';
+import { accessTokenFor, authorizeUrl, createOAuthClient, followAuthorize, pkcePair, postForm } from '../support/oauth.ts';
 import { signIn, signUp, type TestUser } from '../support/users.ts';
 import { activeAgent, buyPaidTier, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
@@ -363,6 +364,41 @@ describe('anonymous purchases and unverified accounts (account pre-hijacking, is
       sql`select count(*)::int as n from subscriptions where user_id = ${held.userId} and status in ('active', 'past_due')`,
     );
     expect(access!.n).toBe(0);
+  });
+
+  it("attack: a claim ends the consents the unverified holder gave: their agent gets no silent code for the owner's account", async () => {
+    // The pre-registrant consents to their own agent (all scopes) from the account holding the victim's address; the
+    // victim buys anonymously and follows the claim link. The claim verified the address and ended every session and
+    // token, but the consent stayed: once the owner signed in, the agent's page got a code for the owner's account with
+    // prompt=none, no consent screen (review 05; public.mailbox_takes_account_back, migration 20261127000700).
+    const email = `victim-f-${Date.now()}@example.test`;
+    const attacker = await attackerHolding(email);
+    const hostileAgent = await createOAuthClient(w.t, { name: 'Hostile agent' });
+    const attackersTokens = await accessTokenFor(w.t, attacker, { client: hostileAgent });
+    const { sessionId, events } = await paidAnonymously(email);
+    expect((await complete(sessionId)).status).toBe(202);
+    await deliver(w, events);
+
+    const res = await claim(claimTokenIn((await claimMailsTo(email))[0]!));
+    expect(res.status, res.text).toBe(200);
+    // The claim itself ends them, in its own transaction, before anyone follows the set-password step.
+    const consents = await first<{ n: number }>(w.t.db, sql`select count(*)::int as n from "oauthConsent" where "userId" = ${attacker.userId}`);
+    expect(consents!.n).toBe(0);
+    expect((await w.t.http.get('/me', { bearer: attackersTokens.accessToken })).status).toBe(401);
+    const refresh = await postForm(w.t, '/api/auth/oauth2/token', attackersTokens, {
+      grant_type: 'refresh_token',
+      refresh_token: attackersTokens.refreshToken,
+    });
+    expect(refresh.body.error).toBe('invalid_grant');
+
+    const reset = await w.t.http.post('/api/auth/reset-password', {
+      json: { newPassword: 'the victim chose this', token: res.body.data.passwordResetToken },
+    });
+    expect(reset.status, reset.text).toBe(200);
+    const owner = await signIn(w.t, { email, password: 'the victim chose this' });
+    const landing = await followAuthorize(w.t, `${authorizeUrl(hostileAgent, { challenge: pkcePair().challenge })}&prompt=none`, owner.cookie);
+    expect(landing.searchParams.get('code'), landing.href).toBeNull();
+    expect(landing.searchParams.get('error')).toBe('consent_required');
   });
 
   it('stores only a hash of the claim token, in a table with row level security and no anonymous access', async () => {
