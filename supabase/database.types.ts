@@ -2677,6 +2677,10 @@ export type Database = {
         Args: { "p_inviter_id": string; "p_now": string; "p_per_day": number };
         Returns: string;
       };
+      "invitation_inviter_stands": {
+        Args: { "p_inviter_id": string; "p_organization_id": string };
+        Returns: boolean;
+      };
       "mail_outbox_prune": {
         Args: { "p_limit": number; "p_now": string };
         Returns: number;
@@ -3045,6 +3049,10 @@ export type Database = {
         }[];
       };
       "oauth_consent_scopes": { Args: { "p_scopes": Json }; Returns: Json };
+      "organization_role_is_owner": {
+        Args: { "p_role": string };
+        Returns: boolean;
+      };
       "quota_ledger_id": { Args: { "p_at": string }; Returns: string };
       "rate_limit_hit": {
         Args: {

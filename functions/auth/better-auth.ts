@@ -18,12 +18,14 @@ import {
   verificationLink,
   verificationMail,
 } from './account-mails.ts';
-import { assertInviteeMayBeMailed, assertMayInvite, assertWellFormedRole } from './invitation-rules.ts';
+import { assertInviterStands, assertInviteeMayBeMailed, assertMayInvite, assertWellFormedRole } from './invitation-rules.ts';
 import { ownsMostOrganizations, takeOrganizationCreation } from './organization-limits.ts';
 import { refuseBadLibraryInput } from './library-input.ts';
+import { EmptyListsPlugin } from './empty-lists.ts';
 import { mayMailRecipient } from './recipient-allowance.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
 import { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
+import { isOrganizationOwnerRefusal, organizationOwnerRefused } from './organization-owners.ts';
 import { CLOSED_ENDPOINTS } from './oauth/closed-endpoints.ts';
 
 
@@ -88,7 +90,8 @@ export function authOptions(deps: AuthDeps) {
     basePath: '/api/auth',
     secret: config.authSecret,
     database: {
-      db: database.db,
+      // (with `in ()` made a constant: the organization plugin sends it for an empty page, empty-lists.ts)
+      db: database.db.withPlugin(new EmptyListsPlugin()),
       type: 'postgres',
       // The embedded database has one connection: a library transaction there would hold it while a hook
       // (or a concurrent request) waits for it. On a real server, sign-up's user+account writes are atomic.
@@ -132,6 +135,10 @@ export function authOptions(deps: AuthDeps) {
         // set-role, update-user, ban-user and remove-user check the caller, then write: of two admins taking each other
         // away at once, the database refuses the later write (migration 20261127000400), 422 as on our routes.
         if (isLastAdminRefusal(err)) throw lastAdminRefused();
+        // leave, remove-member and update-member-role count an organization's owners, then write: of two owners
+        // leaving (or removing each other) at once, the database refuses the later write (migration
+        // 20261127000800), answered as the plugin answers a lone owner leaving (organization-owners.ts).
+        if (isOrganizationOwnerRefusal(err)) throw organizationOwnerRefused(err);
         if (isAPIError(err) && err.status !== 'INTERNAL_SERVER_ERROR') return;
         logger.error('better-auth: request failed', { err });
       },
@@ -256,6 +263,13 @@ export function authOptions(deps: AuthDeps) {
           beforeCreateOrganization: async ({ user }) => {
             await takeOrganizationCreation(deps, user);
           },
+          // The plugin deletes an organization's members first, then the organization: its first step would take the
+          // only owner away, which the database refuses (organization_keeps_an_owner, migration 20261127000800). The
+          // organization row goes first here instead, its members and invitations with it by their foreign keys'
+          // cascade, which the rule lets through; the plugin's own deletes then find nothing left.
+          beforeDeleteOrganization: async ({ organization }) => {
+            await sql`delete from "organization" where id = ${organization.id}`.execute(database.db);
+          },
           // Verified inviters only, INVITATIONS_PER_DAY per inviter, an hourly allowance per invited address; roles
           // exactly as the plugin's checks read them (invitation-rules.ts).
           beforeCreateInvitation: async ({ inviter, invitation }) => {
@@ -266,7 +280,12 @@ export function authOptions(deps: AuthDeps) {
           },
           beforeUpdateMemberRole: async ({ newRole }) => assertWellFormedRole(newRole),
           beforeAddMember: async ({ member }) => assertWellFormedRole(member.role),
-          beforeAcceptInvitation: async ({ invitation }) => assertWellFormedRole(invitation.role),
+          // An invitation stands only while its inviter is a member of its organization and not banned: the
+          // plugin's get-invitation checks the membership, its accept-invitation nothing (invitation-rules.ts).
+          beforeAcceptInvitation: async ({ invitation }) => {
+            assertWellFormedRole(invitation.role);
+            await assertInviterStands(database.db, invitation);
+          },
         },
         // A fixed subject: the organization's and the inviter's names are user text, quoted in the body only.
         sendInvitationEmail: async (data) => {

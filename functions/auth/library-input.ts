@@ -6,7 +6,11 @@ import { APIError } from '@better-auth/core/error';
  *   * update-user and sign-up: `name` must be a non-empty string of at most 200 characters (null reached a NOT NULL
  *     column), `image` a string or null;
  *   * organization/list-members: `sortBy` and `filterField` name a member field (an unknown one made the adapter
- *     throw), `limit` and `offset` are whole numbers >= 0, and a filter on `createdAt` compares a date;
+ *     throw), `limit` and `offset` are whole numbers >= 0, a filter on `createdAt` compares a date and matches no
+ *     text, `in` and `not_in` take a list (filterValue repeated) and every other operator one value, and a
+ *     filterField comes with a filterValue;
+ *   * organization/get-full-organization and get-organization: `membersLimit` is a whole number from 1 to 100;
+ *   * organization/update: `data` holds only name, slug, logo and metadata, at least one of them;
  *   * the admin endpoints (a platform admin's input, found by a later review): a role is exactly `user` or
  *     `platform_admin` (the library joins a list of roles with commas, which the user_role_known check refused),
  *     a user's `data` names only the user's own fields, each of its type, dates that are dates (the driver threw on
@@ -64,7 +68,25 @@ export function refuseBadLibraryInput(path: string, body: unknown, query: unknow
     if ('image' in body && !USER_FIELDS.image!(body.image)) throw invalid('image', IMAGE_RULE);
   }
   if (path === '/organization/create' && isRecord(body)) refuseBadOrganization(body, '');
-  if (path === '/organization/update' && isRecord(body) && isRecord(body.data)) refuseBadOrganization(body.data, 'data.');
+  if (path === '/organization/update' && isRecord(body) && isRecord(body.data)) {
+    // The plugin passes any field of `data` on to the update: a createdAt that is no date, or a new id, failed in the
+    // database (a 500), and an empty `data` made an UPDATE with nothing to set (a 500 too; found by a review).
+    const fields = Object.keys(body.data);
+    const other = fields.find((field) => !ORGANIZATION_FIELDS.has(field));
+    if (other !== undefined) throw invalid(`data.${other}`, `data may hold only ${[...ORGANIZATION_FIELDS].join(', ')}`);
+    if (fields.length === 0) throw invalid('data', `data must hold at least one of ${[...ORGANIZATION_FIELDS].join(', ')}`);
+    refuseBadOrganization(body.data, 'data.');
+  }
+  // get-full-organization's (and get-organization's) membersLimit went into the members' LIMIT as it came: negative or
+  // past bigint, PostgreSQL refused it, a 500 (found by a review), also for a stranger to the organization, since the
+  // plugin reads the organization before it checks the membership. An organization has at most the plugin's
+  // membershipLimit (its default, 100) members, which is also the plugin's default for this limit.
+  if ((path === '/organization/get-full-organization' || path === '/organization/get-organization') && isRecord(query)) {
+    const limit = query.membersLimit;
+    if (limit !== undefined && !(/^\d{1,3}$/.test(String(limit)) && Number(limit) >= 1 && Number(limit) <= MAX_MEMBERS)) {
+      throw invalid('membersLimit', `membersLimit must be a whole number from 1 to ${MAX_MEMBERS}`);
+    }
+  }
   if (path === '/organization/list-members' && isRecord(query)) {
     for (const key of ['limit', 'offset'] as const) {
       const value = query[key];
@@ -76,8 +98,30 @@ export function refuseBadLibraryInput(path: string, body: unknown, query: unknow
         throw invalid(key, `${key} must be one of ${[...MEMBER_FIELDS].join(', ')}`);
       }
     }
-    if (query.filterField === 'createdAt' && query.filterValue !== undefined && Number.isNaN(Date.parse(String(query.filterValue)))) {
-      throw invalid('filterValue', 'filterValue must be a date (ISO 8601) to filter on createdAt');
+    // `in` and `not_in` compare with a list (a single value made the adapter throw "Value must be an array", a 500),
+    // every other operator with one value (a list made "role = ('a', 'b')", a 500); createdAt is not text to match
+    // with like (a 500 too). Found by a review.
+    const operator = query.filterOperator === undefined ? 'eq' : String(query.filterOperator);
+    const values = Array.isArray(query.filterValue) ? query.filterValue : [query.filterValue];
+    // (a filterField without a value filtered on `undefined`: the adapter threw, a 500)
+    if (query.filterField !== undefined && query.filterValue === undefined) {
+      throw invalid('filterValue', 'filterValue must be given with filterField');
+    }
+    if (query.filterValue !== undefined) {
+      if (LIST_OPERATORS.has(operator) !== Array.isArray(query.filterValue)) {
+        throw invalid(
+          'filterValue',
+          LIST_OPERATORS.has(operator)
+            ? `filterOperator ${operator} compares with a list: repeat filterValue, once per value`
+            : `filterOperator ${operator} compares with one filterValue`,
+        );
+      }
+      if (query.filterField === 'createdAt' && values.some((value) => Number.isNaN(Date.parse(String(value))))) {
+        throw invalid('filterValue', 'filterValue must be a date (ISO 8601) to filter on createdAt');
+      }
+    }
+    if (query.filterField === 'createdAt' && TEXT_OPERATORS.has(operator)) {
+      throw invalid('filterOperator', `filterOperator ${operator} matches text; createdAt is a date (eq, ne, lt, lte, gt, gte, in, not_in)`);
     }
   }
 }
@@ -188,6 +232,14 @@ function isDate(value: unknown): boolean {
   const time = new Date(value).getTime();
   return Number.isFinite(time) && time >= FIRST_DAY && time < AFTER_LAST_DAY;
 }
+
+/** The organization fields organization/update may write (the plugin's own update schema). */
+const ORGANIZATION_FIELDS = new Set(['name', 'slug', 'logo', 'metadata']);
+/** The most members an organization has: the plugin's membershipLimit (not configured: its default). */
+const MAX_MEMBERS = 100;
+/** list-members' filter operators that compare with a list, and those that match text. */
+const LIST_OPERATORS = new Set(['in', 'not_in']);
+const TEXT_OPERATORS = new Set(['contains', 'starts_with', 'ends_with']);
 
 /** The member fields the organization plugin can sort and filter on. */
 const MEMBER_FIELDS = new Set(['id', 'userId', 'role', 'createdAt']);

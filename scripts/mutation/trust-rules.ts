@@ -1395,6 +1395,38 @@ export const mutations: Mutation[] = [
     replace: '    return header.includes(`${name}=`) ? { value: cookies.get(name), cookies } : undefined;',
     tests: [boundaries],
   },
+  {
+    rule: 19,
+    name: 'two owners leaving (or removing each other) at once both win (no owner left)',
+    file: 'supabase/migrations/20261127000800_organization_keeps_an_owner.sql',
+    find: '  if not exists (select 1 from member m',
+    replace: '  if false and not exists (select 1 from member m',
+    tests: ['tests/identity/organization-owners.pg-only.test.ts', 'tests/identity/organizations.test.ts'],
+  },
+  {
+    rule: 19,
+    name: "an organization's owners are counted without its row's lock (two at once both see the other)",
+    file: 'supabase/migrations/20261127000800_organization_keeps_an_owner.sql',
+    find: '  perform 1 from "organization" o where o.id = old."organizationId" for no key update;',
+    replace: '  perform 1 from "organization" o where o.id = old."organizationId";',
+    tests: ['tests/identity/organization-owners.pg-only.test.ts'],
+  },
+  {
+    rule: 8,
+    name: "a removed or banned inviter's pending invitation is accepted",
+    file: 'functions/auth/better-auth.ts',
+    find: '            await assertInviterStands(database.db, invitation);',
+    replace: '',
+    tests: ['tests/identity/organizations.test.ts'],
+  },
+  {
+    rule: 8,
+    name: "a member who leaves or is removed keeps their pending invitations",
+    file: 'supabase/migrations/20261127000800_organization_keeps_an_owner.sql',
+    find: `     where "organizationId" = old."organizationId" and "inviterId" = old."userId" and status = 'pending';`,
+    replace: '     where false;',
+    tests: ['tests/identity/organizations.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { first, sql } from '../../functions/platform/db.ts';
+import { first, rows, sql } from '../../functions/platform/db.ts';
 import { INVITATIONS_PER_ADDRESS_PER_HOUR, INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR, INVITATIONS_PER_DAY } from '../../functions/auth/invitation-rules.ts';
 import { ORGANIZATIONS_PER_DAY, OWNED_ORGANIZATIONS } from '../../functions/auth/organization-limits.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { deliverMail, linkIn, mailsTo } from '../support/mail.ts';
 import { startSmtpServer, type TestSmtpServer } from '../support/smtp.ts';
-import { signIn, signUp, type TestUser } from '../support/users.ts';
+import { createAdmin, signIn, signUp, type TestUser } from '../support/users.ts';
 
 /**
  * Organizations through the library's endpoints: create, get full, invite a member, accept. The app runs with
@@ -376,5 +376,154 @@ describe('invitations', () => {
     expect(full.status).toBe(200);
     expect(full.body.members.map((m: { userId: string }) => m.userId).sort()).toEqual([owner.userId, joiner.userId].sort());
     expect((await signIn(t, joiner)).userId).toBe(joiner.userId);
+  });
+});
+
+/** `invitee` joins `org` as `role` through an invitation from `inviter`. */
+async function join(inviter: TestUser, orgId: string, invitee: TestUser, role: string) {
+  const inv = await invite(inviter, orgId, invitee.email, { role });
+  expect(inv.status, inv.text).toBe(200);
+  const accepted = await t.http.post('/api/auth/organization/accept-invitation', { ...withOrigin(invitee.cookie), json: { invitationId: inv.body.id } });
+  expect(accepted.status, accepted.text).toBe(200);
+  return accepted.body.member as { id: string };
+}
+
+const memberRoles = async (orgId: string) =>
+  Object.fromEntries(
+    (await rows<{ userId: string; role: string }>(t.db, sql`select "userId", role from member where "organizationId" = ${orgId}`)).map((m) => [m.userId, m.role]),
+  );
+
+describe('every organization keeps an owner (races: organization-owners.pg-only.test.ts)', () => {
+  it('of two owners one may leave; the other, now the only owner, may not (400, the plugin\'s code)', async () => {
+    const a = await verifiedUser('Owner A');
+    const b = await verifiedUser('Owner B');
+    const org = await createOrg(a);
+    await join(a, org.id, b, 'owner');
+    const left = await t.http.post('/api/auth/organization/leave', { ...withOrigin(a.cookie), json: { organizationId: org.id } });
+    expect(left.status, left.text).toBe(200);
+    const refused = await t.http.post('/api/auth/organization/leave', { ...withOrigin(b.cookie), json: { organizationId: org.id } });
+    expect([refused.status, refused.body.code]).toEqual([400, 'YOU_CANNOT_LEAVE_THE_ORGANIZATION_AS_THE_ONLY_OWNER']);
+    expect(await memberRoles(org.id)).toEqual({ [b.userId]: 'owner' });
+  });
+
+  it('the database refuses whatever writer takes the only owner away, counting a role list ("owner,admin") as an owner', async () => {
+    // The rule holds for every writer of the member table, not only the plugin's endpoints (one at a time here; at
+    // once in the pg-only file, where the plugin's own count is passed by both).
+    const a = await verifiedUser('Owner A');
+    const b = await verifiedUser('Owner B');
+    const org = await createOrg(a);
+    const bMember = await join(a, org.id, b, 'admin,owner');
+    const aMember = (await first<{ id: string }>(t.db, sql`select id from member where "userId" = ${a.userId} and "organizationId" = ${org.id}`))!;
+    await sql`delete from member where id = ${aMember.id}`.execute(t.db); // b is an owner still: allowed
+    for (const write of [
+      sql`delete from member where id = ${bMember.id}`,
+      sql`update member set role = 'admin' where id = ${bMember.id}`,
+      sql`update member set "organizationId" = ${(await createOrg(b)).id} where id = ${bMember.id}`,
+    ]) {
+      await expect(write.execute(t.db)).rejects.toMatchObject({ code: '23514' });
+    }
+    await sql`update member set role = 'owner' where id = ${bMember.id}`.execute(t.db); // stays an owner: allowed
+    expect(await memberRoles(org.id)).toEqual({ [b.userId]: 'owner' });
+  });
+
+  it('an organization is still deleted with its members, and an account removed by a platform admin takes its ownership with it', async () => {
+    // The decision (migration 20261127000800): an account's removal is erasure and is never held back by what it
+    // owns. The organization it owned alone keeps its other members, without an owner, as before the rule.
+    const owner = await verifiedUser();
+    const admin = await verifiedUser('Admin');
+    const doomed = await createOrg(owner, 'Doomed Co');
+    await join(owner, doomed.id, admin, 'admin');
+    const deleted = await t.http.post('/api/auth/organization/delete', { ...withOrigin(owner.cookie), json: { organizationId: doomed.id } });
+    expect(deleted.status, deleted.text).toBe(200);
+    expect(await memberRoles(doomed.id)).toEqual({});
+
+    const kept = await createOrg(owner, 'Kept Co');
+    await join(owner, kept.id, admin, 'admin');
+    const platformAdmin = await createAdmin(t);
+    const removed = await t.http.post('/api/auth/admin/remove-user', { ...withOrigin(platformAdmin.cookie), json: { userId: owner.userId } });
+    expect(removed.status, removed.text).toBe(200);
+    expect(await memberRoles(kept.id)).toEqual({ [admin.userId]: 'admin' });
+  });
+});
+
+describe('an invitation stands only while its inviter is a member and not banned', () => {
+  /** An organization whose admin (a rogue) left an invitation of theirs pending, to a second account of theirs, as admin. */
+  async function orgWithRogueAdmin() {
+    const owner = await verifiedUser();
+    const rogue = await verifiedUser('Rogue admin');
+    const org = await createOrg(owner, 'Acme');
+    await join(owner, org.id, rogue, 'admin');
+    const sock = await verifiedUser('Second account');
+    const pending = await invite(rogue, org.id, sock.email, { role: 'admin' });
+    expect(pending.status, pending.text).toBe(200);
+    return { owner, rogue, sock, org, invitationId: pending.body.id as string };
+  }
+  const accept = (u: TestUser, invitationId: string) =>
+    t.http.post('/api/auth/organization/accept-invitation', { ...withOrigin(u.cookie), json: { invitationId } });
+  const statusOf = async (invitationId: string) => (await first<{ status: string }>(t.db, sql`select status from invitation where id = ${invitationId}`))!.status;
+
+  it('control: an invitation from a current admin is accepted', async () => {
+    const { sock, org, invitationId } = await orgWithRogueAdmin();
+    const accepted = await accept(sock, invitationId);
+    expect(accepted.status, accepted.text).toBe(200);
+    expect((await memberRoles(org.id))[sock.userId]).toBe('admin');
+  });
+
+  // Was: get-invitation said the inviter was gone, accept-invitation answered 200 and the second account was admin.
+  it("attack: a removed admin's pending invitation no longer admits anyone; it is canceled with the membership", async () => {
+    const { owner, rogue, sock, org, invitationId } = await orgWithRogueAdmin();
+    const removed = await t.http.post('/api/auth/organization/remove-member', { ...withOrigin(owner.cookie), json: { memberIdOrEmail: rogue.email, organizationId: org.id } });
+    expect(removed.status, removed.text).toBe(200);
+    expect(await statusOf(invitationId)).toBe('canceled');
+    expect((await t.http.get(`/api/auth/organization/get-invitation?id=${invitationId}`, { cookie: sock.cookie })).status).toBe(400);
+    const accepted = await accept(sock, invitationId);
+    expect(accepted.status, accepted.text).toBe(400);
+    expect(await memberRoles(org.id)).toEqual({ [owner.userId]: 'owner' });
+  });
+
+  it('attack: an admin who leaves takes their pending invitations with them (their invitations elsewhere stay)', async () => {
+    const { owner, rogue, sock, org, invitationId } = await orgWithRogueAdmin();
+    const elsewhere = await createOrg(rogue, 'Rogue Co');
+    const other = await invite(rogue, elsewhere.id, address('friend'));
+    expect(other.status, other.text).toBe(200);
+    expect((await t.http.post('/api/auth/organization/leave', { ...withOrigin(rogue.cookie), json: { organizationId: org.id } })).status).toBe(200);
+    expect(await statusOf(invitationId)).toBe('canceled');
+    expect(await statusOf(other.body.id)).toBe('pending');
+    expect((await accept(sock, invitationId)).status).toBe(400);
+    expect(await memberRoles(org.id)).toEqual({ [owner.userId]: 'owner' });
+  });
+
+  // Was: 200, the banned admin's second account was admin.
+  it("attack: a banned admin's pending invitation no longer admits anyone; the ban cancels it", async () => {
+    const { owner, rogue, sock, org, invitationId } = await orgWithRogueAdmin();
+    const platformAdmin = await createAdmin(t);
+    const banned = await t.http.post(`/admin/users/${rogue.userId}/ban`, { ...withOrigin(platformAdmin.cookie), json: { reason: 'abuse' } });
+    expect(banned.status, banned.text).toBe(200);
+    expect(await statusOf(invitationId)).toBe('canceled');
+    expect((await accept(sock, invitationId)).status).toBe(400);
+    expect(await memberRoles(org.id)).toEqual({ [owner.userId]: 'owner', [rogue.userId]: 'admin' });
+  });
+
+  it('an invitation still pending from an inviter who is gone or banned (stored before the rule) is refused as get-invitation refuses it', async () => {
+    const { owner, rogue, sock, org } = await orgWithRogueAdmin();
+    const stored = async (inviterId: string) => {
+      const id = randomUUID();
+      await sql`insert into invitation (id, "organizationId", email, role, status, "expiresAt", "createdAt", "inviterId")
+                values (${id}, ${org.id}, ${sock.email}, 'admin', 'pending', now() + interval '2 days', now(), ${inviterId})`.execute(t.db);
+      return id;
+    };
+    // banned (and the ban's own cancellation done): a pending invitation of theirs written afterwards
+    await sql`update "user" set banned = true where id = ${rogue.userId}`.execute(t.db);
+    const fromBanned = await accept(sock, await stored(rogue.userId));
+    expect([fromBanned.status, fromBanned.body.code]).toEqual([400, 'INVITER_IS_NO_LONGER_A_MEMBER_OF_THE_ORGANIZATION']);
+    // gone: never a member of the organization
+    const stranger = await verifiedUser('Stranger');
+    const fromStranger = await accept(sock, await stored(stranger.userId));
+    expect([fromStranger.status, fromStranger.body.code]).toEqual([400, 'INVITER_IS_NO_LONGER_A_MEMBER_OF_THE_ORGANIZATION']);
+    expect(await memberRoles(org.id)).toEqual({ [owner.userId]: 'owner', [rogue.userId]: 'admin' });
+    // and a ban that has ended stands again
+    await sql`update "user" set "banExpires" = now() - interval '1 minute' where id = ${rogue.userId}`.execute(t.db);
+    const afterBan = await accept(sock, await stored(rogue.userId));
+    expect(afterBan.status, afterBan.text).toBe(200);
   });
 });
