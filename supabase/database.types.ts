@@ -1945,6 +1945,49 @@ export type Database = {
           },
         ];
       };
+      "usage_quota_mails": {
+        Row: {
+          "mailed_at": string;
+          "metric_id": string;
+          "period_start": string;
+          "quota_limit": number;
+          "subscription_id": string;
+          "used": number;
+        };
+        ComputedFields: never;
+        Insert: {
+          "mailed_at": string;
+          "metric_id": string;
+          "period_start": string;
+          "quota_limit": number;
+          "subscription_id": string;
+          "used": number;
+        };
+        Update: {
+          "mailed_at"?: string;
+          "metric_id"?: string;
+          "period_start"?: string;
+          "quota_limit"?: number;
+          "subscription_id"?: string;
+          "used"?: number;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "usage_quota_mails_metric_id_fkey";
+            columns: ["metric_id"];
+            isOneToOne: false;
+            referencedRelation: "metric_definitions";
+            referencedColumns: ["id"];
+          },
+          {
+            foreignKeyName: "usage_quota_mails_subscription_id_fkey";
+            columns: ["subscription_id"];
+            isOneToOne: false;
+            referencedRelation: "subscriptions";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
       "usage_reservations": {
         Row: {
           "amount": number;
@@ -2880,6 +2923,17 @@ export type Database = {
           "p_subscription_ids": (string)[];
         };
         Returns: undefined;
+      };
+      "metering_note_quota_used": {
+        Args: {
+          "p_limit": number;
+          "p_metric_id": string;
+          "p_now": string;
+          "p_period_start": string;
+          "p_subscription_id": string;
+          "p_used": number;
+        };
+        Returns: boolean;
       };
       "metering_note_threshold": {
         Args: {

@@ -566,7 +566,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'a new subscription starts with fresh counters whatever the user used before',
-    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
+    file: 'supabase/migrations/20261127000500_quota_mail_counts_what_was_used.sql',
     find: '    where c.subscription_id = v_prev.id and c.used > 0',
     replace: '    where false',
     tests: ['tests/metering/usage-continues.test.ts'],
@@ -582,7 +582,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'live holds stay on the canceled subscription',
-    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
+    file: 'supabase/migrations/20261127000500_quota_mail_counts_what_was_used.sql',
     find: '    update public.usage_reservations r set subscription_id = new.id',
     replace: '    update public.usage_reservations r set subscription_id = r.subscription_id',
     tests: ['tests/metering/usage-continues.test.ts'],
@@ -590,7 +590,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'threshold notices are not carried',
-    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
+    file: 'supabase/migrations/20261127000500_quota_mail_counts_what_was_used.sql',
     find: '  where n.subscription_id = v_prev.id',
     replace: '  where false',
     tests: ['tests/metering/usage-continues.test.ts'],
@@ -614,7 +614,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'a restart carries the old counters without taking them from calls in flight',
-    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
+    file: 'supabase/migrations/20261127000500_quota_mail_counts_what_was_used.sql',
     find: '  where k.key is not null',
     replace: '  where false',
     tests: ['tests/metering/restart-races.pg-only.test.ts'],
@@ -630,7 +630,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'a subscription that grants no access continues the earlier one',
-    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
+    file: 'supabase/migrations/20261127000500_quota_mail_counts_what_was_used.sql',
     find: '  if not new.granted_access or (tg_op = \'UPDATE\' and old.granted_access) then',
     replace: '  if tg_op = \'UPDATE\' and old.granted_access then',
     tests: ['tests/billing/pending-payment.test.ts'],
@@ -646,7 +646,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: "a restart leaves the old subscription's next rolling period open",
-    file: 'supabase/migrations/20261126001000_replays_follow_continued_usage.sql',
+    file: 'supabase/migrations/20261127000500_quota_mail_counts_what_was_used.sql',
     find: '                                         else array[v_prev_key, v_next_key] end) as key',
     replace: '                                         else array[v_prev_key] end) as key',
     tests: ['tests/metering/usage-continues.test.ts'],
@@ -1378,6 +1378,29 @@ export const mutations: Mutation[] = [
     find: 'revoke select on public.tiers from anon, authenticated;',
     replace: '',
     tests: ['tests/catalog/rls.test.ts'],
+  },
+  {
+    rule: 30,
+    name: "the user's 100 % mail counts live holds as used (a released hold mails the user)",
+    file: 'supabase/migrations/20261127000500_quota_mail_counts_what_was_used.sql',
+    find: "    if new.event in ('increment', 'committed') and new.used >= new.quota_limit then",
+    replace: '    if new.used + coalesce(new.reserved, 0) >= new.quota_limit then',
+    also: [
+      {
+        find: '      perform public.metering_note_quota_used(new.subscription_id, new.metric_id, v_key, new.used, new.quota_limit,',
+        replace:
+          '      perform public.metering_note_quota_used(new.subscription_id, new.metric_id, v_key, new.used + coalesce(new.reserved, 0), new.quota_limit,',
+      },
+    ],
+    tests: ['tests/metering/reservations.test.ts'],
+  },
+  {
+    rule: 30,
+    name: "the user's 100 % mail is not carried with its counter (a restart mails again)",
+    file: 'supabase/migrations/20261127000500_quota_mail_counts_what_was_used.sql',
+    find: '  where q.subscription_id = v_prev.id',
+    replace: '  where false',
+    tests: ['tests/metering/usage-continues.test.ts'],
   },
   {
     rule: 5,

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { mailsTo } from '../support/mail.ts';
 import { accessTokenFor, createFirstPartyClient } from '../support/oauth.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import {
@@ -658,5 +659,77 @@ describe('agent webhooks from metering (the outbox, written with the change)', (
       ],
     ]);
     expect(sent[0]!.occurred_at.toISOString()).toBe(t.clock.now().toISOString());
+  });
+
+  describe('the user’s 100 % mail counts units used, not units held (review 07, migration 20261127000500)', () => {
+    // contract.md: one mail per period "when a metric reaches 100%"; the mail says "has used N of N ... Further use is
+    // refused". Before, it was queued from used + live holds, with the agent's 100 % event: a hold of the whole quota,
+    // released or let expire, mailed the user with nothing used and spent the period's only mail.
+    const fullMails = async (email: string) => (await mailsTo(t, email)).filter((m) => /used all of your/.test(m.subject));
+    const usedOf = (mails: Array<{ text: string }>) => mails.map((m) => m.text.match(/has used \d+ of \d+/)?.[0]);
+
+    it('is not sent for units only held, then released or expired; is sent once when the units are really used', async () => {
+      const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+      await endpoint(a.agentId);
+      const u = await signUp(t);
+      await subscribe(t, u.userId, a.tierId);
+
+      const held = await reserve(t, u, a.agentId, 'calls', { clientReqId: reqId(), amount: 10, ttlSeconds: 60 });
+      expect(held.status).toBe(201);
+      // the agent still hears that its holds took the whole quota (docs/webhooks.md)
+      expect((await events(a.agentId)).map((e) => [e.type, e.data.threshold, e.data.used])).toEqual([
+        ['usage.threshold_reached', 80, 10],
+        ['usage.threshold_reached', 100, 10],
+      ]);
+      const freed = await release(t, u, a.agentId, held.body.data.id);
+      expect(freed.body.data.usage).toMatchObject({ used: 0, reserved: 0, remaining: 10 });
+
+      const lapsed = await reserve(t, u, a.agentId, 'calls', { clientReqId: reqId(), amount: 10, ttlSeconds: 30 });
+      expect(lapsed.status).toBe(201);
+      t.clock.advance(31_000);
+      expect((await getReservation(t, u, a.agentId, lapsed.body.data.id)).body.data).toMatchObject({ status: 'expired', usage: { used: 0 } });
+      expect(await fullMails(u.email)).toEqual([]);
+
+      // the whole quota really used, in parallel (the group commit's batches): one mail, with the figure used
+      const used = await Promise.all(
+        Array.from({ length: 10 }, () => meter(t, u, a.agentId, 'calls', 'increment', { clientReqId: reqId() })),
+      );
+      expect(used.map((r) => r.status)).toEqual(Array(10).fill(200));
+      expect((await meter(t, u, a.agentId, 'calls', 'increment', { clientReqId: reqId() })).status).toBe(429);
+      const mails = await fullMails(u.email);
+      expect(usedOf(mails)).toEqual(['has used 10 of 10']);
+      expect(mails[0]!.text).toContain('Further use is refused');
+      expect(await events(a.agentId)).toHaveLength(3); // and 100 % is not told to the agent twice: 80, 100, the expiry
+    });
+
+    it('is sent once when commits make the whole quota used, and not while part of it is only held', async () => {
+      const a = await meteredAgent(t.db, [{ slug: 'tokens', kind: 'fixed', quota: 10 }]);
+      const whole = await signUp(t);
+      await subscribe(t, whole.userId, a.tierId);
+      const hold = await reserve(t, whole, a.agentId, 'tokens', { clientReqId: reqId(), amount: 10 });
+      expect(await fullMails(whole.email)).toEqual([]);
+      expect((await commit(t, whole, a.agentId, hold.body.data.id, 10)).body.data.usage).toMatchObject({ used: 10, reserved: 0 });
+      expect(usedOf(await fullMails(whole.email))).toEqual(['has used 10 of 10']);
+
+      // holds committed in parallel (one batch or several): the commit that makes the quota used mails, once
+      const parts = await signUp(t);
+      await subscribe(t, parts.userId, a.tierId);
+      const holds = [];
+      for (const amount of [3, 3, 4]) holds.push((await reserve(t, parts, a.agentId, 'tokens', { clientReqId: reqId(), amount })).body.data);
+      const commits = await Promise.all(holds.map((h) => commit(t, parts, a.agentId, h.id, h.amount)));
+      expect(commits.map((r) => r.status)).toEqual([200, 200, 200]);
+      expect(usedOf(await fullMails(parts.email))).toEqual(['has used 10 of 10']);
+
+      // a commit of less than held, beside a live hold of the rest: 100 % held, 9 used, no mail; the last unit used: the mail
+      const less = await signUp(t);
+      await subscribe(t, less.userId, a.tierId);
+      const big = (await reserve(t, less, a.agentId, 'tokens', { clientReqId: reqId(), amount: 9 })).body.data;
+      const rest = (await reserve(t, less, a.agentId, 'tokens', { clientReqId: reqId(), amount: 1 })).body.data;
+      expect((await commit(t, less, a.agentId, big.id, 9)).body.data.usage).toMatchObject({ used: 9, reserved: 1, remaining: 0 });
+      expect(await fullMails(less.email)).toEqual([]);
+      expect((await release(t, less, a.agentId, rest.id)).status).toBe(200);
+      expect((await meter(t, less, a.agentId, 'tokens', 'increment', { clientReqId: reqId() })).status).toBe(200);
+      expect(usedOf(await fullMails(less.email))).toEqual(['has used 10 of 10']);
+    });
   });
 });

@@ -363,8 +363,18 @@ describe('holds and threshold notices continue with the counters (migration 2026
   it('attack: the agent cannot make the platform mail the user about a full quota again by restarting', async () => {
     // "One mail per period": before, the notices were per subscription, so hold the whole quota, release it,
     // cancel and start again sent the user another "You have used all of ..." mail each round, nothing used.
+    // Since 20261127000500 a hold mails nobody (only units used do), and the mail's record continues with the counter:
+    // used up, then undo one unit and use it again after each restart (a fixed metric: decrement lowers only those),
+    // and the user still has the one mail.
     const user = await signUp(t);
-    const a = await meteredAgent(t.db, [{ slug: 'tokens', kind: 'rolling', quota: 10 }]);
+    const a = await meteredAgent(t.db, [
+      { slug: 'tokens', kind: 'rolling', quota: 10 },
+      { slug: 'sites', kind: 'fixed', quota: 10 },
+    ]);
+    const quotaMails = async () => (await mailsTo(t, user.email)).filter((m) => m.subject.startsWith('You have used all of your'));
+    const now = t.clock.now();
+    await sql`insert into webhook_endpoints (agent_id, url, events, secret_encrypted, created_at, updated_at)
+              values (${a.agentId}, 'http://127.0.0.1:9/hook', ${['usage.threshold_reached']}::text[], 'v1.test.test', ${now}, ${now})`.execute(t.db);
     for (let round = 0; round < 3; round++) {
       expect((await checkout(user, a.tierId)).status).toBe(201);
       const held = await reserve(t, user, a.agentId, 'tokens', { clientReqId: reqId(), amount: 10 });
@@ -372,8 +382,35 @@ describe('holds and threshold notices continue with the counters (migration 2026
       expect((await release(t, user, a.agentId, held.body.data.id)).status).toBe(200);
       expect((await cancel(user, a.agentId)).status).toBe(200);
     }
-    const quotaMails = (await mailsTo(t, user.email)).filter((m) => m.subject.startsWith('You have used all of your'));
-    expect(quotaMails).toHaveLength(1);
+    expect(await quotaMails()).toHaveLength(0);
+    // the agent heard of its holds' 80 and 100 % once, not once per restart: the notices continue with the counter
+    const thresholds = await rows<{ threshold: number }>(
+      t.db,
+      sql`select (data ->> 'threshold')::int as threshold from webhook_events where agent_id = ${a.agentId} order by seq`,
+    );
+    expect(thresholds.map((e) => e.threshold)).toEqual([80, 100]);
+
+    const start = t.clock.now().toISOString();
+    try {
+      // a second between subscriptions, so the one continued is the latest (as it is outside a frozen test clock)
+      t.clock.advance(1000);
+      expect((await checkout(user, a.tierId)).status).toBe(201);
+      expect((await increment(user, a, 'sites', 10)).status).toBe(200);
+      expect(await quotaMails()).toHaveLength(1);
+      for (let round = 0; round < 3; round++) {
+        expect((await cancel(user, a.agentId)).status).toBe(200);
+        t.clock.advance(1000);
+        expect((await checkout(user, a.tierId)).status).toBe(201);
+        expect(await usage(user, a)).toEqual({ tokens: 0, sites: 10 });
+        expect((await meter(t, user, a.agentId, 'sites', 'decrement', { clientReqId: reqId() })).status).toBe(200);
+        expect((await increment(user, a, 'sites')).status).toBe(200);
+      }
+    } finally {
+      t.clock.set(start);
+    }
+    const mails = await quotaMails();
+    expect(mails).toHaveLength(1);
+    expect(mails[0]!.text).toContain('has used 10 of 10');
   });
 
   it('a continued subscription made live again by Stripe counts on its own counters again (it answered 40001 for good)', async () => {
