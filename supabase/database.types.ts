@@ -3103,6 +3103,10 @@ export type Database = {
         }[];
       };
       "oauth_consent_scopes": { Args: { "p_scopes": Json }; Returns: Json };
+      "organization_role_has": {
+        Args: { "p_name": string; "p_role": string };
+        Returns: boolean;
+      };
       "organization_role_is_owner": {
         Args: { "p_role": string };
         Returns: boolean;

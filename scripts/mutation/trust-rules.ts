@@ -767,6 +767,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 19,
+    name: 'an account removed by an admin leaves the organization it owned alone without an owner',
+    file: 'supabase/migrations/20261127001000_removed_owner_hands_over.sql',
+    find: "      update member set role = 'owner' where id = v_heir;",
+    replace: '      null;',
+    tests: ['tests/identity/organizations.test.ts'],
+  },
+  {
+    rule: 19,
     name: 'an organization role with a space in it is taken',
     file: 'functions/auth/invitation-rules.ts',
     find: "  const names = typeof role === 'string' ? role.split(',') : [];",

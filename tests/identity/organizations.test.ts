@@ -426,9 +426,10 @@ describe('every organization keeps an owner (races: organization-owners.pg-only.
     expect(await memberRoles(org.id)).toEqual({ [b.userId]: 'owner' });
   });
 
-  it('an organization is still deleted with its members, and an account removed by a platform admin takes its ownership with it', async () => {
-    // The decision (migration 20261127000800): an account's removal is erasure and is never held back by what it
-    // owns. The organization it owned alone keeps its other members, without an owner, as before the rule.
+  it('an organization is still deleted with its members, and an account removed by a platform admin hands over what it owned alone', async () => {
+    // The decision (migrations 20261127000800, 20261127001000): an account's removal is erasure and is never held back
+    // by what it owns; an organization it owned alone goes to its longest-standing admin (else member), and one with
+    // nobody else in it goes with the account (it had stayed without an owner for good).
     const owner = await verifiedUser();
     const admin = await verifiedUser('Admin');
     const doomed = await createOrg(owner, 'Doomed Co');
@@ -438,11 +439,26 @@ describe('every organization keeps an owner (races: organization-owners.pg-only.
     expect(await memberRoles(doomed.id)).toEqual({});
 
     const kept = await createOrg(owner, 'Kept Co');
+    const member = await verifiedUser('Member');
+    await join(owner, kept.id, member, 'member'); // joined first, but an admin comes before a member
     await join(owner, kept.id, admin, 'admin');
+    const alone = await createOrg(owner, 'Solo Co');
+    const shared = await createOrg(owner, 'Shared Co');
+    const coOwner = await verifiedUser('Co-owner');
+    const sharedAdmin = await verifiedUser('Shared admin');
+    await join(owner, shared.id, coOwner, 'owner');
+    await join(owner, shared.id, sharedAdmin, 'admin');
     const platformAdmin = await createAdmin(t);
     const removed = await t.http.post('/api/auth/admin/remove-user', { ...withOrigin(platformAdmin.cookie), json: { userId: owner.userId } });
     expect(removed.status, removed.text).toBe(200);
-    expect(await memberRoles(kept.id)).toEqual({ [admin.userId]: 'admin' });
+    expect(await memberRoles(kept.id)).toEqual({ [admin.userId]: 'owner', [member.userId]: 'member' });
+    expect(await memberRoles(shared.id)).toEqual({ [coOwner.userId]: 'owner', [sharedAdmin.userId]: 'admin' });
+    expect(await rows(t.db, sql`select id from "organization" where id = ${alone.id}`)).toEqual([]);
+    // the heir acts as the owner: invites, and may delete the organization
+    const invited = await invite(admin, kept.id, `next-${unique()}@example.test`, { role: 'admin' });
+    expect(invited.status, invited.text).toBe(200);
+    const gone = await t.http.post('/api/auth/organization/delete', { ...withOrigin(admin.cookie), json: { organizationId: kept.id } });
+    expect(gone.status, gone.text).toBe(200);
   });
 });
 
