@@ -56,7 +56,10 @@ const drainReport = z
       .openapi({ description: 'Anonymous purchases whose claim link was not used within 7 days after it expired (docs/billing.md, "Claims")' }),
     deletedAgents: z
       .object({
-        renewalsStopped: z.int().openapi({ description: "paid subscriptions of deleted agents set to end at their period's end, their users mailed" }),
+        renewalsStopped: z
+          .int()
+          .openapi({ description: "paid subscriptions of deleted agents set to end at their period's end (ended now when not paid up), their users mailed" }),
+        renewalsResumed: z.int().openapi({ description: 'subscriptions of agents active again renewing again, their users mailed' }),
         failed: z.int().openapi({ description: 'ones Stripe or the database refused this round (logged; a later round tries again)' }),
       })
       .openapi({ description: 'Paid subscriptions of agents an admin deleted (docs/billing.md, "Deleted agents")' }),

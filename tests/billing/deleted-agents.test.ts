@@ -22,7 +22,7 @@ afterAll(() => w.close());
 const drain = async () => {
   const res = await w.t.http.post('/internal/drain', { bearer: TOKEN });
   expect(res.status, res.text).toBe(200);
-  return res.body.data as { deletedAgents: { renewalsStopped: number; failed: number } };
+  return res.body.data as { deletedAgents: { renewalsStopped: number; renewalsResumed: number; failed: number } };
 };
 const paidInvoicesOf = (stripeSubscriptionId: string) =>
   [...w.fake.invoices.values()].filter((i) => i.parent?.subscription_details?.subscription === stripeSubscriptionId && i.status === 'paid');
@@ -57,7 +57,7 @@ describe('an agent deleted while users pay for it', () => {
     expect(mails[0]!.text).toContain('nothing more will be charged');
 
     // a second round finds nothing to do and mails nobody again
-    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, failed: 0 });
+    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
     expect((await mailsTo(w.t, user.email)).filter((m) => m.subject === SUBJECT(agent.name))).toHaveLength(1);
 
     // the period turns at Stripe: the subscription ends, no second invoice
@@ -79,5 +79,76 @@ describe('an agent deleted while users pay for it', () => {
     expect(back.status, back.text).toBe(200);
     expect((await drain()).deletedAgents.renewalsStopped).toBe(0);
     expect(w.fake.subscriptions.get(stripeSubscriptionId)!.cancel_at_period_end).toBe(false);
+  });
+
+  it('a deletion undone after a round gets the renewals back: each renews again at Stripe, its user told once (found by review 08)', async () => {
+    // A mistaken deletion ended every subscriber's renewal for good, and a user could not even buy again while the
+    // ending subscription was live (checkout refuses a second paid subscription to an agent).
+    const agent = await activeAgent(w);
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
+    // a subscriber who had chosen to leave before the deletion stays leaving
+    const leaver = await signUp(w.t);
+    const leaving = await buyPaidTier(w, leaver, (await paidTier(w, agent.id, { priceCents: 1600 })).id);
+    expect((await w.t.http.post(`/me/subscriptions/${agent.id}/cancel`, { cookie: leaver.cookie })).status).toBe(200);
+
+    expect((await w.t.http.delete(`/agents/${agent.id}`, { cookie: w.admin.cookie })).status).toBe(200);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+
+    expect((await w.t.http.patch(`/agents/${agent.id}`, { cookie: w.admin.cookie, json: { status: 'active' } })).status).toBe(200);
+    const rounds = await Promise.all([drain(), drain()]);
+    expect(rounds.map((r) => r.deletedAgents.failed)).toEqual([0, 0]);
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.cancel_at_period_end).toBe(false);
+    expect(w.fake.subscriptions.get(leaving.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
+    expect(mine.body.data).toMatchObject({ status: 'active', cancelAtPeriodEnd: false });
+    const back = (await mailsTo(w.t, user.email)).filter((m) => m.subject === `${agent.name} is back on Agent Marketplace: your subscription renews again`);
+    expect(back).toHaveLength(1);
+    expect((await mailsTo(w.t, leaver.email)).map((m) => m.subject)).not.toContain(SUBJECT(agent.name));
+    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
+
+    // deleted again: stopped again, and told again
+    expect((await w.t.http.delete(`/agents/${agent.id}`, { cookie: w.admin.cookie })).status).toBe(200);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    expect((await mailsTo(w.t, user.email)).filter((m) => m.subject === SUBJECT(agent.name))).toHaveLength(2);
+  });
+
+  it('a subscriber whose renewal payment failed (past_due) is ended now and the open invoice voided, so nothing more is collected (found by review 08)', async () => {
+    const agent = await activeAgent(w);
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 2500 })).id);
+    w.fake.setPaymentMode('fails');
+    w.fake.advancePeriod(stripeSubscriptionId); // the renewal's charge fails: past_due, its invoice open
+    w.fake.setPaymentMode('succeeds');
+    await deliverPending(w);
+    expect(await first(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`)).toEqual({ status: 'past_due' });
+    const renewal = w.fake.subscriptions.get(stripeSubscriptionId)!.latest_invoice as string;
+    expect(w.fake.invoices.get(renewal)!.status).toBe('open');
+
+    expect((await w.t.http.delete(`/agents/${agent.id}`, { cookie: w.admin.cookie })).status).toBe(200);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    await deliverPending(w);
+    expect(w.fake.invoices.get(renewal)!.status).toBe('void');
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.status).toBe('canceled');
+    expect(await first(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`)).toEqual({ status: 'canceled' });
+    const mails = (await mailsTo(w.t, user.email)).filter((m) => m.subject === SUBJECT(agent.name));
+    expect(mails).toHaveLength(1);
+    expect(mails[0]!.text).toContain('unpaid invoice was voided');
+  });
+
+  it('a subscription Stripe no longer knows is passed over once, not tried in every round (found by review 08)', async () => {
+    const agent = await activeAgent(w);
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
+    w.fake.subscriptions.delete(stripeSubscriptionId);
+    expect((await w.t.http.delete(`/agents/${agent.id}`, { cookie: w.admin.cookie })).status).toBe(200);
+    const rounds = [await drain(), await drain()];
+    expect(rounds.map((r) => r.deletedAgents)).toEqual([
+      { renewalsStopped: 0, renewalsResumed: 0, failed: 0 },
+      { renewalsStopped: 0, renewalsResumed: 0, failed: 0 },
+    ]);
+    expect((await mailsTo(w.t, user.email)).filter((m) => m.subject === SUBJECT(agent.name))).toHaveLength(0);
   });
 });

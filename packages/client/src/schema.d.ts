@@ -3151,7 +3151,9 @@ export interface components {
             deletedAgents: {
                 /** @description ones Stripe or the database refused this round (logged; a later round tries again) */
                 failed: number;
-                /** @description paid subscriptions of deleted agents set to end at their period's end, their users mailed */
+                /** @description subscriptions of agents active again renewing again, their users mailed */
+                renewalsResumed: number;
+                /** @description paid subscriptions of deleted agents set to end at their period's end (ended now when not paid up), their users mailed */
                 renewalsStopped: number;
             };
             durationMs: number;
