@@ -295,3 +295,23 @@ describe('Retry-After', () => {
     }
   });
 });
+
+describe('the meter is bounded whatever its options', () => {
+  it('refuses, when it is made, options it could not bound by (NaN retries retried a network failure forever; found by review 08)', () => {
+    const base = { baseUrl: 'http://127.0.0.1:9', agentId: 'a', accessToken: 't' };
+    const unset = Number(process.env.NO_SUCH_VARIABLE_FOR_THIS_TEST);
+    for (const bad of [
+      { retries: unset },
+      { retries: -1 },
+      { retries: 1.5 },
+      { timeoutMs: 0 },
+      { timeoutMs: unset },
+      { timeoutMs: Infinity },
+      { maxDelayMs: -1 },
+      { maxDelayMs: unset },
+    ]) {
+      expect(() => createMeter({ ...base, ...bad }), JSON.stringify(bad)).toThrow(TypeError);
+    }
+    expect(() => createMeter({ ...base, retries: 0, timeoutMs: 1, maxDelayMs: 0 })).not.toThrow();
+  });
+});

@@ -68,9 +68,11 @@ export function createMeter(options: MeterOptions) {
   const token = async (request: AccessTokenRequest = {}) =>
     typeof options.accessToken === 'function' ? options.accessToken(request) : options.accessToken;
   const agentId = options.agentId;
-  const retries = options.retries ?? 3;
-  const maxDelayMs = options.maxDelayMs ?? 5000;
-  const timeoutMs = options.timeoutMs ?? 10_000;
+  // Checked here, once: a value read from an unset environment variable (NaN) made `attempt >= retries` never true,
+  // so a network failure was retried forever (found by review 08); 0 ms would time every attempt out.
+  const retries = option('retries', options.retries, 3, (n) => Number.isInteger(n) && n >= 0, 'a whole number, 0 or more');
+  const maxDelayMs = option('maxDelayMs', options.maxDelayMs, 5000, (n) => Number.isFinite(n) && n >= 0, 'a finite number of ms, 0 or more');
+  const timeoutMs = option('timeoutMs', options.timeoutMs, 10_000, (n) => Number.isFinite(n) && n > 0, 'a finite number of ms, more than 0');
 
   /** Runs one API call with retries; the call builds the same request (same clientReqId) every time. */
   async function withRetries<T>(
@@ -253,4 +255,9 @@ function backoff(attempt: number, retryAfterSeconds: number | undefined, maxDela
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-
+/** An option as given, else its default; anything the meter cannot bound by is refused when the meter is made. */
+function option(name: string, given: number | undefined, fallback: number, valid: (n: number) => boolean, expected: string): number {
+  if (given === undefined) return fallback;
+  if (typeof given !== 'number' || !valid(given)) throw new TypeError(`createMeter: ${name} must be ${expected} (got ${String(given)})`);
+  return given;
+}
