@@ -14,6 +14,13 @@ set search_path = pg_catalog
 as $$
   select coalesce(p_name = any (select btrim(r) from unnest(string_to_array(p_role, ',')) r), false)
 $$;
+-- One reading of a role list: the owner test of 20261127000800 is this one, for 'owner'.
+create or replace function public.organization_role_is_owner(p_role text) returns boolean
+language sql immutable
+set search_path = pg_catalog
+as $$
+  select public.organization_role_has(p_role, 'owner')
+$$;
 
 create function public.removed_owner_hands_over() returns trigger
 language plpgsql
