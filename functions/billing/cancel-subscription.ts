@@ -55,7 +55,17 @@ export async function cancelSubscriptionsAtPeriodEnd(deps: BillingDeps, userId: 
   return { canceled, failed };
 }
 
-async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: boolean): Promise<SubscriptionDto> {
+/**
+ * The background round's cancel of a deleted agent's subscription (deleted-agents.ts): the same cancel, except that it
+ * leaves the round's mark, by which the round resumes the renewal if the agent comes back.
+ */
+export async function cancelForDeletedAgent(deps: BillingDeps, subscriptionId: string, immediate: boolean): Promise<void> {
+  const sub = await billingSubscription(deps, subscriptionId);
+  if (!sub) throw notFound('Subscription', { subscriptionId });
+  await cancel(deps, sub, immediate, true);
+}
+
+async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: boolean, byDeletedAgentRound = false): Promise<SubscriptionDto> {
   if (sub.status === 'canceled') throw invalidState('The subscription is already canceled');
   if (!sub.stripeSubscriptionId) {
     const now = deps.clock.now();
@@ -95,6 +105,12 @@ async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: bo
     throw stripeRefused('the cancellation', err);
   }
   await syncStripeSubscription(deps, stripeSubscriptionId);
+  if (!byDeletedAgentRound) {
+    // A cancel by the user, an admin or a ban is theirs from now on, also of a subscription a deleted agent's round had
+    // already set to end: the round's mark goes, so an agent restored later does not renew it again (review 09).
+    await sql`update public.subscriptions set agent_deleted_mailed_at = null
+               where id = ${sub.id} and agent_deleted_mailed_at is not null`.execute(deps.database.db);
+  }
   return (await billingSubscription(deps, sub.id))!.dto;
 }
 

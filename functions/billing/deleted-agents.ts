@@ -1,7 +1,8 @@
+import type Stripe from 'stripe';
 import type { BillingDeps } from './billing-deps.ts';
 import { signInUrls } from '../platform/config.ts';
-import { first, rows, sql, type Db } from '../platform/db.ts';
-import { cancelSubscription } from './cancel-subscription.ts';
+import { first, rows, sql } from '../platform/db.ts';
+import { cancelForDeletedAgent } from './cancel-subscription.ts';
 import { callStripe, isStripeMissing, isStripeRefusal, requirePayments } from './payments.ts';
 import { billingSubscription } from './subscription-queries.ts';
 import { readStripeSubscription, syncStripeSubscription } from './subscription-state.ts';
@@ -11,29 +12,36 @@ import { readStripeSubscription, syncStripeSubscription } from './subscription-s
  * OAuth client is disabled and its tokens revoked (migration 20261122000302), so its backend meters nobody and nobody
  * signs in to it. Its paid subscriptions were left as they were, and Stripe charged their users every period for it
  * (found by review 06). So the background work (POST /internal/drain, the Node entry's billing loop) ends their
- * billing, a bounded number per round, and mails each user once (the mark `agent_deleted_mailed_at`, migration
- * 20261127000900, written in the mail's transaction):
- *   - one paid up (active) is set to cancel at period end at Stripe, the user's own cancel: the period paid
- *     for runs out as bought, with no automatic refund (as for a removed user, whether the unused rest is owed is the
- *     admins' call, in Stripe's Dashboard, where the payments are);
- *   - one not paid up (past_due: its renewal's payment failed and Stripe retries it; incomplete) is canceled now and
- *     its open invoice voided: Stripe would otherwise go on collecting a period of an agent nobody can use (found by
- *     review 08);
- *   - one Stripe no longer knows (test data deleted, keys switched) has nothing to end: it is marked, so it is not
- *     tried in every round, and left as it is (the webhook treats it the same way).
- * A deletion can be undone (PATCH `status`): an agent active again gets back what its rounds stopped, each
- * subscription set to end by a round (marked, still live, still ending) renewing again at Stripe, its user mailed, the
- * mark cleared (found by review 08: a mistaken deletion ended every subscriber's renewal for good, and a user could
- * not even buy again while the ending one was live). Free subscriptions charge nothing and are left alone.
+ * billing, a bounded number per round, each in three steps that can each run again:
+ *   1. Stripe's state decides how (review 09: the local row can be behind it): one paid up (active, trialing) is to
+ *      end at period end, the period paid for running out as bought (no automatic refund: as for a removed user,
+ *      whether the unused rest is owed is the admins' call, in Stripe's Dashboard); one not paid up (past_due: its
+ *      renewal's payment failed and Stripe retries it; incomplete, unpaid) ends now and its open invoice is voided,
+ *      or Stripe would go on collecting a period of an agent nobody can use (review 08);
+ *   2. the round's mark `agent_deleted_mailed_at` (migration 20261127000900) is set and the user's mail queued, in one
+ *      transaction, only if no mark is set and the row is not ending already (a user who chose to leave stays the
+ *      owner of that choice): the mark says the round owns this ending, and mails once across concurrent rounds;
+ *   3. the Stripe calls (void, then cancel now; or cancel at period end), each idempotent. A failure leaves the row
+ *      marked and not ended, and the next round finishes it (its search takes every live row of an inactive agent
+ *      not ending yet): the intent is written before Stripe is called (review 09: a failure between the Stripe call
+ *      and the mark had lost the row for good).
+ * A deletion can be undone: an agent `active` again gets back what the rounds stopped. Each marked, still live
+ * subscription renews again at Stripe, its user mailed, the mark cleared (review 08: a mistaken deletion ended every
+ * renewal for good, and a user could not even buy again while the ending one was live). A cancel by the user, an
+ * admin or a ban clears the mark (cancel-subscription.ts), so it is never undone by a restore (review 09). A pending
+ * downgrade is dropped when the round ends a subscription (Stripe refuses to end one a schedule manages) and is not
+ * put back on resume: the user renews at the current tier until a downgrade is scheduled again.
+ * A subscription Stripe no longer knows (test data deleted, keys switched) can be neither charged nor renewed: its row
+ * is ended here, once. Free subscriptions charge nothing and are left alone.
  */
 
-/** Subscriptions handled per round, each way: each is three or four Stripe calls (read, update, read back). */
+/** Subscriptions handled per round, each way: each is a few Stripe calls (read, update, read back). */
 export const DELETED_AGENT_SUBSCRIPTIONS_PER_ROUND = 50;
 /** A round stops after this many failures in a row: Stripe is then likely failing for all of them. */
 const FAILURES_IN_A_ROW = 3;
 
 export interface DeletedAgentsReport {
-  /** subscriptions of deleted agents whose billing ended this round (set to end at period end, or ended now) */
+  /** subscriptions of deleted agents whose billing this round ended (set to end at period end, or ended now) */
   renewalsStopped: number;
   /** subscriptions of agents active again renewing again this round */
   renewalsResumed: number;
@@ -41,7 +49,13 @@ export interface DeletedAgentsReport {
   failed: number;
 }
 
+interface Due {
+  id: string;
+  stripeSubscriptionId: string;
+}
+
 type Step = 'stopped' | 'resumed' | 'passed';
+type MailKind = 'ending' | 'ended' | 'resumed';
 
 export async function stopRenewalsOfDeletedAgents(deps: BillingDeps): Promise<DeletedAgentsReport> {
   const report: DeletedAgentsReport = { renewalsStopped: 0, renewalsResumed: 0, failed: 0 };
@@ -50,18 +64,18 @@ export async function stopRenewalsOfDeletedAgents(deps: BillingDeps): Promise<De
   // rest. Two searches, each on its own partial index (migrations 20261127000900, 20261127001100).
   const toEnd = await rows<Due>(
     deps.database.db,
-    sql`select s.id, s.stripe_subscription_id as "stripeSubscriptionId", s.status
+    sql`select s.id, s.stripe_subscription_id as "stripeSubscriptionId"
           from public.subscriptions s join public.agents a on a.id = s.agent_id
          where a.status = 'inactive' and s.stripe_subscription_id is not null and s.status <> 'canceled'
-           and not s.cancel_at_period_end and s.agent_deleted_mailed_at is null
+           and not s.cancel_at_period_end
          order by random() limit ${DELETED_AGENT_SUBSCRIPTIONS_PER_ROUND}`,
   );
   const toResume = await rows<Due>(
     deps.database.db,
-    sql`select s.id, s.stripe_subscription_id as "stripeSubscriptionId", s.status
+    sql`select s.id, s.stripe_subscription_id as "stripeSubscriptionId"
           from public.subscriptions s join public.agents a on a.id = s.agent_id
-         where s.agent_deleted_mailed_at is not null and a.status <> 'inactive' and s.stripe_subscription_id is not null
-           and s.status <> 'canceled' and s.cancel_at_period_end
+         where s.agent_deleted_mailed_at is not null and a.status = 'active' and s.stripe_subscription_id is not null
+           and s.status <> 'canceled'
          order by random() limit ${DELETED_AGENT_SUBSCRIPTIONS_PER_ROUND}`,
   );
   let failuresInARow = 0;
@@ -84,39 +98,38 @@ export async function stopRenewalsOfDeletedAgents(deps: BillingDeps): Promise<De
   return report;
 }
 
-interface Due {
-  id: string;
-  stripeSubscriptionId: string;
-  status: string;
-}
-
 async function endBilling(deps: BillingDeps, sub: Due): Promise<Step> {
   const { stripe } = requirePayments(deps);
-  const paidUp = sub.status === 'active';
+  let current: Stripe.Subscription;
   try {
-    if (paidUp) {
-      await cancelSubscription(deps, sub.id, false);
-    } else {
-      await cancelSubscription(deps, sub.id, true);
-      const latest = (await readStripeSubscription(deps, sub.stripeSubscriptionId)).latest_invoice;
+    current = await readStripeSubscription(deps, sub.stripeSubscriptionId);
+  } catch (err) {
+    if (!isStripeMissing(err)) throw err;
+    await endUnknownToStripe(deps, sub);
+    return 'passed';
+  }
+  if (current.status === 'canceled' || current.status === 'incomplete_expired') {
+    await syncStripeSubscription(deps, sub.stripeSubscriptionId); // ended at Stripe already: the row follows
+    return 'passed';
+  }
+  const paidUp = current.status === 'active' || current.status === 'trialing';
+  const owned = await markAndMail(deps, sub.id, paidUp ? 'ending' : 'ended');
+  if (!owned) return 'passed'; // the user (or an admin) chose to end it meanwhile: theirs
+  try {
+    if (!paidUp) {
+      const latest = current.latest_invoice;
       const invoiceId = typeof latest === 'string' ? latest : latest?.id;
       if (invoiceId && (await callStripe(() => stripe.invoices.retrieve(invoiceId))).status === 'open') {
         await callStripe(() => stripe.invoices.voidInvoice(invoiceId));
       }
     }
+    await cancelForDeletedAgent(deps, sub.id, !paidUp);
   } catch (err) {
-    if (isStripeMissing(err)) {
-      // nothing at Stripe to end: marked, so no round tries it again, and left as it is
-      await mark(deps.database.db, sub.id, deps.clock.now());
-      deps.logger.warn("a deleted agent's subscription is unknown to Stripe: nothing to end", { subscriptionId: sub.id });
-      return 'passed';
-    }
-    // another round (another instance) ended it first: what it did stands, and the mail still goes once
-    const current = await billingSubscription(deps, sub.id);
-    if (!current || !(current.status === 'canceled' || current.cancelAtPeriodEnd)) throw err;
+    // another round (another instance) ended it first: what it did stands
+    const row = await billingSubscription(deps, sub.id);
+    if (!row || !(row.status === 'canceled' || row.cancelAtPeriodEnd)) throw err;
   }
-  const mailed = await mailOnce(deps, sub.id, paidUp ? 'ending' : 'ended');
-  return mailed ? 'stopped' : 'passed';
+  return 'stopped';
 }
 
 async function resumeBilling(deps: BillingDeps, sub: Due): Promise<Step> {
@@ -124,46 +137,73 @@ async function resumeBilling(deps: BillingDeps, sub: Due): Promise<Step> {
   try {
     await callStripe(() => stripe.subscriptions.update(sub.stripeSubscriptionId, { cancel_at_period_end: false }));
   } catch (err) {
+    if (isStripeMissing(err)) {
+      await endUnknownToStripe(deps, sub);
+      return 'passed';
+    }
     // ended at Stripe meanwhile (its period ran out): nothing to resume; the sync below writes what Stripe has
     if (!isStripeRefusal(err)) throw err;
   }
   await syncStripeSubscription(deps, sub.stripeSubscriptionId);
-  return (await mailOnce(deps, sub.id, 'resumed')) ? 'resumed' : 'passed';
+  return (await unmarkAndMail(deps, sub.id)) ? 'resumed' : 'passed';
 }
 
-async function mark(db: Db, subscriptionId: string, now: Date): Promise<void> {
-  await sql`update public.subscriptions set agent_deleted_mailed_at = ${now}
-             where id = ${subscriptionId} and agent_deleted_mailed_at is null`.execute(db);
+/** Stripe does not know it: nothing can charge or renew it, so the row ends here (and its mark goes), once. */
+async function endUnknownToStripe(deps: BillingDeps, sub: Due): Promise<void> {
+  const now = deps.clock.now();
+  await sql`update public.subscriptions
+               set status = 'canceled', canceled_at = ${now}, cancel_at_period_end = false, agent_deleted_mailed_at = null,
+                   updated_at = ${now}
+             where id = ${sub.id} and status <> 'canceled'`.execute(deps.database.db);
+  deps.logger.warn("a deleted or restored agent's subscription is unknown to Stripe: ended here", { subscriptionId: sub.id });
 }
 
-/**
- * The user's mail, queued in the transaction that sets (or, once resumed, clears) the mark: only the round whose
- * update returns the row mails, so concurrent rounds mail once.
- */
-async function mailOnce(deps: BillingDeps, subscriptionId: string, kind: 'ending' | 'ended' | 'resumed'): Promise<boolean> {
+/** Step 2: the mark and the user's mail, in one transaction; false when the row is not the round's to end. */
+async function markAndMail(deps: BillingDeps, subscriptionId: string, kind: 'ending' | 'ended'): Promise<boolean> {
   return deps.database.db.transaction().execute(async (trx) => {
-    const row = await first<{ email: string; agent: string; periodEnd: Date | string }>(
+    const already = await first<{ marked: boolean; ending: boolean }>(
       trx,
-      kind === 'resumed'
-        ? sql`update public.subscriptions s set agent_deleted_mailed_at = null
-                from public.agents a, public."user" u
-               where s.id = ${subscriptionId} and s.agent_deleted_mailed_at is not null and s.status <> 'canceled'
-                 and not s.cancel_at_period_end and a.id = s.agent_id and u.id = s.user_id
-           returning u.email, a.name as agent, s.current_period_end as "periodEnd"`
-        : sql`update public.subscriptions s set agent_deleted_mailed_at = ${deps.clock.now()}
-                from public.agents a, public."user" u
-               where s.id = ${subscriptionId} and s.agent_deleted_mailed_at is null
-                 and (case when ${kind}::text = 'ending' then s.cancel_at_period_end and s.status <> 'canceled' else s.status = 'canceled' end)
-                 and a.id = s.agent_id and u.id = s.user_id
-           returning u.email, a.name as agent, s.current_period_end as "periodEnd"`,
+      sql`select agent_deleted_mailed_at is not null as marked, cancel_at_period_end as ending
+            from public.subscriptions where id = ${subscriptionId} for update`,
     );
-    if (!row) return false;
-    await deps.mailer.enqueue(trx, mailOf(deps, kind, row));
+    if (!already || already.ending) return false;
+    if (already.marked) return true; // an earlier round's, unfinished: the mail went then
+    const row = await first<MailRow>(
+      trx,
+      sql`update public.subscriptions s set agent_deleted_mailed_at = ${deps.clock.now()}
+            from public.agents a, public."user" u
+           where s.id = ${subscriptionId} and a.id = s.agent_id and u.id = s.user_id
+       returning u.email, a.name as agent, s.current_period_end as "periodEnd"`,
+    );
+    if (row) await deps.mailer.enqueue(trx, mailOf(deps, kind, row));
+    return !!row;
+  });
+}
+
+/** The resume's mark cleared and its mail, in one transaction: only the round whose update returns the row mails. */
+async function unmarkAndMail(deps: BillingDeps, subscriptionId: string): Promise<boolean> {
+  return deps.database.db.transaction().execute(async (trx) => {
+    const row = await first<MailRow & { live: boolean }>(
+      trx,
+      sql`update public.subscriptions s set agent_deleted_mailed_at = null
+            from public.agents a, public."user" u
+           where s.id = ${subscriptionId} and s.agent_deleted_mailed_at is not null and a.id = s.agent_id and u.id = s.user_id
+       returning u.email, a.name as agent, s.current_period_end as "periodEnd",
+                 (s.status <> 'canceled' and not s.cancel_at_period_end) as live`,
+    );
+    if (!row?.live) return false;
+    await deps.mailer.enqueue(trx, mailOf(deps, 'resumed', row));
     return true;
   });
 }
 
-function mailOf(deps: BillingDeps, kind: 'ending' | 'ended' | 'resumed', row: { email: string; agent: string; periodEnd: Date | string }) {
+interface MailRow {
+  email: string;
+  agent: string;
+  periodEnd: Date | string;
+}
+
+function mailOf(deps: BillingDeps, kind: MailKind, row: MailRow) {
   const account = `Your subscriptions and invoices: sign in at ${signInUrls(deps.config).signInUrl}.\n`;
   if (kind === 'resumed') {
     return {
@@ -180,7 +220,7 @@ function mailOf(deps: BillingDeps, kind: 'ending' | 'ended' | 'resumed', row: { 
       ? `${row.agent} has been removed from Agent Marketplace, so your subscription to it will not renew and nothing ` +
         `more will be charged for it. It ends on ${day(row.periodEnd)}.\n\n${account}`
       : `${row.agent} has been removed from Agent Marketplace, so your subscription to it has ended. Its unpaid ` +
-        `invoice was voided: nothing more will be charged for it.\n\n${account}`;
+        `invoice is voided: nothing more will be charged for it.\n\n${account}`;
   return { to: row.email, subject, text };
 }
 

@@ -27,6 +27,26 @@ const drain = async () => {
 const paidInvoicesOf = (stripeSubscriptionId: string) =>
   [...w.fake.invoices.values()].filter((i) => i.parent?.subscription_details?.subscription === stripeSubscriptionId && i.status === 'paid');
 
+const del = async (agentId: string) => expect((await w.t.http.delete(`/agents/${agentId}`, { cookie: w.admin.cookie })).status).toBe(200);
+const restore = async (agentId: string) =>
+  expect((await w.t.http.patch(`/agents/${agentId}`, { cookie: w.admin.cookie, json: { status: 'active' } })).status).toBe(200);
+/** A paid subscriber of a new agent: the agent, the user, and the subscription's ids. */
+async function subscriber(priceCents = 1500) {
+  const agent = await activeAgent(w);
+  const user = await signUp(w.t);
+  const bought = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents })).id);
+  return { agent, user, ...bought };
+}
+/** Makes the renewal's payment fail: the subscription is past_due at Stripe and here, its renewal invoice open. */
+async function failRenewal(stripeSubscriptionId: string): Promise<string> {
+  w.fake.setPaymentMode('fails');
+  w.fake.advancePeriod(stripeSubscriptionId);
+  w.fake.setPaymentMode('succeeds');
+  await deliverPending(w);
+  return w.fake.subscriptions.get(stripeSubscriptionId)!.latest_invoice as string;
+}
+const removalMails = async (email: string, agentName: string) => (await mailsTo(w.t, email)).filter((m) => m.subject === SUBJECT(agentName));
+
 describe('an agent deleted while users pay for it', () => {
   it('attack on the buyer: its subscriptions stop renewing (no charge for the next period) and each user is told once', async () => {
     const agent = await activeAgent(w);
@@ -135,7 +155,7 @@ describe('an agent deleted while users pay for it', () => {
     expect(await first(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`)).toEqual({ status: 'canceled' });
     const mails = (await mailsTo(w.t, user.email)).filter((m) => m.subject === SUBJECT(agent.name));
     expect(mails).toHaveLength(1);
-    expect(mails[0]!.text).toContain('unpaid invoice was voided');
+    expect(mails[0]!.text).toContain('unpaid invoice is voided');
   });
 
   it('a subscription Stripe no longer knows is passed over once, not tried in every round (found by review 08)', async () => {
@@ -150,5 +170,107 @@ describe('an agent deleted while users pay for it', () => {
       { renewalsStopped: 0, renewalsResumed: 0, failed: 0 },
     ]);
     expect((await mailsTo(w.t, user.email)).filter((m) => m.subject === SUBJECT(agent.name))).toHaveLength(0);
+  });
+});
+
+describe('the round against faults and later choices (found by review 09)', () => {
+  it("a cancel by the user or a ban after the round stays when the agent comes back: the restore resumes only the round's own", async () => {
+    const a = await subscriber();
+    const banned = await signUp(w.t);
+    const bannedSub = await buyPaidTier(w, banned, (await paidTier(w, a.agent.id, { priceCents: 1700 })).id);
+    await del(a.agent.id);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 2, failed: 0 });
+    // told it will not renew, the user cancels anyway; the other is banned with their subscriptions canceled
+    const cancel = await w.t.http.post(`/me/subscriptions/${a.agent.id}/cancel`, { cookie: a.user.cookie });
+    expect(cancel.status, cancel.text).toBe(200);
+    const ban = await w.t.http.post(`/admin/users/${banned.userId}/ban`, { cookie: w.admin.cookie, json: { cancelSubscriptions: true } });
+    expect(ban.status, ban.text).toBe(200);
+    await restore(a.agent.id);
+    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
+    expect(w.fake.subscriptions.get(a.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+    expect(w.fake.subscriptions.get(bannedSub.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+  });
+
+  it('a round that fails before Stripe is called is finished by the next: the user is told once, and a restore resumes it', async () => {
+    const a = await subscriber();
+    await del(a.agent.id);
+    // the mail's insert fails once (a database hiccup): nothing is marked, nothing asked of Stripe
+    await sql.raw(`create function fail_one_mail() returns trigger language plpgsql as $$
+      begin raise exception 'mail insert failed (test)'; end $$`).execute(w.t.db);
+    await sql`create trigger fail_one_mail before insert on mail_outbox for each row execute function fail_one_mail()`.execute(w.t.db);
+    try {
+      expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 0, failed: 1 });
+    } finally {
+      await sql`drop trigger fail_one_mail on mail_outbox`.execute(w.t.db);
+      await sql`drop function fail_one_mail()`.execute(w.t.db);
+    }
+    expect(w.fake.subscriptions.get(a.stripeSubscriptionId)!.cancel_at_period_end).toBe(false);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(a.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+    expect(await removalMails(a.user.email, a.agent.name)).toHaveLength(1);
+    await restore(a.agent.id);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsResumed: 1, failed: 0 });
+    expect(w.fake.subscriptions.get(a.stripeSubscriptionId)!.cancel_at_period_end).toBe(false);
+  });
+
+  it('a void Stripe refuses for now is retried by the next round, and the subscription ended then', async () => {
+    const a = await subscriber(2500);
+    const renewal = await failRenewal(a.stripeSubscriptionId);
+    await del(a.agent.id);
+    w.fake.outage(`POST /v1/invoices/${renewal}/void`);
+    try {
+      expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 0, failed: 1 });
+    } finally {
+      w.fake.recover();
+    }
+    expect(w.fake.invoices.get(renewal)!.status).toBe('open');
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    expect(w.fake.invoices.get(renewal)!.status).toBe('void');
+    expect(w.fake.subscriptions.get(a.stripeSubscriptionId)!.status).toBe('canceled');
+    expect(await removalMails(a.user.email, a.agent.name)).toHaveLength(1);
+  });
+
+  it("Stripe's state decides, not the row's: a renewal paid at Stripe whose events have not come yet runs out its period", async () => {
+    const a = await subscriber(2500);
+    const renewal = await failRenewal(a.stripeSubscriptionId);
+    w.fake.payInvoice(renewal); // Stripe's retry succeeds; its events are not delivered yet: the row still says past_due
+    await del(a.agent.id);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    expect(w.fake.subscriptions.get(a.stripeSubscriptionId)!).toMatchObject({ status: 'active', cancel_at_period_end: true });
+  });
+
+  it('a resume that fails after Stripe was asked is finished by the next round, and a second deletion stops the renewal again', async () => {
+    const a = await subscriber();
+    await del(a.agent.id);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    await deliverPending(w);
+    await restore(a.agent.id);
+    w.fake.outage(`GET /v1/subscriptions/${a.stripeSubscriptionId}`);
+    try {
+      expect((await drain()).deletedAgents).toMatchObject({ renewalsResumed: 0, failed: 1 });
+    } finally {
+      w.fake.recover();
+    }
+    await deliverPending(w);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsResumed: 1, failed: 0 });
+    expect((await mailsTo(w.t, a.user.email)).filter((m) => m.subject.includes('is back on Agent Marketplace'))).toHaveLength(1);
+    await del(a.agent.id);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    expect(w.fake.subscriptions.get(a.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+  });
+
+  it('a subscription set to end and then gone at Stripe is ended here once when the agent comes back, not tried in every round', async () => {
+    const a = await subscriber();
+    await del(a.agent.id);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    w.fake.subscriptions.delete(a.stripeSubscriptionId);
+    await restore(a.agent.id);
+    const rounds = [await drain(), await drain()];
+    expect(rounds.map((r) => r.deletedAgents)).toEqual([
+      { renewalsStopped: 0, renewalsResumed: 0, failed: 0 },
+      { renewalsStopped: 0, renewalsResumed: 0, failed: 0 },
+    ]);
+    expect(await first(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${a.stripeSubscriptionId}`)).toEqual({ status: 'canceled' });
   });
 });
