@@ -18,7 +18,6 @@ import {
   authLibraryRoutes,
   identityRoutes,
   isLastAdminRefusal,
-  isOrganizationOwnerRefusal,
   lastAdminRefused,
   oauthRoutes,
   trustedOriginCors,
@@ -125,11 +124,6 @@ export type App = ReturnType<typeof createApp>;
 function errorResponse(err: unknown, c: Context<AppEnv>, deps: AppDeps): Response {
   // The database's rule that one usable admin remains (migration 20261127000400), whichever route wrote the row.
   if (isLastAdminRefusal(err)) return errorResponse(lastAdminRefused(), c, deps);
-  // The database's rule that every organization keeps an owner (migration 20261127000800): the library's endpoints
-  // answer it in their own shape (better-auth.ts, onAPIError); should a route of ours ever write a member, the same.
-  if (isOrganizationOwnerRefusal(err)) {
-    return errorResponse(new ApiError('INVALID_STATE', 'This would leave the organization without an owner', { reason: 'last_organization_owner' }), c, deps);
-  }
   if (err instanceof ApiError) {
     if (err.code === 'UNAUTHORIZED') return unauthorizedResponse(c, deps.config, err.message, err.details, err.headers);
     return c.json(failure(err.code, err.message, err.details), err.status, err.headers);

@@ -7,7 +7,6 @@ export { authLibraryRoutes, type AroundUserRemoval } from './mount.ts';
 export { trustedOriginCors } from './cors.ts';
 export { identityRoutes } from './routes.ts';
 export { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
-export { isOrganizationOwnerRefusal } from './organization-owners.ts';
 export { oauthRoutes } from './oauth/routes.ts';
 export { AUTH_TAGS, authOpenApi } from './openapi.ts';
 export { createAuth, type Auth } from './better-auth.ts';

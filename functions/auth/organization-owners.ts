@@ -8,8 +8,8 @@ import { pgCode, pgConstraint } from '../http/errors.ts';
  * passed its count, and the database refuses the later one. It is answered as the plugin answers the lone owner, so
  * its clients need to know nothing new: 400 YOU_CANNOT_LEAVE_THE_ORGANIZATION_AS_THE_ONLY_OWNER for leave and
  * remove-member, 400 YOU_CANNOT_LEAVE_THE_ORGANIZATION_WITHOUT_AN_OWNER for update-member-role (the trigger marks a
- * role change with the detail `role change`). Mapped in the library's error hook (better-auth.ts, onAPIError) and, for
- * any route of ours that would write a member, in the app's error mapping (app.ts, errorResponse).
+ * role change with the detail `role change`). Mapped in the library's error hook (better-auth.ts, onAPIError): only
+ * the library's endpoints write members (no route of ours does).
  */
 export function isOrganizationOwnerRefusal(error: unknown): boolean {
   return pgCode(error) === '23514' && pgConstraint(error) === 'organization_keeps_an_owner';
