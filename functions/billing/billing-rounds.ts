@@ -1,6 +1,7 @@
 import type { BillingDeps } from './billing-deps.ts';
 import { stopRenewalsOfDeletedAgents } from './deleted-agents.ts';
 import { undoUnclaimedPurchases } from './unclaimed-purchases.ts';
+import { startRounds } from '../platform/rounds.ts';
 
 /**
  * The Node entry's billing loop (functions/deps.ts), for a server that no scheduler calls POST /internal/drain on: a
@@ -9,15 +10,8 @@ import { undoUnclaimedPurchases } from './unclaimed-purchases.ts';
  * (bounded) for a round under way.
  */
 export function startBillingRounds(deps: BillingDeps, everyMs = 15 * 60_000): () => Promise<void> {
-  let running: Promise<unknown> | undefined;
-  const timer = setInterval(() => {
-    running ??= Promise.all([undoUnclaimedPurchases(deps), stopRenewalsOfDeletedAgents(deps)])
-      .catch((err) => deps.logger.warn('a billing round failed; the next round retries', { err }))
-      .finally(() => (running = undefined));
-  }, everyMs);
-  (timer as { unref?: () => void }).unref?.();
-  return async () => {
-    clearInterval(timer);
-    await Promise.race([running, new Promise((r) => setTimeout(r, 5_000).unref?.())]);
-  };
+  return startRounds(() => Promise.all([undoUnclaimedPurchases(deps), stopRenewalsOfDeletedAgents(deps)]), {
+    everyMs,
+    failed: (err) => deps.logger.warn('a billing round failed; the next round retries', { err }),
+  });
 }

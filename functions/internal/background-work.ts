@@ -1,6 +1,7 @@
 import type { AppDeps } from '../platform/app-types.ts';
 import { stopRenewalsOfDeletedAgents, undoUnclaimedPurchases, type DeletedAgentsReport, type UnclaimedPurchasesReport } from '../billing/index.ts';
 import { first, sql } from '../platform/db.ts';
+import { startRounds } from '../platform/rounds.ts';
 import { drainWebhookOutbox, type DrainResult } from '../webhooks/index.ts';
 
 /**
@@ -99,19 +100,11 @@ export async function runHousekeeping(deps: Pick<AppDeps, 'database' | 'clock'>)
  * next round tries again.
  */
 export function startHousekeeping(deps: Pick<AppDeps, 'database' | 'clock' | 'logger'>, everyMs = 60_000): () => Promise<void> {
-  let running: Promise<unknown> | undefined;
-  const round = () => {
-    running ??= runHousekeeping(deps)
-      .catch((err) => deps.logger.warn('housekeeping failed; the next round retries', { err }))
-      .finally(() => (running = undefined));
-  };
-  round();
-  const timer = setInterval(round, everyMs);
-  (timer as { unref?: () => void }).unref?.();
-  return async () => {
-    clearInterval(timer);
-    await Promise.race([running, new Promise((r) => setTimeout(r, 5_000).unref?.())]);
-  };
+  return startRounds(() => runHousekeeping(deps), {
+    everyMs,
+    atStart: true,
+    failed: (err) => deps.logger.warn('housekeeping failed; the next round retries', { err }),
+  });
 }
 
 /** Whether `presented` is the configured token, compared in constant time (digests of equal length). */
