@@ -2720,8 +2720,12 @@ export type Database = {
         Args: { "p_inviter_id": string; "p_now": string; "p_per_day": number };
         Returns: string;
       };
-      "invitation_inviter_stands": {
-        Args: { "p_inviter_id": string; "p_organization_id": string };
+      "invitation_stands": {
+        Args: {
+          "p_inviter_id": string;
+          "p_organization_id": string;
+          "p_role": string;
+        };
         Returns: boolean;
       };
       "mail_outbox_prune": {
@@ -3103,6 +3107,10 @@ export type Database = {
         }[];
       };
       "oauth_consent_scopes": { Args: { "p_scopes": Json }; Returns: Json };
+      "organization_hand_over": {
+        Args: { "p_leaving_member_id": string; "p_organization_id": string };
+        Returns: undefined;
+      };
       "organization_role_has": {
         Args: { "p_name": string; "p_role": string };
         Returns: boolean;

@@ -280,8 +280,8 @@ export function authOptions(deps: AuthDeps) {
           },
           beforeUpdateMemberRole: async ({ newRole }) => assertWellFormedRole(newRole),
           beforeAddMember: async ({ member }) => assertWellFormedRole(member.role),
-          // An invitation stands only while its inviter is a member of its organization and not banned: the
-          // plugin's get-invitation checks the membership, its accept-invitation nothing (invitation-rules.ts).
+          // An invitation stands only while its inviter may still send it (a standing member in a role that may):
+          // the plugin's get-invitation checks the membership, its accept-invitation nothing (invitation-rules.ts).
           beforeAcceptInvitation: async ({ invitation }) => {
             assertWellFormedRole(invitation.role);
             await assertInviterStands(database.db, invitation);

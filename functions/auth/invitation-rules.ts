@@ -93,18 +93,20 @@ export function assertWellFormedRole(role: unknown): void {
 }
 
 /**
- * An invitation stands only while its inviter is a member of its organization and not banned (the rule lives once, in
- * public.invitation_inviter_stands, migration 20261127000800). The plugin's get-invitation already refused an
- * invitation whose inviter had left, but its accept-invitation never looked: a removed (or banned) admin's pending
- * invitation still let their second account join as admin (found by a review). Refused as get-invitation refuses it,
- * 400 INVITER_IS_NO_LONGER_A_MEMBER_OF_THE_ORGANIZATION. (The database also cancels a member's pending invitations
- * when the membership ends or the account is banned; an acceptance racing that cancellation is refused by the plugin's
- * own pending -> accepted update.)
+ * An invitation stands only while its inviter may still send it: a member of its organization, not banned, in a role
+ * that may send an invitation of that role (owner or admin; an owner invitation needs an owner). The rule lives once,
+ * in public.invitation_stands (migration 20261127001600). The plugin's get-invitation already refused an invitation
+ * whose inviter had left, but its accept-invitation never looked: a removed (or banned) admin's pending invitation
+ * still let their second account join as admin, and so did one of an admin demoted to member since (found by reviews,
+ * the second by review 10). Refused as get-invitation refuses it, 400
+ * INVITER_IS_NO_LONGER_A_MEMBER_OF_THE_ORGANIZATION. (The database also cancels a member's pending invitations when
+ * the membership ends, the role changes, the account is banned or taken back by a password reset; an acceptance
+ * racing that cancellation is refused by the plugin's own pending -> accepted update.)
  */
-export async function assertInviterStands(db: Db, invitation: { organizationId: string; inviterId: string }): Promise<void> {
+export async function assertInviterStands(db: Db, invitation: { organizationId: string; inviterId: string; role: string }): Promise<void> {
   const row = await first<{ stands: boolean }>(
     db,
-    sql`select public.invitation_inviter_stands(${invitation.organizationId}, ${invitation.inviterId}) as stands`,
+    sql`select public.invitation_stands(${invitation.organizationId}, ${invitation.inviterId}, ${invitation.role}) as stands`,
   );
   if (row?.stands) return;
   throw new APIError('BAD_REQUEST', {

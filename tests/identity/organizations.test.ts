@@ -460,6 +460,34 @@ describe('every organization keeps an owner (races: organization-owners.pg-only.
     const gone = await t.http.post('/api/auth/organization/delete', { ...withOrigin(admin.cookie), json: { organizationId: kept.id } });
     expect(gone.status, gone.text).toBe(200);
   });
+
+  // Was (review 10): the banned admin became the owner over the standing member, an owner who cannot sign in (the
+  // organization stuck again), and a banned co-owner stopped the hand-over altogether.
+  it('attack: the hand-over skips banned members while a standing one is there; a banned co-owner does not stop it', async () => {
+    const owner = await verifiedUser();
+    const rogue = await verifiedUser('Banned admin');
+    const member = await verifiedUser('Member');
+    const coOwner = await verifiedUser('Banned co-owner');
+    const org = await createOrg(owner, 'Handed Co');
+    await join(owner, org.id, rogue, 'admin');
+    await join(owner, org.id, member, 'member');
+    const second = await createOrg(owner, 'Co-owned Co');
+    await join(owner, second.id, coOwner, 'owner');
+    await join(owner, second.id, member, 'member');
+    const lonely = await createOrg(owner, 'Only banned left');
+    await join(owner, lonely.id, rogue, 'admin');
+    const platformAdmin = await createAdmin(t);
+    for (const banned of [rogue, coOwner]) {
+      const res = await t.http.post(`/admin/users/${banned.userId}/ban`, { ...withOrigin(platformAdmin.cookie), json: { reason: 'abuse' } });
+      expect(res.status, res.text).toBe(200);
+    }
+    const removed = await t.http.post('/api/auth/admin/remove-user', { ...withOrigin(platformAdmin.cookie), json: { userId: owner.userId } });
+    expect(removed.status, removed.text).toBe(200);
+    expect(await memberRoles(org.id)).toEqual({ [rogue.userId]: 'admin', [member.userId]: 'owner' });
+    expect(await memberRoles(second.id)).toEqual({ [coOwner.userId]: 'owner', [member.userId]: 'owner' });
+    // nobody standing left: the banned admin keeps it (a ban may be lifted; an organization keeps an owner)
+    expect(await memberRoles(lonely.id)).toEqual({ [rogue.userId]: 'owner' });
+  });
 });
 
 describe('an invitation stands only while its inviter is a member and not banned', () => {
@@ -507,6 +535,44 @@ describe('an invitation stands only while its inviter is a member and not banned
     expect(await statusOf(other.body.id)).toBe('pending');
     expect((await accept(sock, invitationId)).status).toBe(400);
     expect(await memberRoles(org.id)).toEqual({ [owner.userId]: 'owner' });
+  });
+
+  // Was (review 10): the owner demoted the rogue instead of removing them, and the rogue's second account still joined
+  // as admin, with rights the rogue no longer had.
+  it("attack: an admin demoted to member has their pending invitations canceled, and one stored since is refused", async () => {
+    const { owner, rogue, sock, org, invitationId } = await orgWithRogueAdmin();
+    const rogueMember = (await first<{ id: string }>(t.db, sql`select id from member where "organizationId" = ${org.id} and "userId" = ${rogue.userId}`))!.id;
+    const demoted = await t.http.post('/api/auth/organization/update-member-role', {
+      ...withOrigin(owner.cookie),
+      json: { memberId: rogueMember, role: 'member', organizationId: org.id },
+    });
+    expect(demoted.status, demoted.text).toBe(200);
+    expect(await statusOf(invitationId)).toBe('canceled');
+    expect((await accept(sock, invitationId)).status).toBe(400);
+    // an invitation of the demoted member's written afterwards (as one stored before this rule): refused at accept
+    const id = randomUUID();
+    await sql`insert into invitation (id, "organizationId", email, role, status, "expiresAt", "createdAt", "inviterId")
+              values (${id}, ${org.id}, ${sock.email}, 'member', 'pending', now() + interval '2 days', now(), ${rogue.userId})`.execute(t.db);
+    const stored = await accept(sock, id);
+    expect([stored.status, stored.body.code]).toEqual([400, 'INVITER_IS_NO_LONGER_A_MEMBER_OF_THE_ORGANIZATION']);
+    expect(await memberRoles(org.id)).toEqual({ [owner.userId]: 'owner', [rogue.userId]: 'member' });
+  });
+
+  it("an owner demoted to admin keeps their admin invitations and loses their owner ones; an admin's owner invitation never stands", async () => {
+    const owner = await verifiedUser();
+    const second = await verifiedUser('Second owner');
+    const org = await createOrg(owner, 'Two owners');
+    await join(owner, org.id, second, 'owner');
+    const asAdmin = await invite(second, org.id, address('admin-to-be'), { role: 'admin' });
+    const asOwner = await invite(second, org.id, address('owner-to-be'), { role: 'owner' });
+    expect([asAdmin.status, asOwner.status]).toEqual([200, 200]);
+    const secondMember = (await first<{ id: string }>(t.db, sql`select id from member where "organizationId" = ${org.id} and "userId" = ${second.userId}`))!.id;
+    const demoted = await t.http.post('/api/auth/organization/update-member-role', {
+      ...withOrigin(owner.cookie),
+      json: { memberId: secondMember, role: 'admin', organizationId: org.id },
+    });
+    expect(demoted.status, demoted.text).toBe(200);
+    expect([await statusOf(asAdmin.body.id), await statusOf(asOwner.body.id)]).toEqual(['pending', 'canceled']);
   });
 
   // Was: 200, the banned admin's second account was admin.

@@ -1,4 +1,6 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rows, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { linkIn, mailsTo } from '../support/mail.ts';
 import {
@@ -21,7 +23,8 @@ import { signIn, signUp, type TestUser } from '../support/users.ts';
  * page sent their browser through authorize with `prompt=none` and got a code for the owner's account, no consent
  * screen, offline_access and the owner's email included. Every reset ends the consents (a thief holding a verified
  * account may have consented too); a password change keeps them. The purchase-claim path is in
- * tests/billing/anonymous-checkout.test.ts ("a claim ends the consents the unverified holder gave").
+ * tests/billing/anonymous-checkout.test.ts ("a claim ends the consents the unverified holder gave"). The same holds
+ * for the organization invitations the holder sent from the account (review 10; migration 20261127001600).
  */
 let t: TestApp;
 beforeAll(async () => {
@@ -131,5 +134,29 @@ describe('consents of an account taken back by its mailbox', () => {
     const silent = await silentAuthorization(agent, again);
     expect(silent.code, silent.landing.href).toBeTruthy();
     expect(silent.me?.id).toBe(user.userId);
+  });
+});
+
+describe('invitations of an account taken back by its mailbox', () => {
+  // Was (review 10): the thief, with the owner's session, invited an account of their own as owner; after the owner's
+  // reset that account accepted and removed the owner from their own organization.
+  it("attack: an invitation a thief sent from the owner's session is canceled by the owner's reset", async () => {
+    const owner = await signUp(t, { verified: true, name: 'Real owner' });
+    const withOrigin = (u: TestUser) => ({ cookie: u.cookie, headers: { origin: t.baseUrl } });
+    const org = await t.http.post('/api/auth/organization/create', { ...withOrigin(owner), json: { name: 'Owner Co', slug: `own-${randomUUID().slice(0, 8)}` } });
+    expect(org.status, org.text).toBe(200);
+    const thief = await signUp(t, { verified: true, name: 'Thief' });
+    const invitation = await t.http.post('/api/auth/organization/invite-member', {
+      ...withOrigin(owner),
+      json: { email: thief.email, role: 'owner', organizationId: org.body.id },
+    });
+    expect(invitation.status, invitation.text).toBe(200);
+
+    await resetThroughTheMailbox(owner.email, `New-${randomUUID()}`);
+
+    const accepted = await t.http.post('/api/auth/organization/accept-invitation', { ...withOrigin(thief), json: { invitationId: invitation.body.id } });
+    expect(accepted.status, accepted.text).toBe(400);
+    expect(await rows(t.db, sql`select role from member where "organizationId" = ${org.body.id} and "userId" = ${thief.userId}`)).toEqual([]);
+    expect(await rows(t.db, sql`select status from invitation where id = ${invitation.body.id}`)).toEqual([{ status: 'canceled' }]);
   });
 });
