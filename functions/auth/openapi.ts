@@ -55,7 +55,6 @@ const PUBLIC = new Set([
   '/verify-email',
   '/send-verification-email',
   '/jwks',
-  '/oauth2/public-client',
 ]);
 
 /** Called by the agent's backend with its client credentials (HTTP Basic, or client_id + client_secret in the form). */
@@ -131,6 +130,96 @@ const METADATA_PATHS: Json = {
   },
 };
 
+const stringSchema = (description: string) => ({ type: 'string', description });
+const queryParam = (name: string, description: string, required = false) => ({ name, in: 'query', required, schema: stringSchema(description) });
+
+/**
+ * Where the library's description is not what this service does (contract.md, OAuth 2.1 / OIDC), ours replaces it,
+ * so that a client generated from /openapi.json calls these the way the contract says (found by review 11: the
+ * consent was documented with the library's `oauth_query` body and a `{ redirect_uri }` answer, and a generated
+ * client's consent was refused).
+ */
+const CORRECTIONS: Record<string, (op: Json) => Json> = {
+  'post /oauth2/consent': (op) => {
+    const schema = {
+      type: 'object',
+      properties: {
+        accept: { type: 'boolean', description: 'true grants the scopes asked for; false sends error=access_denied to the redirect URI' },
+        consent_code: stringSchema('The consent_code of the consent page URL (`/consent?consent_code=...`)'),
+      },
+      required: ['accept', 'consent_code'],
+    };
+    return {
+      ...op,
+      description:
+        'Answers the consent page. A `fetch` (`Sec-Fetch-Mode: cors`) gets `200 {"redirect": true, "url"}`: go to `url` ' +
+        "(the client's redirect URI with a code, or with error=access_denied). A browser form post gets `302 Found` there.",
+      requestBody: { required: true, content: { 'application/json': { schema }, 'application/x-www-form-urlencoded': { schema } } },
+      responses: {
+        ...op.responses,
+        200: {
+          description: 'Where to send the browser',
+          content: {
+            'application/json': {
+              schema: {
+                type: 'object',
+                properties: { redirect: { type: 'boolean', const: true }, url: { type: 'string', format: 'uri' } },
+                required: ['redirect', 'url'],
+              },
+            },
+          },
+        },
+        302: { description: "A browser form post: Location is the client's redirect URI with a code or an error" },
+      },
+    };
+  },
+  'get /oauth2/public-client': (op) => ({
+    ...op,
+    description: "What the consent page shows of an agent's OAuth client; for a signed-in user",
+    parameters: [queryParam('client_id', 'The client_id of the authorize request', true)],
+    responses: {
+      ...op.responses,
+      200: {
+        description: "The client's public fields",
+        content: {
+          'application/json': {
+            schema: {
+              type: 'object',
+              properties: {
+                client_id: { type: 'string' },
+                client_name: { type: 'string' },
+                client_uri: { type: 'string' },
+                logo_uri: { type: 'string' },
+                redirect_uris: { type: 'array', items: { type: 'string' } },
+              },
+              required: ['client_id'],
+            },
+          },
+        },
+      },
+    },
+  }),
+  'get /oauth2/end-session': (op) => ({
+    ...op,
+    parameters: [
+      queryParam('id_token_hint', 'An ID token the client was issued for the user (OIDC RP-Initiated Logout)'),
+      queryParam('post_logout_redirect_uri', "One of the client's registered post-logout redirect URIs, matched exactly"),
+      queryParam('state', 'Returned unchanged on the post-logout redirect'),
+      queryParam('client_id', 'The client, when no id_token_hint names it'),
+    ],
+  }),
+  // RFC 7662: `aud` is a string or an array of strings; this service answers the array (the agent's resource URL and
+  // the userinfo URL).
+  'post /oauth2/introspect': (op) => {
+    const answer = structuredClone(op.responses?.[200]);
+    const properties = answer?.content?.['application/json']?.schema?.properties;
+    if (properties?.aud) {
+      properties.aud = { description: properties.aud.description, oneOf: [{ type: 'string' }, { type: 'array', items: { type: 'string' } }] };
+    }
+    return answer ? { ...op, responses: { ...op.responses, 200: answer } } : op;
+  },
+};
+
 export interface AuthOpenApi {
   paths: Json;
   schemas: Json;
@@ -147,7 +236,7 @@ export async function authOpenApi(auth: Auth): Promise<AuthOpenApi> {
       const op = prefixRefs(operation);
       const body = CLIENT_AUTHENTICATED.has(path) ? formBody(op.requestBody) : op.requestBody;
       const description = path === '/oauth2/authorize' ? `${op.description ?? ''}.${AUTHORIZE_NOTE}` : op.description;
-      out[method] = {
+      const ours = {
         ...op,
         operationId: operationIdOf(method, path, op.operationId),
         tags: [tagOf(path, op.tags?.find((t: string) => t !== 'Default'))],
@@ -155,6 +244,7 @@ export async function authOpenApi(auth: Auth): Promise<AuthOpenApi> {
         security: securityOf(path),
         ...(body ? { requestBody: body } : {}),
       };
+      out[method] = CORRECTIONS[`${method} ${path}`]?.(ours) ?? ours;
     }
     paths[`/api/auth${path}`] = out;
   }

@@ -1324,7 +1324,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Handle OAuth2 consent */
+        /** @description Answers the consent page. A `fetch` (`Sec-Fetch-Mode: cors`) gets `200 {"redirect": true, "url"}`: go to `url` (the client's redirect URI with a code, or with error=access_denied). A browser form post gets `302 Found` there. */
         post: operations["authPostOauth2Consent"];
         delete?: never;
         options?: never;
@@ -1458,7 +1458,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description Gets publicly available client fields */
+        /** @description What the consent page shows of an agent's OAuth client; for a signed-in user */
         get: operations["authGetOauth2PublicClient"];
         put?: never;
         post?: never;
@@ -11341,31 +11341,40 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description Accept or deny user consent for a set of scopes */
+                    /** @description true grants the scopes asked for; false sends error=access_denied to the redirect URI */
                     accept: boolean;
-                    claims?: string | {
-                        [key: string]: unknown;
-                    };
-                    oauth_query?: string;
-                    scope?: string;
+                    /** @description The consent_code of the consent page URL (`/consent?consent_code=...`) */
+                    consent_code: string;
+                };
+                "application/x-www-form-urlencoded": {
+                    /** @description true grants the scopes asked for; false sends error=access_denied to the redirect URI */
+                    accept: boolean;
+                    /** @description The consent_code of the consent page URL (`/consent?consent_code=...`) */
+                    consent_code: string;
                 };
             };
         };
         responses: {
-            /** @description Consent processed successfully */
+            /** @description Where to send the browser */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
-                        /**
-                         * Format: uri
-                         * @description The URI to redirect to, either with an authorization code or an error
-                         */
-                        redirect_uri: string;
+                        /** @constant */
+                        redirect: true;
+                        /** Format: uri */
+                        url: string;
                     };
                 };
+            };
+            /** @description A browser form post: Location is the client's redirect URI with a code or an error */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
@@ -11621,7 +11630,12 @@ export interface operations {
     };
     authGetOauth2EndSession: {
         parameters: {
-            query?: never;
+            query?: {
+                client_id?: string;
+                id_token_hint?: string;
+                post_logout_redirect_uri?: string;
+                state?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -12100,7 +12114,7 @@ export interface operations {
                         /** @description Whether the token is active */
                         active: boolean;
                         /** @description Audience of the token */
-                        aud?: string;
+                        aud?: string | string[];
                         /** @description Client ID associated with the token */
                         client_id?: string;
                         /** @description Expiration time of the token (seconds since epoch) */
@@ -12196,8 +12210,8 @@ export interface operations {
     };
     authGetOauth2PublicClient: {
         parameters: {
-            query?: {
-                client_id?: string;
+            query: {
+                client_id: string;
             };
             header?: never;
             path?: never;
@@ -12205,6 +12219,21 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description The client's public fields */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        client_id: string;
+                        client_name?: string;
+                        client_uri?: string;
+                        logo_uri?: string;
+                        redirect_uris?: string[];
+                    };
+                };
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
