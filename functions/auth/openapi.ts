@@ -220,6 +220,22 @@ const CORRECTIONS: Record<string, (op: Json) => Json> = {
   },
 };
 
+/**
+ * The library's models (User, Session, Organization, ...) as their rows come back: a field the model does not require
+ * is a nullable column, answered as null when unset (a user's `image`, `banReason`, `banExpires`, a session's
+ * `activeOrganizationId`, an organization's `logo`), where the library's description said a plain string, so a client
+ * generated from the document and checking answers refused them (found by review 11).
+ */
+function nullableOptionals(schema: Json): Json {
+  if (!schema?.properties) return schema;
+  const required = new Set<string>(schema.required ?? []);
+  const properties: Json = {};
+  for (const [key, property] of Object.entries<Json>(schema.properties)) {
+    properties[key] = required.has(key) || typeof property.type !== 'string' ? property : { ...property, type: [property.type, 'null'] };
+  }
+  return { ...schema, properties };
+}
+
 export interface AuthOpenApi {
   paths: Json;
   schemas: Json;
@@ -249,6 +265,6 @@ export async function authOpenApi(auth: Auth): Promise<AuthOpenApi> {
     paths[`/api/auth${path}`] = out;
   }
   const schemas: Json = {};
-  for (const [name, schema] of Object.entries<Json>(library.components?.schemas ?? {})) schemas[`Auth${name}`] = prefixRefs(schema);
+  for (const [name, schema] of Object.entries<Json>(library.components?.schemas ?? {})) schemas[`Auth${name}`] = nullableOptionals(prefixRefs(schema));
   return { paths, schemas };
 }

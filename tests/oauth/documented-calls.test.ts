@@ -69,4 +69,14 @@ describe('/openapi.json describes the OAuth calls as the service answers them', 
     const names = doc.paths['/api/auth/oauth2/end-session'].get.parameters.map((p: { name: string }) => p.name);
     expect(names).toEqual(expect.arrayContaining(['id_token_hint', 'post_logout_redirect_uri', 'state']));
   });
+
+  it("the library's models: a field the model does not require is nullable, as the service answers it", async () => {
+    const user = await signUp(t);
+    const res = await t.http.get('/api/auth/get-session', { cookie: user.cookie });
+    expect(res.status).toBe(200);
+    expect([res.body.user.image, res.body.session.activeOrganizationId]).toEqual([null, null]);
+    expect(doc.components.schemas.AuthUser.properties.image.type).toEqual(['string', 'null']);
+    expect(doc.components.schemas.AuthSession.properties.activeOrganizationId.type).toEqual(['string', 'null']);
+    expect(doc.components.schemas.AuthUser.properties.email.type).toBe('string'); // required: never null
+  });
 });

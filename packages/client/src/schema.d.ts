@@ -2756,20 +2756,20 @@ export interface components {
             claim: "mailed";
         };
         AuthAccount: {
-            accessToken?: string;
+            accessToken?: string | null;
             /** Format: date-time */
-            accessTokenExpiresAt?: string;
+            accessTokenExpiresAt?: string | null;
             accountId: string;
             /** Format: date-time */
             createdAt: string;
             readonly id: string;
-            idToken?: string;
-            password?: string;
+            idToken?: string | null;
+            password?: string | null;
             providerId: string;
-            refreshToken?: string;
+            refreshToken?: string | null;
             /** Format: date-time */
-            refreshTokenExpiresAt?: string;
-            scope?: string;
+            refreshTokenExpiresAt?: string | null;
+            scope?: string | null;
             /** Format: date-time */
             updatedAt: string;
             userId: string;
@@ -2783,17 +2783,17 @@ export interface components {
             readonly id: string;
             inviterId: string;
             organizationId: string;
-            role?: string;
+            role?: string | null;
             /** @default pending */
             status: string;
         };
         AuthJwks: {
-            alg?: string;
+            alg?: string | null;
             /** Format: date-time */
             createdAt: string;
-            crv?: string;
+            crv?: string | null;
             /** Format: date-time */
-            expiresAt?: string;
+            expiresAt?: string | null;
             readonly id: string;
             privateKey: string;
             publicKey: string;
@@ -2808,67 +2808,67 @@ export interface components {
             userId: string;
         };
         AuthOauthAccessToken: {
-            authorizationCodeId?: string;
+            authorizationCodeId?: string | null;
             clientId: string;
-            confirmation?: Record<string, never>;
+            confirmation?: Record<string, never> | null;
             /** Format: date-time */
-            createdAt?: string;
+            createdAt?: string | null;
             /** Format: date-time */
-            expiresAt?: string;
+            expiresAt?: string | null;
             readonly id: string;
-            referenceId?: string;
-            refreshId?: string;
-            requestedUserInfoClaims?: string[];
-            resources?: string[];
+            referenceId?: string | null;
+            refreshId?: string | null;
+            requestedUserInfoClaims?: string[] | null;
+            resources?: string[] | null;
             /** Format: date-time */
-            revoked?: string;
+            revoked?: string | null;
             scopes: string[];
-            sessionId?: string;
-            token?: string;
-            userId?: string;
+            sessionId?: string | null;
+            token?: string | null;
+            userId?: string | null;
         };
         AuthOauthClient: {
-            applicationType?: string;
-            backchannelLogoutSessionRequired?: boolean;
-            backchannelLogoutUri?: string;
+            applicationType?: string | null;
+            backchannelLogoutSessionRequired?: boolean | null;
+            backchannelLogoutUri?: string | null;
             /** @default [] */
-            clientCredentialsScopes: string[];
-            clientDiscoveryId?: string;
+            clientCredentialsScopes: string[] | null;
+            clientDiscoveryId?: string | null;
             clientId: string;
-            clientSecret?: string;
-            contacts?: string[];
+            clientSecret?: string | null;
+            contacts?: string[] | null;
             /** Format: date-time */
-            createdAt?: string;
+            createdAt?: string | null;
             /** @default false */
-            disabled: boolean;
+            disabled: boolean | null;
             /** @default false */
-            dpopBoundAccessTokens: boolean;
-            enableEndSession?: boolean;
-            grantTypes?: string[];
-            icon?: string;
+            dpopBoundAccessTokens: boolean | null;
+            enableEndSession?: boolean | null;
+            grantTypes?: string[] | null;
+            icon?: string | null;
             readonly id: string;
-            jwks?: string;
-            jwksUri?: string;
-            metadata?: Record<string, never>;
-            name?: string;
-            policy?: string;
-            postLogoutRedirectUris?: string[];
+            jwks?: string | null;
+            jwksUri?: string | null;
+            metadata?: Record<string, never> | null;
+            name?: string | null;
+            policy?: string | null;
+            postLogoutRedirectUris?: string[] | null;
             redirectUris: string[];
-            referenceId?: string;
-            requirePKCE?: boolean;
-            responseTypes?: string[];
-            scopes?: string[];
-            skipConsent?: boolean;
-            softwareId?: string;
-            softwareStatement?: string;
-            softwareVersion?: string;
-            subjectType?: string;
-            tokenEndpointAuthMethod?: string;
-            tos?: string;
+            referenceId?: string | null;
+            requirePKCE?: boolean | null;
+            responseTypes?: string[] | null;
+            scopes?: string[] | null;
+            skipConsent?: boolean | null;
+            softwareId?: string | null;
+            softwareStatement?: string | null;
+            softwareVersion?: string | null;
+            subjectType?: string | null;
+            tokenEndpointAuthMethod?: string | null;
+            tos?: string | null;
             /** Format: date-time */
-            updatedAt?: string;
-            uri?: string;
-            userId?: string;
+            updatedAt?: string | null;
+            uri?: string | null;
+            userId?: string | null;
         };
         AuthOauthClientAssertion: {
             /** Format: date-time */
@@ -2878,111 +2878,111 @@ export interface components {
         AuthOauthClientResource: {
             clientId: string;
             /** Format: date-time */
-            createdAt?: string;
+            createdAt?: string | null;
             readonly id: string;
-            metadata?: Record<string, never>;
+            metadata?: Record<string, never> | null;
             resourceId: string;
         };
         AuthOauthConsent: {
             clientId: string;
             /** Format: date-time */
-            createdAt?: string;
+            createdAt?: string | null;
             readonly id: string;
-            referenceId?: string;
-            requestedUserInfoClaims?: string[];
-            resources?: string[];
+            referenceId?: string | null;
+            requestedUserInfoClaims?: string[] | null;
+            resources?: string[] | null;
             scopes: string[];
             /** Format: date-time */
-            updatedAt?: string;
-            userId?: string;
+            updatedAt?: string | null;
+            userId?: string | null;
         };
         AuthOauthRefreshToken: {
-            authorizationCodeId?: string;
+            authorizationCodeId?: string | null;
             /** Format: date-time */
-            authTime?: string;
+            authTime?: string | null;
             clientId: string;
-            confirmation?: Record<string, never>;
+            confirmation?: Record<string, never> | null;
             /** Format: date-time */
-            createdAt?: string;
+            createdAt?: string | null;
             /** Format: date-time */
-            expiresAt?: string;
+            expiresAt?: string | null;
             readonly id: string;
-            referenceId?: string;
-            requestedUserInfoClaims?: string[];
-            resources?: string[];
+            referenceId?: string | null;
+            requestedUserInfoClaims?: string[] | null;
+            resources?: string[] | null;
             /** Format: date-time */
-            revoked?: string;
+            revoked?: string | null;
             /** Format: date-time */
-            rotatedAt?: string;
+            rotatedAt?: string | null;
             /** Format: date-time */
-            rotationReplayExpiresAt?: string;
-            rotationReplayResponse?: string;
+            rotationReplayExpiresAt?: string | null;
+            rotationReplayResponse?: string | null;
             scopes: string[];
-            sessionId?: string;
+            sessionId?: string | null;
             token: string;
             userId: string;
         };
         AuthOauthResource: {
-            accessTokenTtl?: number;
-            allowedScopes?: string[];
+            accessTokenTtl?: number | null;
+            allowedScopes?: string[] | null;
             /** Format: date-time */
-            createdAt?: string;
-            customClaims?: Record<string, never>;
+            createdAt?: string | null;
+            customClaims?: Record<string, never> | null;
             /** @default false */
-            disabled: boolean;
+            disabled: boolean | null;
             /** @default false */
-            dpopBoundAccessTokensRequired: boolean;
+            dpopBoundAccessTokensRequired: boolean | null;
             readonly id: string;
             identifier: string;
-            metadata?: Record<string, never>;
+            metadata?: Record<string, never> | null;
             name: string;
             /** @default 1 */
-            policyVersion: number;
-            refreshTokenTtl?: number;
-            signingAlgorithm?: string;
-            signingKeyId?: string;
+            policyVersion: number | null;
+            refreshTokenTtl?: number | null;
+            signingAlgorithm?: string | null;
+            signingKeyId?: string | null;
             /** Format: date-time */
-            updatedAt?: string;
+            updatedAt?: string | null;
         };
         AuthOrganization: {
             /** Format: date-time */
             createdAt: string;
             readonly id: string;
-            logo?: string;
-            metadata?: string;
+            logo?: string | null;
+            metadata?: string | null;
             name: string;
             slug: string;
         };
         AuthSession: {
-            readonly activeOrganizationId?: string;
+            readonly activeOrganizationId?: string | null;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */
             expiresAt: string;
             readonly id: string;
-            readonly impersonatedBy?: string;
-            ipAddress?: string;
+            readonly impersonatedBy?: string | null;
+            ipAddress?: string | null;
             token: string;
             /** Format: date-time */
             updatedAt: string;
-            userAgent?: string;
+            userAgent?: string | null;
             userId: string;
         };
         AuthUser: {
             /** Format: date-time */
-            readonly banExpires?: string;
+            readonly banExpires?: string | null;
             /** @default false */
-            readonly banned: boolean;
-            readonly banReason?: string;
+            readonly banned: boolean | null;
+            readonly banReason?: string | null;
             /** Format: date-time */
             createdAt: string;
             email: string;
             /** @default false */
             readonly emailVerified: boolean;
             readonly id: string;
-            image?: string;
+            image?: string | null;
             name: string;
-            readonly role?: string;
+            readonly role?: string | null;
             /** Format: date-time */
             updatedAt: string;
         };
