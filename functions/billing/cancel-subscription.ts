@@ -86,10 +86,15 @@ async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: bo
 
   const { stripe } = requirePayments(deps);
   const stripeSubscriptionId = sub.stripeSubscriptionId;
+  // A cancel by the user, an admin or a ban is theirs from now on, also of a subscription a deleted agent's round had
+  // set to end: the round's mark goes, so an agent restored later does not renew it again (review 09). It goes before
+  // Stripe is asked, and Stripe is asked even when the row shows the round's ending: a round resuming it holds the
+  // row's lock while it asks Stripe to renew (deleted-agents.ts), so this waits, and its call comes last (review 10).
+  const tookOver = !byDeletedAgentRound && (await dropDeletedAgentMark(deps, sub.id));
   try {
     if (immediate) {
       await callStripe(() => stripe.subscriptions.cancel(stripeSubscriptionId));
-    } else if (!sub.cancelAtPeriodEnd) {
+    } else if (!sub.cancelAtPeriodEnd || tookOver) {
       // Stripe refuses to change the cancellation of a subscription a schedule manages: a pending downgrade
       // is dropped first (the subscription ends, so it would never take effect).
       const current = await readStripeSubscription(deps, stripeSubscriptionId);
@@ -105,13 +110,20 @@ async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: bo
     throw stripeRefused('the cancellation', err);
   }
   await syncStripeSubscription(deps, stripeSubscriptionId);
-  if (!byDeletedAgentRound) {
-    // A cancel by the user, an admin or a ban is theirs from now on, also of a subscription a deleted agent's round had
-    // already set to end: the round's mark goes, so an agent restored later does not renew it again (review 09).
-    await sql`update public.subscriptions set agent_deleted_mailed_at = null
-               where id = ${sub.id} and agent_deleted_mailed_at is not null`.execute(deps.database.db);
-  }
+  // and again: a round ending it meanwhile (the row not ending yet when it looked) marked it as its own
+  if (!byDeletedAgentRound) await dropDeletedAgentMark(deps, sub.id);
   return (await billingSubscription(deps, sub.id))!.dto;
+}
+
+/** Clears a deleted agent's round's mark (deleted-agents.ts), waiting for the row's lock; true when there was one. */
+async function dropDeletedAgentMark(deps: BillingDeps, subscriptionId: string): Promise<boolean> {
+  const dropped = await first(
+    deps.database.db,
+    sql`update public.subscriptions set agent_deleted_mailed_at = null
+         where id = ${subscriptionId} and agent_deleted_mailed_at is not null
+     returning id`,
+  );
+  return !!dropped;
 }
 
 /** Billing's part of a ban (auth/ban-user.ts OnUserBanned): the subscriptions end at period end when asked. */

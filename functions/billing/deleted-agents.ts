@@ -17,7 +17,9 @@ import { readStripeSubscription, syncStripeSubscription } from './subscription-s
  *      end at period end, the period paid for running out as bought (no automatic refund: as for a removed user,
  *      whether the unused rest is owed is the admins' call, in Stripe's Dashboard); one not paid up (past_due: its
  *      renewal's payment failed and Stripe retries it; incomplete, unpaid) ends now and its open invoice is voided,
- *      or Stripe would go on collecting a period of an agent nobody can use (review 08);
+ *      or Stripe would go on collecting a period of an agent nobody can use (review 08). One paid up and set to end at
+ *      Stripe already is the user's own cancel (the portal's, its event not here yet): the row follows, unmarked
+ *      (review 10: judged from the row alone, the round took it over and a restore renewed it);
  *   2. the round's mark `agent_deleted_mailed_at` (migration 20261127000900) is set and the user's mail queued, in one
  *      transaction, only if no mark is set and the row is not ending already (a user who chose to leave stays the
  *      owner of that choice): the mark says the round owns this ending, and mails once across concurrent rounds;
@@ -28,9 +30,10 @@ import { readStripeSubscription, syncStripeSubscription } from './subscription-s
  * A deletion can be undone: an agent `active` again gets back what the rounds stopped. Each marked, still live
  * subscription renews again at Stripe, its user mailed, the mark cleared (review 08: a mistaken deletion ended every
  * renewal for good, and a user could not even buy again while the ending one was live). A cancel by the user, an
- * admin or a ban clears the mark (cancel-subscription.ts), so it is never undone by a restore (review 09). A pending
- * downgrade is dropped when the round ends a subscription (Stripe refuses to end one a schedule manages) and is not
- * put back on resume: the user renews at the current tier until a downgrade is scheduled again.
+ * admin or a ban clears the mark (cancel-subscription.ts), so it is never undone by a restore (review 09), also one
+ * made while a round resumes it: both decide under the row's lock, which the resume holds while Stripe answers
+ * (review 10). A pending downgrade is dropped when the round ends a subscription (Stripe refuses to end one a schedule
+ * manages) and is not put back on resume: the user renews at the current tier until a downgrade is scheduled again.
  * A subscription Stripe no longer knows (test data deleted, keys switched) can be neither charged nor renewed: its row
  * is ended here, once. Free subscriptions charge nothing and are left alone.
  */
@@ -113,6 +116,13 @@ async function endBilling(deps: BillingDeps, sub: Due): Promise<Step> {
     return 'passed';
   }
   const paidUp = current.status === 'active' || current.status === 'trialing';
+  if (paidUp && current.cancel_at_period_end) {
+    // Set to end at Stripe already, the row not showing it yet: the user's own cancel (the customer portal's, its event
+    // not here yet), or this round's unfinished one (the mark is set then, and stays). The row follows; the round
+    // takes no ownership of a user's choice, so a restore never renews it (found by review 10).
+    await syncStripeSubscription(deps, sub.stripeSubscriptionId);
+    return 'passed';
+  }
   const owned = await markAndMail(deps, sub.id, paidUp ? 'ending' : 'ended');
   if (!owned) return 'passed'; // the user (or an admin) chose to end it meanwhile: theirs
   try {
@@ -134,15 +144,30 @@ async function endBilling(deps: BillingDeps, sub: Due): Promise<Step> {
 
 async function resumeBilling(deps: BillingDeps, sub: Due): Promise<Step> {
   const { stripe } = requirePayments(deps);
-  try {
-    await callStripe(() => stripe.subscriptions.update(sub.stripeSubscriptionId, { cancel_at_period_end: false }));
-  } catch (err) {
-    if (isStripeMissing(err)) {
-      await endUnknownToStripe(deps, sub);
-      return 'passed';
+  // The mark is read again under the row's lock, held while Stripe answers: a cancel by the user, an admin or a ban
+  // drops the mark under the same lock before it asks Stripe (cancel-subscription.ts), so either it came first (no
+  // mark: nothing to resume) or its call to Stripe comes after this one and stands (found by review 10: a cancel
+  // between the search and this call answered 200, and the round then renewed it at Stripe). The one lock held while
+  // Stripe answers: one row, one call, only for a deletion undone.
+  const asked = await deps.database.db.transaction().execute(async (trx) => {
+    const marked = await first(
+      trx,
+      sql`select 1 as marked from public.subscriptions where id = ${sub.id} and agent_deleted_mailed_at is not null for update`,
+    );
+    if (!marked) return 'unmarked';
+    try {
+      await callStripe(() => stripe.subscriptions.update(sub.stripeSubscriptionId, { cancel_at_period_end: false }));
+    } catch (err) {
+      if (isStripeMissing(err)) return 'missing';
+      // ended at Stripe meanwhile (its period ran out): nothing to resume; the sync below writes what Stripe has
+      if (!isStripeRefusal(err)) throw err;
     }
-    // ended at Stripe meanwhile (its period ran out): nothing to resume; the sync below writes what Stripe has
-    if (!isStripeRefusal(err)) throw err;
+    return 'asked';
+  });
+  if (asked === 'unmarked') return 'passed';
+  if (asked === 'missing') {
+    await endUnknownToStripe(deps, sub);
+    return 'passed';
   }
   await syncStripeSubscription(deps, sub.stripeSubscriptionId);
   return (await unmarkAndMail(deps, sub.id)) ? 'resumed' : 'passed';

@@ -1,8 +1,9 @@
+import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { mailsTo } from '../support/mail.ts';
 import { signUp } from '../support/users.ts';
-import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, buyPaidTier, deliver, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * An agent deleted by an admin (DELETE /agents/{agentId}: status inactive) can no longer be used: its OAuth client is
@@ -272,5 +273,56 @@ describe('the round against faults and later choices (found by review 09)', () =
       { renewalsStopped: 0, renewalsResumed: 0, failed: 0 },
     ]);
     expect(await first(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${a.stripeSubscriptionId}`)).toEqual({ status: 'canceled' });
+  });
+});
+
+describe("the user's own cancel against the round (found by review 10)", () => {
+  it('attack on the buyer: a portal cancel whose event has not come is not taken over by the round, so a restore does not renew it', async () => {
+    // The round judged "the user chose to leave" from the row alone: a cancel made in Stripe's customer portal whose
+    // event was not applied yet (Stripe retries a failed delivery for days) was marked as the round's own, and the
+    // restore then renewed a subscription the user had canceled.
+    const a = await subscriber();
+    const url = new URL(w.fake.url);
+    const stripe = new Stripe(w.fake.secretKey, { host: url.hostname, port: url.port, protocol: 'http', maxNetworkRetries: 0 });
+    await stripe.subscriptions.update(a.stripeSubscriptionId, { cancel_at_period_end: true }); // as the portal does
+    const portalEvents = w.fake.takeEvents();
+
+    await del(a.agent.id);
+    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
+    expect(await first(w.t.db, sql`select cancel_at_period_end as ending, agent_deleted_mailed_at as mark from subscriptions where id = ${a.subscriptionId}`)).toEqual({
+      ending: true,
+      mark: null,
+    });
+    expect(await removalMails(a.user.email, a.agent.name)).toHaveLength(0); // their own choice: no "will not renew"
+    await deliver(w, portalEvents); // the portal's event, late
+
+    await restore(a.agent.id);
+    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(a.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+    const mine = await w.t.http.get(`/me/subscriptions/${a.agent.id}`, { cookie: a.user.cookie });
+    expect(mine.body.data).toMatchObject({ status: 'active', cancelAtPeriodEnd: true });
+  });
+
+  it("a cancel by the user while the round ends the subscription stays theirs: the restore does not renew it", async () => {
+    // The round looks while the user's cancel is at Stripe (the row not ending yet) and marks the subscription as its
+    // own; the cancel drops the mark again once its answer is written, so it is never undone by a restore.
+    const a = await subscriber();
+    await del(a.agent.id);
+    const userCall = w.fake.hold(`POST /v1/subscriptions/${a.stripeSubscriptionId}`);
+    const canceled = w.t.http.post(`/me/subscriptions/${a.agent.id}/cancel`, { cookie: a.user.cookie });
+    await userCall.reached;
+    try {
+      expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    } finally {
+      userCall.release();
+    }
+    const res = await canceled;
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data).toMatchObject({ cancelAtPeriodEnd: true });
+    await deliverPending(w);
+    await restore(a.agent.id);
+    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
+    expect(w.fake.subscriptions.get(a.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
   });
 });

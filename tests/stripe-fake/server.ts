@@ -83,6 +83,7 @@ export class StripeFake {
   #paymentMode: PaymentMode = 'succeeds';
   #failing = new Map<string, { status: number; type: string; code?: string }>();
   #idempotent = new Map<string, { status: number; body: string }>();
+  #held = new Map<string, { reached: () => void; answer: Promise<void> }>();
 
   readonly customers = new Map<string, Json>();
   readonly products = new Map<string, Json>();
@@ -109,6 +110,17 @@ export class StripeFake {
   }
   recover(): void {
     this.#failing.clear();
+  }
+  /**
+   * The next request `METHOD /v1/path` waits unanswered until `release()` (Stripe slow to answer one call); `reached`
+   * resolves once it arrived. Only the next one: later requests of the same kind are answered at once.
+   */
+  hold(request: string): { reached: Promise<void>; release(): void } {
+    let reached!: () => void;
+    let release!: () => void;
+    const arrived = new Promise<void>((resolve) => (reached = resolve));
+    this.#held.set(request, { reached, answer: new Promise<void>((resolve) => (release = resolve)) });
+    return { reached: arrived, release };
   }
 
   /** How the customer's card behaves on the next charges (upgrades, renewals). Checkout always succeeds. */
@@ -341,6 +353,12 @@ export class StripeFake {
     if (req.headers.authorization !== `Bearer ${this.secretKey}`) {
       send(401, JSON.stringify({ error: { type: 'invalid_request_error', message: 'Invalid API Key provided' } }));
       return;
+    }
+    const held = this.#held.get(`${method} ${url.pathname}`);
+    if (held) {
+      this.#held.delete(`${method} ${url.pathname}`);
+      held.reached();
+      await held.answer;
     }
     const failing = this.#failing.get(`${method} ${url.pathname}`);
     if (failing) {

@@ -1,0 +1,102 @@
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, sql } from '../../functions/platform/db.ts';
+import { eventually, holdOpen, statementsWaitingForLock } from '../support/databases.ts';
+import type { CallResult } from '../support/http.ts';
+import { mailsTo } from '../support/mail.ts';
+import { signUp } from '../support/users.ts';
+import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+
+/**
+ * A restored agent's round (functions/billing/deleted-agents.ts) renews again at Stripe what an earlier round stopped,
+ * while the subscriber, told their subscription will not renew, may cancel it themselves. Their cancel must stand
+ * whenever it comes (found by review 10: the round picked its rows, the cancel answered 200 and dropped the round's
+ * mark, and the round then asked Stripe to renew anyway). The interleavings are made exact with a row held by a
+ * connection of the test's own and a Stripe call the fake holds unanswered: PostgreSQL only.
+ */
+const TOKEN = 'drain-token-for-tests-0123456789abcdef';
+let w: BillingWorld;
+let locker: postgres.Sql;
+beforeAll(async () => {
+  w = await startBillingWorld({ env: { DRAIN_TOKEN: TOKEN } });
+  locker = postgres(w.t.databaseUrl!, { max: 1, onnotice: () => {} });
+});
+afterAll(async () => {
+  await locker?.end({ timeout: 1 });
+  await w?.close();
+});
+
+const drain = async () => {
+  const res = await w.t.http.post('/internal/drain', { bearer: TOKEN });
+  expect(res.status, res.text).toBe(200);
+  return res.body.data as { deletedAgents: { renewalsStopped: number; renewalsResumed: number; failed: number } };
+};
+const del = async (agentId: string) => expect((await w.t.http.delete(`/agents/${agentId}`, { cookie: w.admin.cookie })).status).toBe(200);
+const restore = async (agentId: string) =>
+  expect((await w.t.http.patch(`/agents/${agentId}`, { cookie: w.admin.cookie, json: { status: 'active' } })).status).toBe(200);
+const ending = async (stripeSubscriptionId: string) =>
+  first<{ cancel_at_period_end: boolean }>(w.t.db, sql`select cancel_at_period_end from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`);
+
+/** A paid subscriber whose agent was deleted, its renewal stopped by a round, and the agent restored since. */
+async function stoppedThenRestored() {
+  const agent = await activeAgent(w);
+  const user = await signUp(w.t);
+  const bought = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
+  await del(agent.id);
+  expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+  await deliverPending(w);
+  await restore(agent.id);
+  return { agent, user, ...bought };
+}
+
+describe('a user cancels while the resume round is under way (found by review 10)', () => {
+  it('attack on the buyer: a cancel between the round\'s search and its call to Stripe stands; Stripe does not renew', async () => {
+    const y = await stoppedThenRestored();
+    // another deleted agent's subscription, which the round ends before it resumes: held, it pauses the round there
+    const agentX = await activeAgent(w);
+    const x = await buyPaidTier(w, await signUp(w.t), (await paidTier(w, agentX.id, { priceCents: 900 })).id);
+    await del(agentX.id);
+
+    const held = await holdOpen(locker, (tx) => tx`select 1 from subscriptions where id = ${x.subscriptionId} for update`);
+    let round: Promise<unknown> | undefined;
+    try {
+      round = drain();
+      await eventually('the round is past its search', async () => (await statementsWaitingForLock(w.t.db, '%as marked%')) >= 1);
+      const canceled = await w.t.http.post(`/me/subscriptions/${y.agent.id}/cancel`, { cookie: y.user.cookie });
+      expect(canceled.status, canceled.text).toBe(200);
+      expect(canceled.body.data).toMatchObject({ cancelAtPeriodEnd: true });
+    } finally {
+      await held.release();
+    }
+    expect(await round).toMatchObject({ deletedAgents: { renewalsResumed: 0, failed: 0 } });
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(y.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+    expect(await ending(y.stripeSubscriptionId)).toEqual({ cancel_at_period_end: true });
+    expect((await mailsTo(w.t, y.user.email)).map((m) => m.subject)).not.toContain(
+      `${y.agent.name} is back on Agent Marketplace: your subscription renews again`,
+    );
+  });
+
+  it('attack on the buyer: a cancel made while Stripe answers the round\'s renewal waits for it, and comes last', async () => {
+    const y = await stoppedThenRestored();
+    const stripeCall = w.fake.hold(`POST /v1/subscriptions/${y.stripeSubscriptionId}`);
+    let round: Promise<unknown> | undefined;
+    let canceled: Promise<CallResult> | undefined;
+    try {
+      round = drain();
+      await stripeCall.reached; // the round asked Stripe to renew; no answer yet
+      canceled = w.t.http.post(`/me/subscriptions/${y.agent.id}/cancel`, { cookie: y.user.cookie });
+      await eventually('the cancel waits for the round', async () => (await statementsWaitingForLock(w.t.db, '%agent_deleted_mailed_at = null%')) >= 1);
+    } finally {
+      stripeCall.release();
+    }
+    const res = await canceled!;
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data).toMatchObject({ cancelAtPeriodEnd: true });
+    expect(await round).toMatchObject({ deletedAgents: { failed: 0 } });
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(y.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+    expect(await ending(y.stripeSubscriptionId)).toEqual({ cancel_at_period_end: true });
+    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
+  });
+});
