@@ -855,6 +855,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 19,
+    name: "a removal takes its memberships before its organizations (deadlocks beside a deletion or another removal)",
+    file: 'supabase/migrations/20261127001700_removal_locks_organizations_first.sql',
+    find: '     for no key update of o;',
+    replace: '     ;',
+    tests: ['tests/identity/organization-handover.pg-only.test.ts'],
+  },
+  {
+    rule: 19,
     name: 'the hand-over takes a banned member over a standing one',
     file: 'supabase/migrations/20261127001500_handover_holds_under_races.sql',
     find: '     order by public.banned_at(u.banned, u."banExpires", now()),',

@@ -107,3 +107,73 @@ describe('an owner removed by a platform admin hands over the organization', () 
     expect(await memberRoles(orgId)).toEqual({ [member.userId]: 'owner' });
   });
 });
+
+// Found by review 13: the removal took a member row, then its organization's (the owner rule); a deletion of the
+// organization and the hand-over take them the other way round, and PostgreSQL ended one of the two (503). The removal
+// now takes its organizations first, in id order (migration 20261127001700).
+describe('the removal beside an organization deletion or another removal', () => {
+  it('a co-owner deletes the organization while a platform admin removes the other owner: both answer', async () => {
+    const owner = await verifiedUser('Owner');
+    const coOwner = await verifiedUser('Co-owner');
+    const orgId = await createOrg(owner);
+    await join(owner, orgId, coOwner, 'owner');
+    const platformAdmin = await createAdmin(t);
+
+    const held = await holdOpen(locker, (tx) => tx`select 1 from "organization" where id = ${orgId} for update`);
+    const pending: Promise<CallResult>[] = [];
+    try {
+      pending.push(t.http.post('/api/auth/organization/delete', { ...asUser(coOwner), json: { organizationId: orgId } }));
+      await eventually('the delete waits', async () => (await statementsWaitingForLock(t.db, '%delete from "organization"%')) >= 1);
+      pending.push(t.http.post('/api/auth/admin/remove-user', { ...asUser(platformAdmin), json: { userId: owner.userId } }));
+      await eventually('the removal waits in the owner rule', async () => (await statementsWaitingForLock(t.db, '%delete from "user"%')) >= 1);
+    } finally {
+      await held.release();
+    }
+    const [deleted, removed] = (await Promise.all(pending)) as [CallResult, CallResult];
+    // the 503 is PostgreSQL's deadlock detector (1 s); sent again, the removal passes and nothing is left behind
+    if (removed.status === 503) {
+      const again = await t.http.post('/api/auth/admin/remove-user', { ...asUser(platformAdmin), json: { userId: owner.userId } });
+      expect(again.status, again.text).toBe(200);
+    }
+    expect(await memberRoles(orgId)).toEqual({});
+    expect([deleted.status, removed.status], `${deleted.text} / ${removed.text}`).toEqual([200, 200]);
+  });
+
+  it('two owners removed at once, each the heir of the other\'s organization: both answer, both organizations keep an owner', async () => {
+    // O owns X alone with H its admin; H owns Y alone with O its admin. Member rows in the order O@Y < O@X and
+    // H@X < H@Y, so each removal's cascade meets its admin row first and its owner row second.
+    const o = await verifiedUser('O');
+    const h = await verifiedUser('H');
+    const z = await verifiedUser('Z');
+    const m = await verifiedUser('M');
+    const x = await createOrg(z);
+    await join(z, x, h, 'admin'); // H@X
+    const y = await createOrg(h); // H@Y
+    await join(h, y, o, 'admin'); // O@Y
+    await join(h, y, m, 'member');
+    await join(z, x, o, 'owner'); // O@X
+    await join(z, x, m, 'member');
+    expect((await t.http.post('/api/auth/organization/leave', { ...asUser(z), json: { organizationId: x } })).status).toBe(200);
+    const platformAdmin = await createAdmin(t);
+
+    const held = await holdOpen(locker, (tx) => tx`select 1 from "organization" where id = ${x} for update`);
+    const pending: Promise<CallResult>[] = [];
+    try {
+      pending.push(t.http.post('/api/auth/admin/remove-user', { ...asUser(platformAdmin), json: { userId: o.userId } }));
+      await eventually('O\'s removal waits for X', async () => (await statementsWaitingForLock(t.db, '%delete from "user"%')) >= 1);
+      pending.push(t.http.post('/api/auth/admin/remove-user', { ...asUser(platformAdmin), json: { userId: h.userId } }));
+      await eventually('H\'s removal waits for its heir in Y', async () => (await statementsWaitingForLock(t.db, '%delete from "user"%')) >= 2);
+    } finally {
+      await held.release();
+    }
+    const answers = await Promise.all(pending);
+    // the 503 is PostgreSQL's deadlock detector (1 s); sent again, the removal passes and both organizations keep an owner
+    for (const [i, who] of [o, h].entries()) {
+      if (answers[i]!.status !== 503) continue;
+      const again = await t.http.post('/api/auth/admin/remove-user', { ...asUser(platformAdmin), json: { userId: who.userId } });
+      expect(again.status, again.text).toBe(200);
+    }
+    expect([await memberRoles(x), await memberRoles(y)]).toEqual([{ [m.userId]: 'owner' }, { [m.userId]: 'owner' }]);
+    expect(answers.map((r) => r.status), answers.map((r) => r.text).join(' / ')).toEqual([200, 200]);
+  });
+});
