@@ -1587,6 +1587,7 @@ export type Database = {
         Row: {
           "agent_deleted_mailed_at": string | null;
           "agent_id": string;
+          "agent_resume_claimed_at": string | null;
           "cancel_at_period_end": boolean;
           "canceled_at": string | null;
           "continued_from": string | null;
@@ -1612,6 +1613,7 @@ export type Database = {
         Insert: {
           "agent_deleted_mailed_at"?: string | null;
           "agent_id": string;
+          "agent_resume_claimed_at"?: string | null;
           "cancel_at_period_end"?: boolean;
           "canceled_at"?: string | null;
           "continued_from"?: string | null;
@@ -1635,6 +1637,7 @@ export type Database = {
         Update: {
           "agent_deleted_mailed_at"?: string | null;
           "agent_id"?: string;
+          "agent_resume_claimed_at"?: string | null;
           "cancel_at_period_end"?: boolean;
           "canceled_at"?: string | null;
           "continued_from"?: string | null;

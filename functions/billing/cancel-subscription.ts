@@ -87,22 +87,26 @@ async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: bo
   const { stripe } = requirePayments(deps);
   const stripeSubscriptionId = sub.stripeSubscriptionId;
   // A cancel by the user, an admin or a ban is theirs from now on, also of a subscription a deleted agent's round had
-  // set to end: the round's mark goes, so an agent restored later does not renew it again (review 09). It goes before
-  // Stripe is asked, and Stripe is asked even when the row shows the round's ending: a round resuming it holds the
-  // row's lock while it asks Stripe to renew (deleted-agents.ts), so this waits, and its call comes last (review 10).
-  const tookOver = !byDeletedAgentRound && (await dropDeletedAgentMark(deps, sub.id));
+  // set to end or is renewing: the round's mark and resume claim go before Stripe is asked, so a restore does not renew
+  // it again (review 09), and a resume under way puts this cancel back after its own call (deleted-agents.ts; review
+  // 10). Whether Stripe must be asked is judged from Stripe's state read after that, not from the row read before it:
+  // a resume finishing in between left the row saying "ending" while Stripe renewed, and the cancel answered 200 with
+  // nothing asked (review 13).
+  if (!byDeletedAgentRound) await dropDeletedAgentMark(deps, sub.id);
   try {
     if (immediate) {
       await callStripe(() => stripe.subscriptions.cancel(stripeSubscriptionId));
-    } else if (!sub.cancelAtPeriodEnd || tookOver) {
-      // Stripe refuses to change the cancellation of a subscription a schedule manages: a pending downgrade
-      // is dropped first (the subscription ends, so it would never take effect).
+    } else {
       const current = await readStripeSubscription(deps, stripeSubscriptionId);
-      const scheduleId = typeof current.schedule === 'string' ? current.schedule : current.schedule?.id;
-      if (scheduleId && (typeof current.schedule !== 'object' || current.schedule?.status === 'active')) {
-        await callStripe(() => stripe.subscriptionSchedules.release(scheduleId));
+      if (!current.cancel_at_period_end) {
+        // Stripe refuses to change the cancellation of a subscription a schedule manages: a pending downgrade
+        // is dropped first (the subscription ends, so it would never take effect).
+        const scheduleId = typeof current.schedule === 'string' ? current.schedule : current.schedule?.id;
+        if (scheduleId && (typeof current.schedule !== 'object' || current.schedule?.status === 'active')) {
+          await callStripe(() => stripe.subscriptionSchedules.release(scheduleId));
+        }
+        await callStripe(() => stripe.subscriptions.update(stripeSubscriptionId, { cancel_at_period_end: true }));
       }
-      await callStripe(() => stripe.subscriptions.update(stripeSubscriptionId, { cancel_at_period_end: true }));
     }
   } catch (err) {
     if (!isStripeRefusal(err)) throw err;
@@ -115,15 +119,12 @@ async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: bo
   return (await billingSubscription(deps, sub.id))!.dto;
 }
 
-/** Clears a deleted agent's round's mark (deleted-agents.ts), waiting for the row's lock; true when there was one. */
-async function dropDeletedAgentMark(deps: BillingDeps, subscriptionId: string): Promise<boolean> {
-  const dropped = await first(
+/** Clears a deleted agent's round's mark and resume claim (deleted-agents.ts). */
+async function dropDeletedAgentMark(deps: BillingDeps, subscriptionId: string): Promise<void> {
+  await sql`update public.subscriptions set agent_deleted_mailed_at = null, agent_resume_claimed_at = null
+             where id = ${subscriptionId} and (agent_deleted_mailed_at is not null or agent_resume_claimed_at is not null)`.execute(
     deps.database.db,
-    sql`update public.subscriptions set agent_deleted_mailed_at = null
-         where id = ${subscriptionId} and agent_deleted_mailed_at is not null
-     returning id`,
   );
-  return !!dropped;
 }
 
 /** Billing's part of a ban (auth/ban-user.ts OnUserBanned): the subscriptions end at period end when asked. */

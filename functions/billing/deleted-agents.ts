@@ -31,8 +31,8 @@ import { readStripeSubscription, syncStripeSubscription } from './subscription-s
  * subscription renews again at Stripe, its user mailed, the mark cleared (review 08: a mistaken deletion ended every
  * renewal for good, and a user could not even buy again while the ending one was live). A cancel by the user, an
  * admin or a ban clears the mark (cancel-subscription.ts), so it is never undone by a restore (review 09), also one
- * made while a round resumes it: both decide under the row's lock, which the resume holds while Stripe answers
- * (review 10). A pending downgrade is dropped when the round ends a subscription (Stripe refuses to end one a schedule
+ * made while a round resumes it: the resume works under a claim the cancel clears, and a round that finds its claim
+ * cleared asks Stripe for the cancel again after its own call (reviews 10 and 13; resumeBilling). A pending downgrade is dropped when the round ends a subscription (Stripe refuses to end one a schedule
  * manages) and is not put back on resume: the user renews at the current tier until a downgrade is scheduled again.
  * A subscription Stripe no longer knows (test data deleted, keys switched) can be neither charged nor renewed: its row
  * is ended here, once. Free subscriptions charge nothing and are left alone.
@@ -142,35 +142,58 @@ async function endBilling(deps: BillingDeps, sub: Due): Promise<Step> {
   return 'stopped';
 }
 
+/** A round's claim on a resume is another round's to take over after this long (the first one crashed or hung). */
+const RESUME_CLAIM_MS = 10 * 60_000;
+
 async function resumeBilling(deps: BillingDeps, sub: Due): Promise<Step> {
   const { stripe } = requirePayments(deps);
-  // The mark is read again under the row's lock, held while Stripe answers: a cancel by the user, an admin or a ban
-  // drops the mark under the same lock before it asks Stripe (cancel-subscription.ts), so either it came first (no
-  // mark: nothing to resume) or its call to Stripe comes after this one and stands (found by review 10: a cancel
-  // between the search and this call answered 200, and the round then renewed it at Stripe). The one lock held while
-  // Stripe answers: one row, one call, only for a deletion undone.
-  const asked = await deps.database.db.transaction().execute(async (trx) => {
-    const marked = await first(
-      trx,
-      sql`select 1 as marked from public.subscriptions where id = ${sub.id} and agent_deleted_mailed_at is not null for update`,
-    );
-    if (!marked) return 'unmarked';
+  // The resume is claimed, then Stripe asked, then the mark and the claim cleared if the claim is still ours; no lock
+  // is held while Stripe answers (migration 20261127001800: a row lock held then stalled the subscriber's usage calls,
+  // and on the embedded database every request; review 13). A cancel by the user, an admin or a ban clears the mark
+  // and the claim before it asks Stripe (cancel-subscription.ts): one before the claim leaves nothing to resume; one
+  // after it is put back at Stripe below, after our own call (review 10: the renewal undid a cancel made meanwhile).
+  const claimedAt = deps.clock.now();
+  const claimed = await first(
+    deps.database.db,
+    sql`update public.subscriptions set agent_resume_claimed_at = ${claimedAt}
+         where id = ${sub.id} and agent_deleted_mailed_at is not null
+           and (agent_resume_claimed_at is null or agent_resume_claimed_at < ${new Date(claimedAt.getTime() - RESUME_CLAIM_MS)})
+     returning id`,
+  );
+  if (!claimed) return 'passed'; // canceled meanwhile, or another round is resuming it
+  let outcome: Awaited<ReturnType<typeof unmarkAndMail>>;
+  try {
     try {
       await callStripe(() => stripe.subscriptions.update(sub.stripeSubscriptionId, { cancel_at_period_end: false }));
     } catch (err) {
-      if (isStripeMissing(err)) return 'missing';
+      if (isStripeMissing(err)) {
+        await endUnknownToStripe(deps, sub);
+        return 'passed';
+      }
       // ended at Stripe meanwhile (its period ran out): nothing to resume; the sync below writes what Stripe has
       if (!isStripeRefusal(err)) throw err;
     }
-    return 'asked';
-  });
-  if (asked === 'unmarked') return 'passed';
-  if (asked === 'missing') {
-    await endUnknownToStripe(deps, sub);
+    await syncStripeSubscription(deps, sub.stripeSubscriptionId);
+    outcome = await unmarkAndMail(deps, sub.id, claimedAt);
+  } catch (err) {
+    // the next round finishes it: the claim goes (if the database refuses that too, it lapses after RESUME_CLAIM_MS)
+    await sql`update public.subscriptions set agent_resume_claimed_at = null
+               where id = ${sub.id} and agent_resume_claimed_at = ${claimedAt}`
+      .execute(deps.database.db)
+      .catch(() => {});
+    throw err;
+  }
+  if (outcome === 'canceled meanwhile') {
+    try {
+      await callStripe(() => stripe.subscriptions.update(sub.stripeSubscriptionId, { cancel_at_period_end: true }));
+    } catch (err) {
+      if (!isStripeRefusal(err)) throw err; // refused: ended at Stripe (an immediate cancel), which is what was asked
+    }
+    await syncStripeSubscription(deps, sub.stripeSubscriptionId);
+    deps.logger.info("a restored agent's subscription was canceled while its renewal resumed: the cancel stands", { subscriptionId: sub.id });
     return 'passed';
   }
-  await syncStripeSubscription(deps, sub.stripeSubscriptionId);
-  return (await unmarkAndMail(deps, sub.id)) ? 'resumed' : 'passed';
+  return outcome === 'resumed' ? 'resumed' : 'passed';
 }
 
 /** Stripe does not know it: nothing can charge or renew it, so the row ends here (and its mark goes), once. */
@@ -178,7 +201,7 @@ async function endUnknownToStripe(deps: BillingDeps, sub: Due): Promise<void> {
   const now = deps.clock.now();
   await sql`update public.subscriptions
                set status = 'canceled', canceled_at = ${now}, cancel_at_period_end = false, agent_deleted_mailed_at = null,
-                   updated_at = ${now}
+                   agent_resume_claimed_at = null, updated_at = ${now}
              where id = ${sub.id} and status <> 'canceled'`.execute(deps.database.db);
   deps.logger.warn("a deleted or restored agent's subscription is unknown to Stripe: ended here", { subscriptionId: sub.id });
 }
@@ -205,20 +228,37 @@ async function markAndMail(deps: BillingDeps, subscriptionId: string, kind: 'end
   });
 }
 
-/** The resume's mark cleared and its mail, in one transaction: only the round whose update returns the row mails. */
-async function unmarkAndMail(deps: BillingDeps, subscriptionId: string): Promise<boolean> {
+/**
+ * The resume's mark and claim cleared and its mail, in one transaction, while the claim is still this round's:
+ * 'resumed' (mailed), 'not live' (ended at Stripe meanwhile: no mail), 'canceled meanwhile' (a cancel cleared the mark
+ * and the claim after the claim was taken: its choice is to be put back), or 'taken over' (another round claimed it
+ * after ours had run for RESUME_CLAIM_MS: that round finishes it).
+ */
+async function unmarkAndMail(
+  deps: BillingDeps,
+  subscriptionId: string,
+  claimedAt: Date,
+): Promise<'resumed' | 'not live' | 'canceled meanwhile' | 'taken over'> {
   return deps.database.db.transaction().execute(async (trx) => {
     const row = await first<MailRow & { live: boolean }>(
       trx,
-      sql`update public.subscriptions s set agent_deleted_mailed_at = null
+      sql`update public.subscriptions s set agent_deleted_mailed_at = null, agent_resume_claimed_at = null
             from public.agents a, public."user" u
-           where s.id = ${subscriptionId} and s.agent_deleted_mailed_at is not null and a.id = s.agent_id and u.id = s.user_id
+           where s.id = ${subscriptionId} and s.agent_resume_claimed_at = ${claimedAt} and a.id = s.agent_id and u.id = s.user_id
        returning u.email, a.name as agent, s.current_period_end as "periodEnd",
                  (s.status <> 'canceled' and not s.cancel_at_period_end) as live`,
     );
-    if (!row?.live) return false;
+    if (!row) {
+      const now = await first<{ marked: boolean; claimed: boolean }>(
+        trx,
+        sql`select agent_deleted_mailed_at is not null as marked, agent_resume_claimed_at is not null as claimed
+              from public.subscriptions where id = ${subscriptionId}`,
+      );
+      return now && !now.marked && !now.claimed ? 'canceled meanwhile' : 'taken over';
+    }
+    if (!row.live) return 'not live';
     await deps.mailer.enqueue(trx, mailOf(deps, 'resumed', row));
-    return true;
+    return 'resumed';
   });
 }
 

@@ -2,8 +2,8 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { eventually, holdOpen, statementsWaitingForLock } from '../support/databases.ts';
-import type { CallResult } from '../support/http.ts';
 import { mailsTo } from '../support/mail.ts';
+import type { CallResult } from '../support/http.ts';
 import { signUp } from '../support/users.ts';
 import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
@@ -77,26 +77,65 @@ describe('a user cancels while the resume round is under way (found by review 10
     );
   });
 
-  it('attack on the buyer: a cancel made while Stripe answers the round\'s renewal waits for it, and comes last', async () => {
+  it('attack on the buyer: a cancel made while Stripe answers the round\'s renewal stands: the round puts it back after its own call', async () => {
+    // (A first mend held the row's lock while Stripe answered, so the cancel waited; review 13 found that lock stalled
+    // the subscriber's usage calls, and every request on the embedded database. The cancel no longer waits: it
+    // clears the round's claim, and the round, finding it cleared, asks Stripe for the cancel again.)
     const y = await stoppedThenRestored();
     const stripeCall = w.fake.hold(`POST /v1/subscriptions/${y.stripeSubscriptionId}`);
     let round: Promise<unknown> | undefined;
-    let canceled: Promise<CallResult> | undefined;
     try {
       round = drain();
       await stripeCall.reached; // the round asked Stripe to renew; no answer yet
-      canceled = w.t.http.post(`/me/subscriptions/${y.agent.id}/cancel`, { cookie: y.user.cookie });
-      await eventually('the cancel waits for the round', async () => (await statementsWaitingForLock(w.t.db, '%agent_deleted_mailed_at = null%')) >= 1);
+      const res = await w.t.http.post(`/me/subscriptions/${y.agent.id}/cancel`, { cookie: y.user.cookie });
+      expect(res.status, res.text).toBe(200);
+      expect(res.body.data).toMatchObject({ cancelAtPeriodEnd: true });
     } finally {
       stripeCall.release();
     }
-    const res = await canceled!;
-    expect(res.status, res.text).toBe(200);
-    expect(res.body.data).toMatchObject({ cancelAtPeriodEnd: true });
-    expect(await round).toMatchObject({ deletedAgents: { failed: 0 } });
+    expect(await round).toMatchObject({ deletedAgents: { renewalsResumed: 0, failed: 0 } });
     await deliverPending(w);
     expect(w.fake.subscriptions.get(y.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
     expect(await ending(y.stripeSubscriptionId)).toEqual({ cancel_at_period_end: true });
+    expect((await mailsTo(w.t, y.user.email)).filter((m) => m.subject.includes('is back on Agent Marketplace'))).toEqual([]);
     expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
+  });
+
+  // Found by review 13: the cancel judged whether to ask Stripe from the row it read at its start; a resume finishing
+  // between that read and the cancel's mark drop left it a stale "ending" and no mark, so it asked Stripe nothing,
+  // answered 200, and the subscription renewed. The pause is forced by holding the key of the cancel's allowance,
+  // which it takes between the two. Now the cancel reads Stripe after dropping the mark.
+  it('attack on the buyer: a resume that finishes while the cancel is under way does not leave it unasked at Stripe', async () => {
+    const agent = await activeAgent(w);
+    const user = await signUp(w.t);
+    const bought = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
+    await del(agent.id);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    await deliverPending(w);
+    await restore(agent.id);
+
+    // hold the key of the user's cancel allowance: the cancel has read its row (ending, marked) and waits there
+    const key = `billing-cancel|${user.userId}|own`;
+    const held = await holdOpen(
+      locker,
+      (tx) => tx`insert into rate_limits (key, window_start, window_end, hits) values (${key}, now(), now() + interval '1 day', 0)`,
+    );
+    let canceled: Promise<CallResult> | undefined;
+    try {
+      canceled = w.t.http.post(`/me/subscriptions/${agent.id}/cancel`, { cookie: user.cookie });
+      await eventually('the cancel waits in its allowance', async () => (await statementsWaitingForLock(w.t.db, '%rate_limit_hit%')) >= 1);
+      // the round resumes the renewal entirely meanwhile
+      expect((await drain()).deletedAgents).toMatchObject({ renewalsResumed: 1, failed: 0 });
+    } finally {
+      await held.release();
+    }
+    const res = await canceled!;
+    expect(res.status, res.text).toBe(200);
+    await deliverPending(w);
+    // The user asked to cancel and was answered 200: Stripe must not renew it.
+    expect(w.fake.subscriptions.get(bought.stripeSubscriptionId)!.cancel_at_period_end, JSON.stringify(res.body.data)).toBe(true);
+    expect(
+      await first<{ cancel_at_period_end: boolean }>(w.t.db, sql`select cancel_at_period_end from subscriptions where stripe_subscription_id = ${bought.stripeSubscriptionId}`),
+    ).toEqual({ cancel_at_period_end: true });
   });
 });

@@ -2,6 +2,8 @@ import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { mailsTo } from '../support/mail.ts';
+import { meter, reqId, setQuota, usagePath } from '../metering/support.ts';
+import { accessTokenFor } from '../support/oauth.ts';
 import { signUp } from '../support/users.ts';
 import { activeAgent, buyPaidTier, deliver, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
@@ -324,5 +326,43 @@ describe("the user's own cancel against the round (found by review 10)", () => {
     await restore(a.agent.id);
     expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
     expect(w.fake.subscriptions.get(a.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+  });
+});
+
+describe('a slow Stripe answer to the resume holds nothing else back (found by review 13)', () => {
+  // A first mend of review 10 held the subscription row's lock while Stripe answered the renewal: every usage call's
+  // foreign-key check on that row waited (503 after its lock timeout), and on the embedded database the transaction
+  // held the one connection, so every request waited on Stripe. Here Stripe's answer is held until the test has its
+  // answers (a call that waited would never answer, and the test would time out).
+  it("the subscriber's usage calls, a catalog read and /ready are answered while Stripe has not answered", async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 1500 });
+    const [metric] = (
+      await sql<{ id: string }>`insert into metric_definitions (agent_id, slug, name, kind) values (${agent.id}, 'runs', 'runs', 'fixed') returning id`.execute(w.t.db)
+    ).rows;
+    await setQuota(w.t.db, tier.id, metric!.id, 1000);
+    const user = await signUp(w.t, { verified: true });
+    const bought = await buyPaidTier(w, user, tier.id);
+    expect((await meter(w.t, user, agent.id, 'runs', 'increment', { amount: 1, clientReqId: reqId() })).status).toBe(200);
+    await del(agent.id);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    await deliverPending(w);
+    await restore(agent.id);
+    // the deletion revoked the agent's tokens: the user signs in to the restored agent again
+    const token = (await accessTokenFor(w.t, user, { agentId: agent.id })).accessToken;
+    const increment = () => w.t.http.post(usagePath(agent.id, 'runs', 'increment'), { bearer: token, json: { amount: 1, clientReqId: reqId() } });
+
+    const stripeCall = w.fake.hold(`POST /v1/subscriptions/${bought.stripeSubscriptionId}`);
+    let round: ReturnType<typeof drain> | undefined;
+    try {
+      round = drain();
+      await stripeCall.reached; // the round asked Stripe to renew; no answer yet
+      const [usage, catalog, ready] = await Promise.all([increment(), w.t.http.get(`/agents/${agent.id}`), w.t.http.get('/ready')]);
+      expect([usage.status, catalog.status, ready.status], usage.text).toEqual([200, 200, 200]);
+    } finally {
+      stripeCall.release();
+    }
+    expect((await round).deletedAgents).toMatchObject({ renewalsResumed: 1, failed: 0 });
+    expect(w.fake.subscriptions.get(bought.stripeSubscriptionId)!.cancel_at_period_end).toBe(false);
   });
 });
