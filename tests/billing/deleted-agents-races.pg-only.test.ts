@@ -106,14 +106,7 @@ describe('a user cancels while the resume round is under way (found by review 10
   // answered 200, and the subscription renewed. The pause is forced by holding the key of the cancel's allowance,
   // which it takes between the two. Now the cancel reads Stripe after dropping the mark.
   it('attack on the buyer: a resume that finishes while the cancel is under way does not leave it unasked at Stripe', async () => {
-    const agent = await activeAgent(w);
-    const user = await signUp(w.t);
-    const bought = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
-    await del(agent.id);
-    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
-    await deliverPending(w);
-    await restore(agent.id);
-
+    const { agent, user, ...bought } = await stoppedThenRestored();
     // hold the key of the user's cancel allowance: the cancel has read its row (ending, marked) and waits there
     const key = `billing-cancel|${user.userId}|own`;
     const held = await holdOpen(

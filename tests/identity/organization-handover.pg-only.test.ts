@@ -51,15 +51,20 @@ const memberRoles = async (orgId: string) =>
     (await rows<{ userId: string; role: string }>(t.db, sql`select "userId", role from member where "organizationId" = ${orgId}`)).map((m) => [m.userId, m.role]),
   );
 
+/** An organization of an owner, an admin (the heir) and a member, and a platform admin to remove accounts. */
+async function ownerHeirAndMember() {
+  const owner = await verifiedUser('Owner');
+  const heir = await verifiedUser('Heir admin');
+  const member = await verifiedUser('Member');
+  const orgId = await createOrg(owner);
+  const heirMember = await join(owner, orgId, heir, 'admin');
+  await join(owner, orgId, member, 'member');
+  return { owner, heir, member, orgId, heirMember, platformAdmin: await createAdmin(t) };
+}
+
 describe('an owner removed by a platform admin hands over the organization', () => {
   it('attack: the heir leaving at the moment of the removal: the next member becomes the owner', async () => {
-    const owner = await verifiedUser('Owner');
-    const heir = await verifiedUser('Heir admin');
-    const member = await verifiedUser('Member');
-    const orgId = await createOrg(owner);
-    const heirMember = await join(owner, orgId, heir, 'admin');
-    await join(owner, orgId, member, 'member');
-    const platformAdmin = await createAdmin(t);
+    const { owner, heir, member, orgId, heirMember, platformAdmin } = await ownerHeirAndMember();
 
     // Hold the heir's member row so that both requests are in their write before either goes on.
     const held = await holdOpen(locker, (tx) => tx`select 1 from member where id = ${heirMember} for update`);
@@ -84,13 +89,7 @@ describe('an owner removed by a platform admin hands over the organization', () 
   // The heir's own account removed at the same moment: the hand-over wrote 'owner' on a row the other removal's
   // cascade deleted right after; now that row going hands the organization over in turn.
   it('attack: the owner and the heir removed at once: the remaining member becomes the owner', async () => {
-    const owner = await verifiedUser('Owner');
-    const heir = await verifiedUser('Heir admin');
-    const member = await verifiedUser('Member');
-    const orgId = await createOrg(owner);
-    const heirMember = await join(owner, orgId, heir, 'admin');
-    await join(owner, orgId, member, 'member');
-    const platformAdmin = await createAdmin(t);
+    const { owner, heir, member, orgId, heirMember, platformAdmin } = await ownerHeirAndMember();
 
     const held = await holdOpen(locker, (tx) => tx`select 1 from member where id = ${heirMember} for update`);
     const pending: Promise<CallResult>[] = [];
