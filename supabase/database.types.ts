@@ -1587,6 +1587,7 @@ export type Database = {
         Row: {
           "agent_deleted_mailed_at": string | null;
           "agent_id": string;
+          "agent_resume_canceled_at": string | null;
           "agent_resume_claimed_at": string | null;
           "cancel_at_period_end": boolean;
           "canceled_at": string | null;
@@ -1613,6 +1614,7 @@ export type Database = {
         Insert: {
           "agent_deleted_mailed_at"?: string | null;
           "agent_id": string;
+          "agent_resume_canceled_at"?: string | null;
           "agent_resume_claimed_at"?: string | null;
           "cancel_at_period_end"?: boolean;
           "canceled_at"?: string | null;
@@ -1637,6 +1639,7 @@ export type Database = {
         Update: {
           "agent_deleted_mailed_at"?: string | null;
           "agent_id"?: string;
+          "agent_resume_canceled_at"?: string | null;
           "agent_resume_claimed_at"?: string | null;
           "cancel_at_period_end"?: boolean;
           "canceled_at"?: string | null;

@@ -119,9 +119,16 @@ async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: bo
   return (await billingSubscription(deps, sub.id))!.dto;
 }
 
-/** Clears a deleted agent's round's mark and resume claim (deleted-agents.ts). */
+/**
+ * Clears a deleted agent's round's mark and resume claim (deleted-agents.ts); a claim cleared leaves the mark that a
+ * cancel came while a round resumed the renewal, so the rounds ask Stripe for this cancel again until it has it
+ * (migration 20261127001900).
+ */
 async function dropDeletedAgentMark(deps: BillingDeps, subscriptionId: string): Promise<void> {
-  await sql`update public.subscriptions set agent_deleted_mailed_at = null, agent_resume_claimed_at = null
+  await sql`update public.subscriptions
+               set agent_deleted_mailed_at = null, agent_resume_claimed_at = null,
+                   agent_resume_canceled_at = case when agent_resume_claimed_at is not null then ${deps.clock.now()}
+                                                   else agent_resume_canceled_at end
              where id = ${subscriptionId} and (agent_deleted_mailed_at is not null or agent_resume_claimed_at is not null)`.execute(
     deps.database.db,
   );

@@ -81,17 +81,28 @@ export async function stopRenewalsOfDeletedAgents(deps: BillingDeps): Promise<De
            and s.status <> 'canceled'
          order by random() limit ${DELETED_AGENT_SUBSCRIPTIONS_PER_ROUND}`,
   );
+  // cancels made while a round resumed the renewal, not yet known to be at Stripe (migration 20261127001900)
+  const toCancel = await rows<Due>(
+    deps.database.db,
+    sql`select s.id, s.stripe_subscription_id as "stripeSubscriptionId"
+          from public.subscriptions s
+         where s.agent_resume_canceled_at is not null and s.stripe_subscription_id is not null
+         order by random() limit ${DELETED_AGENT_SUBSCRIPTIONS_PER_ROUND}`,
+  );
   let failuresInARow = 0;
-  const work = [...toEnd.map((sub) => ({ sub, end: true })), ...toResume.map((sub) => ({ sub, end: false }))];
-  for (const { sub, end } of work) {
+  const work: Array<{ sub: Due; step: (deps: BillingDeps, sub: Due) => Promise<Step>; what: string }> = [
+    ...toCancel.map((sub) => ({ sub, step: putBackCancel, what: 'ask Stripe again for a cancel made while a round resumed the renewal' })),
+    ...toEnd.map((sub) => ({ sub, step: endBilling, what: "end the billing of a deleted agent's subscription" })),
+    ...toResume.map((sub) => ({ sub, step: resumeBilling, what: "resume a restored agent's subscription" })),
+  ];
+  for (const { sub, step: run, what } of work) {
     if (failuresInARow >= FAILURES_IN_A_ROW) break;
     try {
-      const step = end ? await endBilling(deps, sub) : await resumeBilling(deps, sub);
+      const step = await run(deps, sub);
       if (step === 'stopped') report.renewalsStopped += 1;
       if (step === 'resumed') report.renewalsResumed += 1;
       failuresInARow = 0;
     } catch (err) {
-      const what = end ? "end the billing of a deleted agent's subscription" : "resume a restored agent's subscription";
       deps.logger.warn(`could not ${what}; a later round retries`, { subscriptionId: sub.id, err });
       report.failed += 1;
       failuresInARow += 1;
@@ -176,24 +187,44 @@ async function resumeBilling(deps: BillingDeps, sub: Due): Promise<Step> {
     await syncStripeSubscription(deps, sub.stripeSubscriptionId);
     outcome = await unmarkAndMail(deps, sub.id, claimedAt);
   } catch (err) {
-    // the next round finishes it: the claim goes (if the database refuses that too, it lapses after RESUME_CLAIM_MS)
+    // the next round finishes it: the claim goes (if the database refuses that too, it lapses after RESUME_CLAIM_MS);
+    // a cancel made meanwhile left its own mark, which the next round puts back at Stripe
     await sql`update public.subscriptions set agent_resume_claimed_at = null
                where id = ${sub.id} and agent_resume_claimed_at = ${claimedAt}`
       .execute(deps.database.db)
       .catch(() => {});
     throw err;
   }
-  if (outcome === 'canceled meanwhile') {
-    try {
-      await callStripe(() => stripe.subscriptions.update(sub.stripeSubscriptionId, { cancel_at_period_end: true }));
-    } catch (err) {
-      if (!isStripeRefusal(err)) throw err; // refused: ended at Stripe (an immediate cancel), which is what was asked
-    }
-    await syncStripeSubscription(deps, sub.stripeSubscriptionId);
-    deps.logger.info("a restored agent's subscription was canceled while its renewal resumed: the cancel stands", { subscriptionId: sub.id });
-    return 'passed';
-  }
+  if (outcome === 'canceled meanwhile') return putBackCancel(deps, sub);
   return outcome === 'resumed' ? 'resumed' : 'passed';
+}
+
+/**
+ * A cancel by the user, an admin or a ban made while a round resumed the renewal: asked of Stripe again after the
+ * round's own call, and its mark cleared once Stripe has it (cleared only if no newer cancel marked it meanwhile).
+ */
+async function putBackCancel(deps: BillingDeps, sub: Due): Promise<Step> {
+  const { stripe } = requirePayments(deps);
+  const marked = await first<{ at: Date }>(
+    deps.database.db,
+    sql`select agent_resume_canceled_at as at from public.subscriptions where id = ${sub.id} and agent_resume_canceled_at is not null`,
+  );
+  if (!marked) return 'passed';
+  try {
+    await callStripe(() => stripe.subscriptions.update(sub.stripeSubscriptionId, { cancel_at_period_end: true }));
+  } catch (err) {
+    // refused: ended at Stripe (an immediate cancel), which is what was asked; unknown: nothing left to charge
+    if (!isStripeRefusal(err) && !isStripeMissing(err)) throw err;
+  }
+  await syncStripeSubscription(deps, sub.stripeSubscriptionId).catch((err) => {
+    if (!isStripeMissing(err)) throw err;
+  });
+  await sql`update public.subscriptions set agent_resume_canceled_at = null
+             where id = ${sub.id} and agent_resume_canceled_at = ${marked.at}`.execute(deps.database.db);
+  deps.logger.info("a restored agent's subscription was canceled while its renewal resumed: the cancel stands at Stripe", {
+    subscriptionId: sub.id,
+  });
+  return 'passed';
 }
 
 /** Stripe does not know it: nothing can charge or renew it, so the row ends here (and its mark goes), once. */
@@ -201,7 +232,7 @@ async function endUnknownToStripe(deps: BillingDeps, sub: Due): Promise<void> {
   const now = deps.clock.now();
   await sql`update public.subscriptions
                set status = 'canceled', canceled_at = ${now}, cancel_at_period_end = false, agent_deleted_mailed_at = null,
-                   agent_resume_claimed_at = null, updated_at = ${now}
+                   agent_resume_claimed_at = null, agent_resume_canceled_at = null, updated_at = ${now}
              where id = ${sub.id} and status <> 'canceled'`.execute(deps.database.db);
   deps.logger.warn("a deleted or restored agent's subscription is unknown to Stripe: ended here", { subscriptionId: sub.id });
 }
@@ -229,32 +260,36 @@ async function markAndMail(deps: BillingDeps, subscriptionId: string, kind: 'end
 }
 
 /**
- * The resume's mark and claim cleared and its mail, in one transaction, while the claim is still this round's:
- * 'resumed' (mailed), 'not live' (ended at Stripe meanwhile: no mail), 'canceled meanwhile' (a cancel cleared the mark
- * and the claim after the claim was taken: its choice is to be put back), or 'taken over' (another round claimed it
- * after ours had run for RESUME_CLAIM_MS: that round finishes it).
+ * The resume's mark and claim cleared and its mail, in one transaction, while the claim is still this round's and the
+ * agent is still active: 'resumed' (mailed), 'not live' (ended at Stripe meanwhile: no mail), 'canceled meanwhile' (a
+ * cancel cleared the claim and left its own mark: to be put back at Stripe), or 'passed': another round took a
+ * lapsed claim over (it finishes), or the agent was deleted again (only the claim goes: the mark stays the round's,
+ * so the next end round stops it and a later restore resumes it; review 14 found the mark cleared and no mail due).
  */
 async function unmarkAndMail(
   deps: BillingDeps,
   subscriptionId: string,
   claimedAt: Date,
-): Promise<'resumed' | 'not live' | 'canceled meanwhile' | 'taken over'> {
+): Promise<'resumed' | 'not live' | 'canceled meanwhile' | 'passed'> {
   return deps.database.db.transaction().execute(async (trx) => {
     const row = await first<MailRow & { live: boolean }>(
       trx,
       sql`update public.subscriptions s set agent_deleted_mailed_at = null, agent_resume_claimed_at = null
             from public.agents a, public."user" u
-           where s.id = ${subscriptionId} and s.agent_resume_claimed_at = ${claimedAt} and a.id = s.agent_id and u.id = s.user_id
+           where s.id = ${subscriptionId} and s.agent_resume_claimed_at = ${claimedAt} and a.id = s.agent_id and a.status = 'active'
+             and u.id = s.user_id
        returning u.email, a.name as agent, s.current_period_end as "periodEnd",
                  (s.status <> 'canceled' and not s.cancel_at_period_end) as live`,
     );
     if (!row) {
-      const now = await first<{ marked: boolean; claimed: boolean }>(
+      const now = await first<{ canceled: boolean }>(
         trx,
-        sql`select agent_deleted_mailed_at is not null as marked, agent_resume_claimed_at is not null as claimed
-              from public.subscriptions where id = ${subscriptionId}`,
+        sql`select agent_resume_canceled_at is not null as canceled from public.subscriptions where id = ${subscriptionId}`,
       );
-      return now && !now.marked && !now.claimed ? 'canceled meanwhile' : 'taken over';
+      if (now?.canceled) return 'canceled meanwhile';
+      await sql`update public.subscriptions set agent_resume_claimed_at = null
+                 where id = ${subscriptionId} and agent_resume_claimed_at = ${claimedAt}`.execute(trx);
+      return 'passed';
     }
     if (!row.live) return 'not live';
     await deps.mailer.enqueue(trx, mailOf(deps, 'resumed', row));

@@ -1,0 +1,182 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, sql } from '../../functions/platform/db.ts';
+import { mailsTo } from '../support/mail.ts';
+import { signUp } from '../support/users.ts';
+import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+
+/**
+ * The resume of a restored agent's renewals (functions/billing/deleted-agents.ts) under its claim, against what can
+ * happen while it waits on Stripe (found by review 14 of the claim's first version, migration 20261127001800):
+ * - a round stalled past its claim's 10 minutes read another round's finished resume as a cancel, and ended a renewal
+ *   nobody canceled;
+ * - a cancel made meanwhile was put back at Stripe only from the round's memory: one Stripe error or a failed read
+ *   after the renewal, and the canceled subscription renewed for good (the cancel now leaves a mark of its own,
+ *   agent_resume_canceled_at, which every round puts back at Stripe until it has it; migration 20261127001900);
+ * - the agent deleted again while the resume waited: the resume cleared the new ending's mark (a second restore then
+ *   renewed nothing) and mailed "is back" for an agent just removed.
+ */
+const TOKEN = 'drain-token-for-tests-0123456789abcdef';
+let w: BillingWorld;
+beforeAll(async () => {
+  w = await startBillingWorld({ env: { DRAIN_TOKEN: TOKEN } });
+});
+afterAll(() => w.close());
+
+const drain = async () => {
+  const res = await w.t.http.post('/internal/drain', { bearer: TOKEN });
+  expect(res.status, res.text).toBe(200);
+  return res.body.data as { deletedAgents: { renewalsStopped: number; renewalsResumed: number; failed: number } };
+};
+const del = async (agentId: string) => expect((await w.t.http.delete(`/agents/${agentId}`, { cookie: w.admin.cookie })).status).toBe(200);
+const restore = async (agentId: string) =>
+  expect((await w.t.http.patch(`/agents/${agentId}`, { cookie: w.admin.cookie, json: { status: 'active' } })).status).toBe(200);
+const row = async (stripeSubscriptionId: string) =>
+  first<{ cancel_at_period_end: boolean; marked: boolean; claimed: boolean }>(
+    w.t.db,
+    sql`select cancel_at_period_end, agent_deleted_mailed_at is not null as marked, agent_resume_claimed_at is not null as claimed
+          from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`,
+  );
+
+async function stoppedThenRestored() {
+  const agent = await activeAgent(w);
+  const user = await signUp(w.t);
+  const bought = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
+  await del(agent.id);
+  expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+  await deliverPending(w);
+  await restore(agent.id);
+  return { agent, user, ...bought };
+}
+
+describe('a round whose claim lapsed', () => {
+  it("attack on the marketplace: another round's finish is not misread as a cancel (nobody canceled; the user was told it renews)", async () => {
+    const y = await stoppedThenRestored();
+    const start = w.t.clock.now();
+    const slow = w.fake.hold(`POST /v1/subscriptions/${y.stripeSubscriptionId}`);
+    let roundA: ReturnType<typeof drain> | undefined;
+    try {
+      roundA = drain();
+      await slow.reached; // round A claimed the resume and asked Stripe; Stripe is slow (or A's instance hangs)
+      w.t.clock.advance(11 * 60_000); // A's claim lapses
+      // round B takes the claim over, as designed, and finishes the resume: mark and claim cleared, user mailed
+      expect((await drain()).deletedAgents).toMatchObject({ renewalsResumed: 1, failed: 0 });
+    } finally {
+      slow.release();
+      await roundA?.catch(() => {});
+    }
+    try {
+      await roundA;
+      await deliverPending(w);
+      const mails = (await mailsTo(w.t, y.user.email)).map((m) => m.subject);
+      expect(mails).toContain(`${y.agent.name} is back on Agent Marketplace: your subscription renews again`);
+      // Nobody canceled: the user was told it renews, and it must. Round A found mark and claim gone (B's finish)
+      // and took that for a cancel made meanwhile: it asked Stripe for cancel_at_period_end=true.
+      expect(w.fake.subscriptions.get(y.stripeSubscriptionId)!.cancel_at_period_end).toBe(false);
+      expect(await row(y.stripeSubscriptionId)).toMatchObject({ cancel_at_period_end: false });
+    } finally {
+      w.t.clock.set(start);
+    }
+  });
+});
+
+describe('a cancel made while the round waits on Stripe stands whatever happens to the round', () => {
+  it('attack on the buyer: Stripe failing once as the cancel is put back: the next round puts it back', async () => {
+    const y = await stoppedThenRestored();
+    const renew = w.fake.hold(`POST /v1/subscriptions/${y.stripeSubscriptionId}`);
+    let round: ReturnType<typeof drain> | undefined;
+    try {
+      round = drain();
+      await renew.reached; // the round claimed and asked Stripe to renew; no answer yet
+      // The user cancels: mark and claim dropped; Stripe still reads "ending" (the round's), so nothing is asked: 200.
+      const res = await w.t.http.post(`/me/subscriptions/${y.agent.id}/cancel`, { cookie: y.user.cookie });
+      expect(res.status, res.text).toBe(200);
+      expect(res.body.data).toMatchObject({ cancelAtPeriodEnd: true });
+      // the renewal is answered; the round's read after it is slow, and meanwhile Stripe starts failing POSTs
+      const read = w.fake.hold(`GET /v1/subscriptions/${y.stripeSubscriptionId}`);
+      renew.release();
+      await read.reached;
+      w.fake.outage(`POST /v1/subscriptions/${y.stripeSubscriptionId}`);
+      read.release();
+      expect((await round).deletedAgents).toMatchObject({ failed: 1 }); // its re-assert of the cancel failed
+    } finally {
+      renew.release();
+      w.fake.recover();
+    }
+    // Stripe is back: the next round puts the cancel back (the cancel's own mark, agent_resume_canceled_at).
+    await deliverPending(w);
+    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
+    await deliverPending(w);
+    // The user canceled and was answered 200 with cancelAtPeriodEnd true: Stripe must not renew it.
+    expect(w.fake.subscriptions.get(y.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+  });
+
+  it("attack on the buyer: the round's read after its renewal failing: the next round puts the cancel back", async () => {
+    const y = await stoppedThenRestored();
+    const renew = w.fake.hold(`POST /v1/subscriptions/${y.stripeSubscriptionId}`);
+    let round: ReturnType<typeof drain> | undefined;
+    try {
+      round = drain();
+      await renew.reached;
+      const res = await w.t.http.post(`/me/subscriptions/${y.agent.id}/cancel`, { cookie: y.user.cookie });
+      expect(res.status, res.text).toBe(200);
+      expect(res.body.data).toMatchObject({ cancelAtPeriodEnd: true });
+      // Stripe renews; its answer to the round's read right after fails (a timeout, a 500): the round fails before
+      // it could put the cancel back, which the next round does from the cancel's own mark.
+      w.fake.outage(`GET /v1/subscriptions/${y.stripeSubscriptionId}`);
+      renew.release();
+      expect((await round).deletedAgents).toMatchObject({ failed: 1 });
+    } finally {
+      renew.release();
+      w.fake.recover();
+    }
+    await deliverPending(w);
+    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
+    await deliverPending(w);
+    expect(await row(y.stripeSubscriptionId)).toMatchObject({ marked: false, claimed: false });
+    expect(w.fake.subscriptions.get(y.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+  });
+});
+
+describe('the agent deleted again while a resume is under way', () => {
+  it("attack on the marketplace: the second deletion's ending is not taken for the resume's: a second restore renews it again", async () => {
+    const y = await stoppedThenRestored();
+    const read = w.fake.hold(`GET /v1/subscriptions/${y.stripeSubscriptionId}`);
+    let roundA: ReturnType<typeof drain> | undefined;
+    try {
+      roundA = drain();
+      await read.reached; // round A claimed, Stripe renewed it; A's read after it is slow
+      await del(y.agent.id); // the admin deletes the agent again
+      await deliverPending(w); // the renewal's event: the row is live, not ending
+      // round B ends it for the second deletion (the row is still marked from the first: no mail, as designed)
+      expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+      expect(w.fake.subscriptions.get(y.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+    } finally {
+      read.release();
+    }
+    expect((await roundA!).deletedAgents).toMatchObject({ failed: 0 });
+    // round A's finish cleared the mark of round B's ending (its claim was still its own)
+    await deliverPending(w);
+    await restore(y.agent.id); // the deletion is undone again
+    await drain();
+    await deliverPending(w);
+    // "an undone deletion resumes what the rounds stopped": nobody but the rounds ended it, so it must renew again
+    expect(w.fake.subscriptions.get(y.stripeSubscriptionId)!.cancel_at_period_end, JSON.stringify(await row(y.stripeSubscriptionId))).toBe(false);
+  });
+
+  it('attack on the buyer: no "is back" mail for an agent deleted again before the resume finished', async () => {
+    const y = await stoppedThenRestored();
+    const renew = w.fake.hold(`POST /v1/subscriptions/${y.stripeSubscriptionId}`);
+    let roundA: ReturnType<typeof drain> | undefined;
+    try {
+      roundA = drain();
+      await renew.reached;
+      await del(y.agent.id);
+    } finally {
+      renew.release();
+    }
+    await roundA;
+    await deliverPending(w);
+    const subjects = (await mailsTo(w.t, y.user.email)).map((m) => m.subject);
+    expect(subjects).not.toContain(`${y.agent.name} is back on Agent Marketplace: your subscription renews again`);
+  });
+});
