@@ -64,7 +64,7 @@ export async function stopRenewalsOfDeletedAgents(deps: BillingDeps): Promise<De
   const report: DeletedAgentsReport = { renewalsStopped: 0, renewalsResumed: 0, failed: 0 };
   if (!deps.payments) return report;
   // Each in random order: one subscription Stripe keeps refusing does not come first in every round and hold back the
-  // rest. Two searches, each on its own partial index (migrations 20261127000900, 20261127001100).
+  // rest. Three searches, each on its own partial index (migrations 20261127000900, 20261127001100, 20261127001900).
   const toEnd = await rows<Due>(
     deps.database.db,
     sql`select s.id, s.stripe_subscription_id as "stripeSubscriptionId"
