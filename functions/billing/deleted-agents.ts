@@ -153,7 +153,11 @@ async function endBilling(deps: BillingDeps, sub: Due): Promise<Step> {
   return 'stopped';
 }
 
-/** A round's claim on a resume is another round's to take over after this long (the first one crashed or hung). */
+/**
+ * A round's claim on a resume is another round's to take over after this long (the first one crashed or hung). The
+ * wait is an economy (two rounds at once would both ask Stripe to renew), not a rule: a round that finds its claim
+ * taken over leaves the finish to the other, and only a cancel's own mark makes it put a cancel back.
+ */
 const RESUME_CLAIM_MS = 10 * 60_000;
 
 async function resumeBilling(deps: BillingDeps, sub: Due): Promise<Step> {

@@ -847,14 +847,6 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 18,
-    name: "two rounds resume one subscription at once (no claim): the later takes the earlier's finish for a cancel",
-    file: 'functions/billing/deleted-agents.ts',
-    find: '           and (agent_resume_claimed_at is null or agent_resume_claimed_at < ',
-    replace: '           and (true or agent_resume_claimed_at < ',
-    tests: ['tests/billing/deleted-agents.test.ts'],
-  },
-  {
-    rule: 18,
     name: 'a resume that fails keeps its claim: the next rounds cannot finish it for ten minutes',
     file: 'functions/billing/deleted-agents.ts',
     find: '               where id = ${sub.id} and agent_resume_claimed_at = ${claimedAt}`',
