@@ -5,7 +5,7 @@ import { eventually, holdOpen, statementsWaitingForLock } from '../support/datab
 import { mailsTo } from '../support/mail.ts';
 import type { CallResult } from '../support/http.ts';
 import { signUp } from '../support/users.ts';
-import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, buyPaidTier, deliverPending, paidTier, DRAIN_TOKEN, deletedAgentRounds, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * A restored agent's round (functions/billing/deleted-agents.ts) renews again at Stripe what an earlier round stopped,
@@ -14,11 +14,10 @@ import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, 
  * mark, and the round then asked Stripe to renew anyway). The interleavings are made exact with a row held by a
  * connection of the test's own and a Stripe call the fake holds unanswered: PostgreSQL only.
  */
-const TOKEN = 'drain-token-for-tests-0123456789abcdef';
 let w: BillingWorld;
 let locker: postgres.Sql;
 beforeAll(async () => {
-  w = await startBillingWorld({ env: { DRAIN_TOKEN: TOKEN } });
+  w = await startBillingWorld({ env: { DRAIN_TOKEN } });
   locker = postgres(w.t.databaseUrl!, { max: 1, onnotice: () => {} });
 });
 afterAll(async () => {
@@ -26,28 +25,11 @@ afterAll(async () => {
   await w?.close();
 });
 
-const drain = async () => {
-  const res = await w.t.http.post('/internal/drain', { bearer: TOKEN });
-  expect(res.status, res.text).toBe(200);
-  return res.body.data as { deletedAgents: { renewalsStopped: number; renewalsResumed: number; failed: number } };
-};
-const del = async (agentId: string) => expect((await w.t.http.delete(`/agents/${agentId}`, { cookie: w.admin.cookie })).status).toBe(200);
-const restore = async (agentId: string) =>
-  expect((await w.t.http.patch(`/agents/${agentId}`, { cookie: w.admin.cookie, json: { status: 'active' } })).status).toBe(200);
+const { drain, del, stoppedThenRestored } = deletedAgentRounds(() => w);
+
 const ending = async (stripeSubscriptionId: string) =>
   first<{ cancel_at_period_end: boolean }>(w.t.db, sql`select cancel_at_period_end from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`);
 
-/** A paid subscriber whose agent was deleted, its renewal stopped by a round, and the agent restored since. */
-async function stoppedThenRestored() {
-  const agent = await activeAgent(w);
-  const user = await signUp(w.t);
-  const bought = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
-  await del(agent.id);
-  expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
-  await deliverPending(w);
-  await restore(agent.id);
-  return { agent, user, ...bought };
-}
 
 describe('a user cancels while the resume round is under way (found by review 10)', () => {
   it('attack on the buyer: a cancel between the round\'s search and its call to Stripe stands; Stripe does not renew', async () => {

@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { mailsTo } from '../support/mail.ts';
-import { signUp } from '../support/users.ts';
-import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { deliverPending, DRAIN_TOKEN, deletedAgentRounds, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * The resume of a restored agent's renewals (functions/billing/deleted-agents.ts) under its claim, against what can
@@ -15,21 +14,14 @@ import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, 
  * - the agent deleted again while the resume waited: the resume cleared the new ending's mark (a second restore then
  *   renewed nothing) and mailed "is back" for an agent just removed.
  */
-const TOKEN = 'drain-token-for-tests-0123456789abcdef';
 let w: BillingWorld;
 beforeAll(async () => {
-  w = await startBillingWorld({ env: { DRAIN_TOKEN: TOKEN } });
+  w = await startBillingWorld({ env: { DRAIN_TOKEN } });
 });
 afterAll(() => w.close());
 
-const drain = async () => {
-  const res = await w.t.http.post('/internal/drain', { bearer: TOKEN });
-  expect(res.status, res.text).toBe(200);
-  return res.body.data as { deletedAgents: { renewalsStopped: number; renewalsResumed: number; failed: number } };
-};
-const del = async (agentId: string) => expect((await w.t.http.delete(`/agents/${agentId}`, { cookie: w.admin.cookie })).status).toBe(200);
-const restore = async (agentId: string) =>
-  expect((await w.t.http.patch(`/agents/${agentId}`, { cookie: w.admin.cookie, json: { status: 'active' } })).status).toBe(200);
+const { drain, del, restore, stoppedThenRestored } = deletedAgentRounds(() => w);
+
 const row = async (stripeSubscriptionId: string) =>
   first<{ cancel_at_period_end: boolean; marked: boolean; claimed: boolean }>(
     w.t.db,
@@ -37,16 +29,6 @@ const row = async (stripeSubscriptionId: string) =>
           from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`,
   );
 
-async function stoppedThenRestored() {
-  const agent = await activeAgent(w);
-  const user = await signUp(w.t);
-  const bought = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
-  await del(agent.id);
-  expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
-  await deliverPending(w);
-  await restore(agent.id);
-  return { agent, user, ...bought };
-}
 
 describe('a round whose claim lapsed', () => {
   it("attack on the marketplace: another round's finish is not misread as a cancel (nobody canceled; the user was told it renews)", async () => {
@@ -80,50 +62,21 @@ describe('a round whose claim lapsed', () => {
 });
 
 describe('a cancel made while the round waits on Stripe stands whatever happens to the round', () => {
-  it('attack on the buyer: Stripe failing once as the cancel is put back: the next round puts it back', async () => {
+  /**
+   * A restored agent's round asks Stripe to renew (held unanswered); the user cancels meanwhile (200, ending: Stripe
+   * still reads the round's earlier ending, so nothing is asked); then `fail` makes the round fail after the renewal,
+   * before it could put the cancel back. Stripe back, the next round must put it back from the cancel's own mark.
+   */
+  async function cancelDuringRenewalThenFail(fail: (y: Awaited<ReturnType<typeof stoppedThenRestored>>, renew: { release(): void }) => Promise<void>) {
     const y = await stoppedThenRestored();
     const renew = w.fake.hold(`POST /v1/subscriptions/${y.stripeSubscriptionId}`);
-    let round: ReturnType<typeof drain> | undefined;
     try {
-      round = drain();
-      await renew.reached; // the round claimed and asked Stripe to renew; no answer yet
-      // The user cancels: mark and claim dropped; Stripe still reads "ending" (the round's), so nothing is asked: 200.
-      const res = await w.t.http.post(`/me/subscriptions/${y.agent.id}/cancel`, { cookie: y.user.cookie });
-      expect(res.status, res.text).toBe(200);
-      expect(res.body.data).toMatchObject({ cancelAtPeriodEnd: true });
-      // the renewal is answered; the round's read after it is slow, and meanwhile Stripe starts failing POSTs
-      const read = w.fake.hold(`GET /v1/subscriptions/${y.stripeSubscriptionId}`);
-      renew.release();
-      await read.reached;
-      w.fake.outage(`POST /v1/subscriptions/${y.stripeSubscriptionId}`);
-      read.release();
-      expect((await round).deletedAgents).toMatchObject({ failed: 1 }); // its re-assert of the cancel failed
-    } finally {
-      renew.release();
-      w.fake.recover();
-    }
-    // Stripe is back: the next round puts the cancel back (the cancel's own mark, agent_resume_canceled_at).
-    await deliverPending(w);
-    expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
-    await deliverPending(w);
-    // The user canceled and was answered 200 with cancelAtPeriodEnd true: Stripe must not renew it.
-    expect(w.fake.subscriptions.get(y.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
-  });
-
-  it("attack on the buyer: the round's read after its renewal failing: the next round puts the cancel back", async () => {
-    const y = await stoppedThenRestored();
-    const renew = w.fake.hold(`POST /v1/subscriptions/${y.stripeSubscriptionId}`);
-    let round: ReturnType<typeof drain> | undefined;
-    try {
-      round = drain();
+      const round = drain();
       await renew.reached;
       const res = await w.t.http.post(`/me/subscriptions/${y.agent.id}/cancel`, { cookie: y.user.cookie });
       expect(res.status, res.text).toBe(200);
       expect(res.body.data).toMatchObject({ cancelAtPeriodEnd: true });
-      // Stripe renews; its answer to the round's read right after fails (a timeout, a 500): the round fails before
-      // it could put the cancel back, which the next round does from the cancel's own mark.
-      w.fake.outage(`GET /v1/subscriptions/${y.stripeSubscriptionId}`);
-      renew.release();
+      await fail(y, renew);
       expect((await round).deletedAgents).toMatchObject({ failed: 1 });
     } finally {
       renew.release();
@@ -132,8 +85,29 @@ describe('a cancel made while the round waits on Stripe stands whatever happens 
     await deliverPending(w);
     expect((await drain()).deletedAgents).toEqual({ renewalsStopped: 0, renewalsResumed: 0, failed: 0 });
     await deliverPending(w);
-    expect(await row(y.stripeSubscriptionId)).toMatchObject({ marked: false, claimed: false });
+    // The user canceled and was answered 200 with cancelAtPeriodEnd true: Stripe must not renew it.
     expect(w.fake.subscriptions.get(y.stripeSubscriptionId)!.cancel_at_period_end).toBe(true);
+    return y;
+  }
+
+  it('attack on the buyer: Stripe failing once as the cancel is put back: the next round puts it back', async () => {
+    await cancelDuringRenewalThenFail(async (y, renew) => {
+      // the renewal is answered; the round's read after it is slow, and meanwhile Stripe starts failing POSTs
+      const read = w.fake.hold(`GET /v1/subscriptions/${y.stripeSubscriptionId}`);
+      renew.release();
+      await read.reached;
+      w.fake.outage(`POST /v1/subscriptions/${y.stripeSubscriptionId}`);
+      read.release();
+    });
+  });
+
+  it("attack on the buyer: the round's read after its renewal failing: the next round puts the cancel back", async () => {
+    const y = await cancelDuringRenewalThenFail(async (y, renew) => {
+      // Stripe renews; its answer to the round's read right after fails (a timeout, a 500)
+      w.fake.outage(`GET /v1/subscriptions/${y.stripeSubscriptionId}`);
+      renew.release();
+    });
+    expect(await row(y.stripeSubscriptionId)).toMatchObject({ marked: false, claimed: false });
   });
 });
 

@@ -5,7 +5,7 @@ import { mailsTo } from '../support/mail.ts';
 import { meter, reqId, setQuota, usagePath } from '../metering/support.ts';
 import { accessTokenFor } from '../support/oauth.ts';
 import { signUp } from '../support/users.ts';
-import { activeAgent, buyPaidTier, deliver, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, buyPaidTier, deliver, deliverPending, paidTier, DRAIN_TOKEN, deletedAgentRounds, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * An agent deleted by an admin (DELETE /agents/{agentId}: status inactive) can no longer be used: its OAuth client is
@@ -13,26 +13,19 @@ import { activeAgent, buyPaidTier, deliver, deliverPending, paidTier, startBilli
  * period for it (found by review 06). Now the background work (POST /internal/drain, the Node entry's billing loop)
  * sets each to cancel at period end at Stripe and mails its user once (functions/billing/deleted-agents.ts).
  */
-const TOKEN = 'drain-token-for-tests-0123456789abcdef';
 const SUBJECT = (agent: string) => `${agent} was removed from Agent Marketplace: your subscription will not renew`;
 
 let w: BillingWorld;
 beforeAll(async () => {
-  w = await startBillingWorld({ env: { DRAIN_TOKEN: TOKEN } });
+  w = await startBillingWorld({ env: { DRAIN_TOKEN } });
 });
 afterAll(() => w.close());
 
-const drain = async () => {
-  const res = await w.t.http.post('/internal/drain', { bearer: TOKEN });
-  expect(res.status, res.text).toBe(200);
-  return res.body.data as { deletedAgents: { renewalsStopped: number; renewalsResumed: number; failed: number } };
-};
+const { drain, del, restore } = deletedAgentRounds(() => w);
+
 const paidInvoicesOf = (stripeSubscriptionId: string) =>
   [...w.fake.invoices.values()].filter((i) => i.parent?.subscription_details?.subscription === stripeSubscriptionId && i.status === 'paid');
 
-const del = async (agentId: string) => expect((await w.t.http.delete(`/agents/${agentId}`, { cookie: w.admin.cookie })).status).toBe(200);
-const restore = async (agentId: string) =>
-  expect((await w.t.http.patch(`/agents/${agentId}`, { cookie: w.admin.cookie, json: { status: 'active' } })).status).toBe(200);
 /** A paid subscriber of a new agent: the agent, the user, and the subscription's ids. */
 async function subscriber(priceCents = 1500) {
   const agent = await activeAgent(w);

@@ -1,7 +1,8 @@
+import { expect } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp, type TestAppOptions } from '../support/app.ts';
 import { insertAgent } from '../support/fixtures.ts';
-import { createAdmin, type TestUser } from '../support/users.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { startStripeFake, type FakeEvent, type StripeFake } from '../stripe-fake/server.ts';
 
 /**
@@ -90,4 +91,36 @@ export async function buyPaidTier(w: BillingWorld, user: TestUser, tierId: strin
 export async function countRows(t: TestApp, table: 'subscriptions' | 'stripe_events' | 'billing_customers'): Promise<number> {
   const row = await first<{ n: number }>(t.db, sql`select count(*)::int as n from ${sql.table(table)}`);
   return row!.n;
+}
+
+/** The drain token the deleted-agents tests give their world: `startBillingWorld({ env: { DRAIN_TOKEN } })`. */
+export const DRAIN_TOKEN = 'drain-token-for-tests-0123456789abcdef';
+
+/**
+ * What the deleted-agents tests do to a world started with DRAIN_TOKEN (a getter: the world is made in beforeAll):
+ * run the background round (POST /internal/drain), delete and restore an agent as an admin, and make a paid
+ * subscriber whose agent was deleted, its renewal stopped by a round, and the agent restored since.
+ */
+export function deletedAgentRounds(world: () => BillingWorld) {
+  const drain = async () => {
+    const res = await world().t.http.post('/internal/drain', { bearer: DRAIN_TOKEN });
+    expect(res.status, res.text).toBe(200);
+    return res.body.data as { deletedAgents: { renewalsStopped: number; renewalsResumed: number; failed: number } };
+  };
+  const del = async (agentId: string) =>
+    expect((await world().t.http.delete(`/agents/${agentId}`, { cookie: world().admin.cookie })).status).toBe(200);
+  const restore = async (agentId: string) =>
+    expect((await world().t.http.patch(`/agents/${agentId}`, { cookie: world().admin.cookie, json: { status: 'active' } })).status).toBe(200);
+  const stoppedThenRestored = async () => {
+    const w = world();
+    const agent = await activeAgent(w);
+    const user = await signUp(w.t);
+    const bought = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
+    await del(agent.id);
+    expect((await drain()).deletedAgents).toMatchObject({ renewalsStopped: 1, failed: 0 });
+    await deliverPending(w);
+    await restore(agent.id);
+    return { agent, user, ...bought };
+  };
+  return { drain, del, restore, stoppedThenRestored };
 }
