@@ -3121,10 +3121,6 @@ export type Database = {
         Args: { "p_name": string; "p_role": string };
         Returns: boolean;
       };
-      "organization_role_is_owner": {
-        Args: { "p_role": string };
-        Returns: boolean;
-      };
       "quota_ledger_id": { Args: { "p_at": string }; Returns: string };
       "rate_limit_hit": {
         Args: {

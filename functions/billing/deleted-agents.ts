@@ -31,9 +31,10 @@ import { readStripeSubscription, syncStripeSubscription } from './subscription-s
  * subscription renews again at Stripe, its user mailed, the mark cleared (review 08: a mistaken deletion ended every
  * renewal for good, and a user could not even buy again while the ending one was live). A cancel by the user, an
  * admin or a ban clears the mark (cancel-subscription.ts), so it is never undone by a restore (review 09), also one
- * made while a round resumes it: the resume works under a claim the cancel clears, and a round that finds its claim
- * cleared asks Stripe for the cancel again after its own call (reviews 10 and 13; resumeBilling). A pending downgrade is dropped when the round ends a subscription (Stripe refuses to end one a schedule
- * manages) and is not put back on resume: the user renews at the current tier until a downgrade is scheduled again.
+ * made while a round resumes it: the resume works under a claim; the cancel clears it and leaves a mark of its own,
+ * which the rounds put back at Stripe until Stripe has it (reviews 10, 13 and 14; resumeBilling, putBackCancel). A
+ * pending downgrade is dropped when the round ends a subscription (Stripe refuses to end one a schedule manages) and is
+ * not put back on resume: the user renews at the current tier until a downgrade is scheduled again.
  * A subscription Stripe no longer knows (test data deleted, keys switched) can be neither charged nor renewed: its row
  * is ended here, once. Free subscriptions charge nothing and are left alone.
  */
@@ -166,7 +167,8 @@ async function resumeBilling(deps: BillingDeps, sub: Due): Promise<Step> {
   // is held while Stripe answers (migration 20261127001800: a row lock held then stalled the subscriber's usage calls,
   // and on the embedded database every request; review 13). A cancel by the user, an admin or a ban clears the mark
   // and the claim before it asks Stripe (cancel-subscription.ts): one before the claim leaves nothing to resume; one
-  // after it is put back at Stripe below, after our own call (review 10: the renewal undid a cancel made meanwhile).
+  // after it leaves its own mark, put back at Stripe after our own call, here or by a later round (putBackCancel;
+  // reviews 10 and 14: the renewal undid a cancel made meanwhile).
   const claimedAt = deps.clock.now();
   const claimed = await first(
     deps.database.db,
@@ -196,7 +198,7 @@ async function resumeBilling(deps: BillingDeps, sub: Due): Promise<Step> {
     await sql`update public.subscriptions set agent_resume_claimed_at = null
                where id = ${sub.id} and agent_resume_claimed_at = ${claimedAt}`
       .execute(deps.database.db)
-      .catch(() => {});
+      .catch((releaseErr) => deps.logger.warn('could not give back a resume claim; it lapses', { subscriptionId: sub.id, err: releaseErr }));
     throw err;
   }
   if (outcome === 'canceled meanwhile') return putBackCancel(deps, sub);
