@@ -32,7 +32,7 @@ export function localStatus(status: Stripe.Subscription.Status): LocalStatus {
     case 'trialing':
       return 'active';
     case 'past_due':
-      // access while Stripe retries the payment
+      // access while Stripe retries the payment (of the current period only: stateOf, `lapsed`)
       return 'past_due';
     case 'canceled':
     case 'incomplete_expired':
@@ -59,15 +59,17 @@ export interface StripeSubscriptionState {
   scheduleId: string | null;
 }
 
-const idOf = (v: string | { id: string } | null | undefined) => (v == null ? null : typeof v === 'string' ? v : v.id);
+/** The id of a Stripe reference, expanded or not. */
+export const idOf = (v: string | { id: string } | null | undefined) => (v == null ? null : typeof v === 'string' ? v : v.id);
 const fromUnix = (s: number) => new Date(s * 1000);
 
 /**
  * What the local row should say, read off the subscription (with its schedule expanded). Pending changes come
  * from Stripe too: an upgrade waiting for payment is the subscription's `pending_update`; a downgrade is a
- * future phase of its schedule with another price.
+ * future phase of its schedule with another price. `lapsed`: a past_due subscription whose renewal of an earlier
+ * period is still unpaid (lapsedUnpaid) grants no access, as `incomplete`.
  */
-export function stateOf(sub: Stripe.Subscription): StripeSubscriptionState {
+export function stateOf({ subscription: sub, lapsed }: Pick<StripeRead, 'subscription' | 'lapsed'>): StripeSubscriptionState {
   const item = sub.items.data[0];
   if (!item) throw new Error(`Stripe subscription ${sub.id} has no items`);
   const priceId = item.price.id;
@@ -93,7 +95,7 @@ export function stateOf(sub: Stripe.Subscription): StripeSubscriptionState {
   // (then nothing is charged): no access, as for an unpaid subscription, until it is 1 or more again (found by a
   // review). More than 1 pays more for the same access; that is the customer's own choice and changes nothing here.
   const paidFor = (item.quantity ?? 1) >= 1;
-  const status = !paidFor && localStatus(sub.status) !== 'canceled' ? 'incomplete' : localStatus(sub.status);
+  const status = (!paidFor || lapsed) && localStatus(sub.status) !== 'canceled' ? 'incomplete' : localStatus(sub.status);
   return {
     stripeSubscriptionId: sub.id,
     stripeCustomerId: idOf(sub.customer as string | { id: string })!,
@@ -114,12 +116,35 @@ export function stateOf(sub: Stripe.Subscription): StripeSubscriptionState {
 export interface StripeRead {
   subscription: Stripe.Subscription;
   read: number;
+  /** past_due with a renewal of an earlier period still unpaid (lapsedUnpaid) */
+  lapsed: boolean;
 }
 
 /** Reads a subscription from Stripe to apply it (applyStripeState): numbered first, so an older read never wins. */
 export async function readToApply(deps: BillingDeps, stripeSubscriptionId: string): Promise<StripeRead> {
   const numbered = await first<{ read: number }>(deps.database.db, sql`select nextval('public.stripe_reads') as read`);
-  return { subscription: await readStripeSubscription(deps, stripeSubscriptionId), read: numbered!.read };
+  const subscription = await readStripeSubscription(deps, stripeSubscriptionId);
+  return { subscription, read: numbered!.read, lapsed: await lapsedUnpaid(deps, subscription) };
+}
+
+/**
+ * Whether a past_due subscription went into a new period with an earlier period's renewal still unpaid. past_due
+ * grants access while Stripe retries a failed payment (docs/security.md rule 15), and Stripe retries a renewal
+ * within its period. When every retry failed, Stripe's "Manage failed payments" setting cancels the subscription,
+ * marks it unpaid (both end access here) or leaves it past_due: then Stripe opens a new invoice each period, moves
+ * the period on, and the subscription stayed past_due, served with a fresh rolling quota every period, for good,
+ * with nothing paid (found by a review). So past_due grants access in the period whose renewal failed and no longer
+ * once another period began with that renewal still open: the row then shows `incomplete`, and paying the open
+ * invoices (the portal shows them) makes Stripe's state active again, which the next event writes. Only renewal
+ * invoices count (billing_reason subscription_cycle): an open upgrade proration never made a subscription past_due.
+ * One Stripe call, for past_due subscriptions only.
+ */
+async function lapsedUnpaid(deps: BillingDeps, sub: Stripe.Subscription): Promise<boolean> {
+  const periodStart = sub.items.data[0]?.current_period_start;
+  if (sub.status !== 'past_due' || periodStart === undefined) return false;
+  const { stripe } = requirePayments(deps);
+  const open = await callStripe(() => stripe.invoices.list({ subscription: sub.id, status: 'open', limit: 100 }));
+  return open.data.some((invoice) => invoice.billing_reason === 'subscription_cycle' && invoice.created < periodStart);
 }
 
 /**
@@ -291,10 +316,11 @@ export async function applyStripeRead(deps: BillingDeps, read: StripeRead, event
  */
 export async function writeStripeRead(
   deps: BillingDeps,
-  { subscription, read }: StripeRead,
+  stripeRead: StripeRead,
   userId: string | undefined,
   event?: { id: string; type: string },
 ): Promise<ApplyResult> {
+  const { subscription, read } = stripeRead;
   const stripeSubscriptionId = subscription.id;
   if (userId && (await newPurchaseOfBannedUser(deps, userId, subscription))) {
     // A checkout the user opened before their ban, paid after it (Stripe keeps the page payable for a day): the
@@ -303,9 +329,9 @@ export async function writeStripeRead(
     const refunds = await refundAndCancel(deps, subscription, { metadata: { bannedUserId: userId } });
     deps.logger.warn('paid subscription of a banned user canceled and refunded', { stripeSubscriptionId, userId, refunds });
     const again = await readToApply(deps, stripeSubscriptionId);
-    return applyStripeState(deps, { event, state: stateOf(again.subscription), read: again.read, userId });
+    return applyStripeState(deps, { event, state: stateOf(again), read: again.read, userId });
   }
-  const state = stateOf(subscription);
+  const state = stateOf(stripeRead);
   const result = await applyStripeState(deps, { event, state, read, userId });
   if (result.outcome !== 'conflict' || !result.subscriptionId) return result;
   // A second paid subscription to an agent the user pays for: undone at Stripe (duplicate-purchases.ts). Until that
@@ -315,8 +341,8 @@ export async function writeStripeRead(
       syncStripeSubscription(deps, id),
     );
     if (undone === 'kept_is_gone') {
-      const { subscription: again, read: readAgain } = await readToApply(deps, stripeSubscriptionId);
-      return applyStripeState(deps, { state: stateOf(again), read: readAgain, userId });
+      const again = await readToApply(deps, stripeSubscriptionId);
+      return applyStripeState(deps, { state: stateOf(again), read: again.read, userId });
     }
     return result;
   } catch (err) {

@@ -3,6 +3,7 @@ import type { BillingDeps } from './billing-deps.ts';
 import { ApiError } from '../http/errors.ts';
 import { isStripeMissing, requirePayments } from './payments.ts';
 import { applyStripeState, eventSeen, syncStripeSubscription, type ApplyOutcome } from './subscription-state.ts';
+import { endDisputedSubscription } from './disputes.ts';
 
 /**
  * POST /webhooks/stripe. Events are notifications, not state: after the signature check, the event's
@@ -29,6 +30,8 @@ export const HANDLED_EVENTS = new Set([
   'subscription_schedule.released',
   'subscription_schedule.completed',
   'subscription_schedule.canceled',
+  // a chargeback: the subscription it took money from ends (disputes.ts)
+  'charge.dispute.created',
 ]);
 
 export interface WebhookResult {
@@ -83,8 +86,9 @@ export async function handleStripeWebhook(deps: BillingDeps, payload: string, si
   if (!HANDLED_EVENTS.has(event.type)) return { ...base, outcome: 'ignored' };
   if (await eventSeen(deps.database.db, event.id)) return { ...base, outcome: 'duplicate' };
 
-  const stripeSubscriptionId = subscriptionIdOf(event);
   const ref = { id: event.id, type: event.type };
+  if (event.type === 'charge.dispute.created') return { ...base, outcome: await endDisputedSubscription(deps, event, ref) };
+  const stripeSubscriptionId = subscriptionIdOf(event);
   if (!stripeSubscriptionId) {
     const { outcome } = await applyStripeState(deps, { event: ref });
     return { ...base, outcome };

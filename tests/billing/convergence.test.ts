@@ -162,7 +162,16 @@ describe('webhook convergence', () => {
           current_period_end: new Date(item.current_period_end * 1000),
           cancel_at_period_end: now.status !== 'canceled' && now.cancel_at_period_end,
         });
-        const expectedStatus = { active: 'active', past_due: 'past_due', canceled: 'canceled' }[now.status as string];
+        // past_due into a later period with an earlier renewal still open grants nothing (rule 15): incomplete
+        const renewalLeftOpen = [...w.fake.invoices.values()].some(
+          (i) =>
+            i.parent?.subscription_details?.subscription === sub.id &&
+            i.status === 'open' &&
+            i.billing_reason === 'subscription_cycle' &&
+            i.created < item.current_period_start,
+        );
+        const expectedStatus =
+          now.status === 'past_due' && renewalLeftOpen ? 'incomplete' : { active: 'active', past_due: 'past_due', canceled: 'canceled' }[now.status as string];
         expect((ordered as { status: string }).status).toBe(expectedStatus);
 
         // The next history starts from no subscription (one live subscription per user and agent).

@@ -388,3 +388,35 @@ export function refundObject(fields: { id: string; created: number; amount: numb
   };
 }
 
+
+/** A chargeback the cardholder's bank opened on a payment (Stripe's `charge.dispute.created`), before any evidence. */
+export function disputeObject(fields: { id: string; created: number; amount: number; currency: string; payment_intent: string; reason: string }): Json {
+  const evidenceFields = [
+    'access_activity_log', 'billing_address', 'cancellation_policy', 'cancellation_policy_disclosure', 'cancellation_rebuttal',
+    'customer_communication', 'customer_email_address', 'customer_name', 'customer_purchase_ip', 'customer_signature',
+    'duplicate_charge_documentation', 'duplicate_charge_explanation', 'duplicate_charge_id', 'product_description', 'receipt',
+    'refund_policy', 'refund_policy_disclosure', 'refund_refusal_explanation', 'service_date', 'service_documentation',
+    'shipping_address', 'shipping_carrier', 'shipping_date', 'shipping_documentation', 'shipping_tracking_number',
+    'uncategorized_file', 'uncategorized_text',
+  ];
+  return {
+    id: fields.id,
+    object: 'dispute',
+    amount: fields.amount,
+    balance_transactions: [],
+    // the charge behind the payment intent (the fake keeps no charges: the marketplace reads the payment intent)
+    charge: `ch_${fields.payment_intent.replace(/^pi_/, '')}`,
+    created: fields.created,
+    currency: fields.currency,
+    enhanced_eligibility_types: [],
+    evidence: { ...Object.fromEntries(evidenceFields.map((f) => [f, null])), enhanced_evidence: {} },
+    evidence_details: { due_by: fields.created + 21 * 86_400, enhanced_eligibility: {}, has_evidence: false, past_due: false, submission_count: 0, submission_method: 'not_submitted' },
+    intended_submission_method: null,
+    is_charge_refundable: false,
+    livemode: false,
+    metadata: {},
+    payment_intent: fields.payment_intent,
+    reason: fields.reason,
+    status: 'needs_response',
+  };
+}

@@ -23,6 +23,7 @@ const TYPE_OF_OBJECT: Record<string, string> = {
   'billing_portal.session': 'BillingPortal.Session',
   invoice_payment: 'InvoicePayment',
   refund: 'Refund',
+  dispute: 'Dispute',
 };
 
 let spec: StripeSpec;
@@ -111,6 +112,10 @@ beforeAll(async () => {
   for (const payment of payments.data) record('listed invoice payment', payment);
   const paymentIntent = payments.data[0]!.payment.payment_intent as string;
   record('refund created', await stripe.refunds.create({ payment_intent: paymentIntent, reason: 'duplicate', metadata: { why: 'test' } }));
+  // A chargeback on that payment (sent as charge.dispute.created), and the payment found again by its payment intent.
+  record('dispute', fake.dispute(pendingInvoice));
+  const byIntent = await stripe.invoicePayments.list({ payment: { type: 'payment_intent', payment_intent: paymentIntent } });
+  expect(byIntent.data.map((p) => p.invoice)).toEqual([pendingInvoice]);
   fake.setPaymentMode('fails');
   fake.advancePeriod(anonymousSub.id);
   record('past_due subscription retrieved (expanded)', await stripe.subscriptions.retrieve(anonymousSub.id, { expand: ['latest_invoice'] }));

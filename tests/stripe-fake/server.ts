@@ -6,6 +6,7 @@ import {
   checkoutCustomerDetails,
   checkoutSessionObject,
   customerObject,
+  disputeObject,
   invoiceObject,
   invoicePaymentObject,
   portalSessionObject,
@@ -32,7 +33,8 @@ import {
  * them signed (the SDK's generateTestHeaderString) with `deliver()`, in any order and as often as they like.
  *
  * Test controls stand in for what a customer or Stripe's clock would do: `completeCheckout` (the customer pays
- * on the hosted page), `payInvoice` / `failInvoice`, `advancePeriod` (a billing cycle ends), `setPaymentMode`.
+ * on the hosted page), `payInvoice` / `failInvoice`, `advancePeriod` (a billing cycle ends), `setPaymentMode`,
+ * `dispute` (the cardholder's bank opens a chargeback).
  */
 
 export const FAKE_SECRET_KEY = 'sk_test_fake_marketplace';
@@ -283,6 +285,26 @@ export class StripeFake {
     this.#emit('customer.subscription.updated', sub);
   }
 
+  /**
+   * The cardholder's bank opens a chargeback on an invoice's payment: Stripe takes the amount back from the account's
+   * balance and sends `charge.dispute.created`. The subscription itself stays as it is at Stripe (a dispute never
+   * ends one). Returns the dispute.
+   */
+  dispute(invoiceId: string, reason = 'fraudulent'): Json {
+    const payment = this.invoicePayments.get(invoiceId);
+    if (!payment) throw new Error(`invoice ${invoiceId} has no payment to dispute`);
+    const dispute = disputeObject({
+      id: this.#id('dp'),
+      created: this.now(),
+      amount: payment.amount_paid,
+      currency: payment.currency,
+      payment_intent: payment.payment.payment_intent,
+      reason,
+    });
+    this.#emit('charge.dispute.created', dispute);
+    return dispute;
+  }
+
   /** A payment attempt on an open invoice fails. */
   failInvoice(invoiceId: string): void {
     const invoice = this.#get(this.invoices, invoiceId, 'invoice');
@@ -432,7 +454,11 @@ export class StripeFake {
       case 'POST invoices/:id/void':
         return this.#voidInvoice(id!);
       case 'GET invoice_payments': {
-        const data = [...this.invoicePayments.values()].filter((p) => !body.invoice || p.invoice === body.invoice);
+        const data = [...this.invoicePayments.values()].filter(
+          (p) =>
+            (!body.invoice || p.invoice === body.invoice) &&
+            (!body.payment?.payment_intent || p.payment.payment_intent === body.payment.payment_intent),
+        );
         return { object: 'list', data, has_more: false, url: '/v1/invoice_payments' };
       }
       case 'POST refunds':

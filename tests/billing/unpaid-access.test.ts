@@ -1,0 +1,141 @@
+import Stripe from 'stripe';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { first, sql } from '../../functions/platform/db.ts';
+import { signUp, type TestUser } from '../support/users.ts';
+import { activeAgent, buyPaidTier, deliver, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+
+/**
+ * docs/security.md rule 15: a paid subscription grants access while it is paid or while Stripe retries a failed
+ * payment, not after. Two ways a buyer kept access with nothing paid (found by review 15): a chargeback (Stripe takes
+ * the money back and never ends the subscription itself), and a Stripe account set to leave a subscription past_due
+ * after every retry failed (Stripe moves the period on each month and the subscription stays past_due for good).
+ */
+let w: BillingWorld;
+beforeAll(async () => {
+  w = await startBillingWorld();
+});
+afterAll(() => w.close());
+afterEach(() => w.fake.setPaymentMode('succeeds'));
+
+/** The buyer's view: their subscription to the agent, or null when none grants access (404). */
+const access = async (user: TestUser, agentId: string) => {
+  const res = await w.t.http.get(`/me/subscriptions/${agentId}`, { cookie: user.cookie });
+  if (res.status === 404) return null;
+  expect(res.status, res.text).toBe(200);
+  return res.body.data as { status: string; currentPeriodStart: string };
+};
+
+const rowStatus = async (stripeSubscriptionId: string) =>
+  (await first<{ status: string }>(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${stripeSubscriptionId}`))?.status;
+
+describe('a chargeback ends the subscription it took money from', () => {
+  it('attack: the buyer has their bank take back the payment; the subscription is canceled at Stripe and here, once', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 9900 });
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId, subscriptionId } = await buyPaidTier(w, user, tier.id);
+    expect(await access(user, agent.id)).toMatchObject({ status: 'active' });
+
+    w.fake.dispute(w.fake.subscriptions.get(stripeSubscriptionId)!.latest_invoice);
+    const [disputed] = w.fake.takeEvents();
+    expect(disputed!.type).toBe('charge.dispute.created');
+    const res = await w.fake.deliver(w.webhookUrl, disputed!);
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { data: { outcome: string } }).data.outcome).toBe('updated');
+
+    expect(await access(user, agent.id)).toBeNull();
+    expect(await rowStatus(stripeSubscriptionId)).toBe('canceled');
+    // canceled at Stripe too, so it charges no further period
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.status).toBe('canceled');
+    const listed = await w.t.http.get(`/admin/subscriptions?userId=${user.userId}`, { cookie: w.admin.cookie });
+    expect(listed.body.data.map((s: { id: string; status: string }) => [s.id, s.status])).toEqual([[subscriptionId, 'canceled']]);
+
+    // Stripe's own events about the cancel, and the dispute delivered again: nothing more happens, nothing fails.
+    await deliverPending(w);
+    const again = await w.fake.deliver(w.webhookUrl, disputed!);
+    expect(((await again.json()) as { data: { outcome: string } }).data.outcome).toBe('duplicate');
+    expect(await rowStatus(stripeSubscriptionId)).toBe('canceled');
+
+    // The buyer may buy again (a dispute the marketplace later wins changes nothing here).
+    await buyPaidTier(w, user, tier.id);
+    expect(await access(user, agent.id)).toMatchObject({ status: 'active' });
+  });
+
+  it('a dispute of a payment this deployment never took (another deployment on the same Stripe account) is recorded and nothing is canceled', async () => {
+    const url = new URL(w.fake.url);
+    const stripe = new Stripe(w.fake.secretKey, { host: url.hostname, port: Number(url.port), protocol: 'http', maxNetworkRetries: 0 });
+    const product = await stripe.products.create({ name: 'Elsewhere' });
+    const price = await stripe.prices.create({ product: product.id, unit_amount: 700, currency: 'usd', recurring: { interval: 'month' } });
+    const customer = await stripe.customers.create({ email: 'someone@elsewhere.example' });
+    const session = await stripe.checkout.sessions.create({
+      mode: 'subscription',
+      customer: customer.id,
+      line_items: [{ price: price.id, quantity: 1 }],
+      success_url: 'https://elsewhere.example/ok',
+    });
+    const theirs = w.fake.completeCheckout(session.id);
+    w.fake.takeEvents();
+
+    w.fake.dispute(theirs.latest_invoice);
+    const [disputed] = w.fake.takeEvents();
+    const res = await w.fake.deliver(w.webhookUrl, disputed!);
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { data: { outcome: string } }).data.outcome).toBe('recorded');
+    expect(w.fake.subscriptions.get(theirs.id)!.status).toBe('active');
+  });
+
+  it('Stripe failing while the dispute is handled answers 5xx and records nothing; the redelivery cancels', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
+    w.fake.dispute(w.fake.subscriptions.get(stripeSubscriptionId)!.latest_invoice);
+    const [disputed] = w.fake.takeEvents();
+
+    w.fake.outage(`DELETE /v1/subscriptions/${stripeSubscriptionId}`);
+    try {
+      const failed = await w.fake.deliver(w.webhookUrl, disputed!);
+      expect(failed.status).toBeGreaterThanOrEqual(500);
+      expect(await access(user, agent.id)).toMatchObject({ status: 'active' });
+    } finally {
+      w.fake.recover();
+    }
+    await deliver(w, [disputed!]);
+    expect(await access(user, agent.id)).toBeNull();
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.status).toBe('canceled');
+  });
+});
+
+describe('past_due grants access in the period whose renewal failed, not in the periods after', () => {
+  it('attack: the card fails at every renewal and Stripe leaves the subscription past_due; access ends when the next period begins unpaid', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
+    w.fake.setPaymentMode('fails');
+
+    // The first renewal fails: Stripe retries it within the period, and the buyer keeps access meanwhile.
+    w.fake.advancePeriod(stripeSubscriptionId);
+    await deliverPending(w);
+    expect(await access(user, agent.id)).toMatchObject({ status: 'past_due' });
+
+    // Every retry failed and the account leaves it past_due: the next period begins with that renewal still open.
+    w.fake.advancePeriod(stripeSubscriptionId);
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.status).toBe('past_due');
+    expect(await access(user, agent.id)).toBeNull();
+    expect(await rowStatus(stripeSubscriptionId)).toBe('incomplete');
+    w.fake.advancePeriod(stripeSubscriptionId);
+    await deliverPending(w);
+    expect(await access(user, agent.id)).toBeNull();
+
+    // The buyer pays what is open: Stripe makes it active again, and so does the next event.
+    const open = [...w.fake.invoices.values()].filter(
+      (i) => i.parent?.subscription_details?.subscription === stripeSubscriptionId && i.status === 'open',
+    );
+    expect(open).toHaveLength(3);
+    for (const invoice of open) w.fake.payInvoice(invoice.id);
+    await deliverPending(w);
+    expect(await access(user, agent.id)).toMatchObject({ status: 'active' });
+  });
+});
