@@ -1601,6 +1601,7 @@ export type Database = {
           "pending_invoice_id": string | null;
           "pending_tier_id": string | null;
           "status": string;
+          "stripe_checked_at": string | null;
           "stripe_customer_id": string | null;
           "stripe_read": number | null;
           "stripe_schedule_id": string | null;
@@ -1628,6 +1629,7 @@ export type Database = {
           "pending_invoice_id"?: string | null;
           "pending_tier_id"?: string | null;
           "status": string;
+          "stripe_checked_at"?: string | null;
           "stripe_customer_id"?: string | null;
           "stripe_read"?: number | null;
           "stripe_schedule_id"?: string | null;
@@ -1653,6 +1655,7 @@ export type Database = {
           "pending_invoice_id"?: string | null;
           "pending_tier_id"?: string | null;
           "status"?: string;
+          "stripe_checked_at"?: string | null;
           "stripe_customer_id"?: string | null;
           "stripe_read"?: number | null;
           "stripe_schedule_id"?: string | null;

@@ -10,4 +10,5 @@ export { listMarketplaceSubscriptions, subscriptionsWithAgentAndTier } from './s
 export { cancelSubscriptionsOnUserRemoval } from './user-removal.ts';
 export { undoUnclaimedPurchases, type UnclaimedPurchasesReport } from './unclaimed-purchases.ts';
 export { stopRenewalsOfDeletedAgents, type DeletedAgentsReport } from './deleted-agents.ts';
+export { rereadOverdueSubscriptions, type OverdueSubscriptionsReport } from './overdue-subscriptions.ts';
 export { startBillingRounds } from './billing-rounds.ts';

@@ -1,5 +1,12 @@
 import type { AppDeps } from '../platform/app-types.ts';
-import { stopRenewalsOfDeletedAgents, undoUnclaimedPurchases, type DeletedAgentsReport, type UnclaimedPurchasesReport } from '../billing/index.ts';
+import {
+  rereadOverdueSubscriptions,
+  stopRenewalsOfDeletedAgents,
+  undoUnclaimedPurchases,
+  type DeletedAgentsReport,
+  type OverdueSubscriptionsReport,
+  type UnclaimedPurchasesReport,
+} from '../billing/index.ts';
 import { first, sql } from '../platform/db.ts';
 import { startRounds } from '../platform/rounds.ts';
 import { drainWebhookOutbox, type DrainResult } from '../webhooks/index.ts';
@@ -15,7 +22,9 @@ import { drainWebhookOutbox, type DrainResult } from '../webhooks/index.ts';
  *     sends with FOR UPDATE SKIP LOCKED under a lease, so concurrent drains never send the same mail or delivery;
  *   - when payments are configured, anonymous purchases nobody claimed, canceled and refunded at Stripe
  *     (billing/unclaimed-purchases.ts), each held under a lease too, and mailed about once; and the paid subscriptions
- *     of deleted agents set to end at their period's end, their users mailed once (billing/deleted-agents.ts).
+ *     of deleted agents set to end at their period's end, their users mailed once (billing/deleted-agents.ts); and
+ *     paid subscriptions whose period ended a day ago with no event from Stripe, read again from Stripe
+ *     (billing/overdue-subscriptions.ts).
  *
  * Production runs no long-lived process of ours: on Supabase, pg_cron runs the housekeeping in SQL and asks the
  * Edge Function to drain the outboxes through pg_net (POST /internal/drain, routes.ts beside this file); on a plain
@@ -49,6 +58,8 @@ export interface BackgroundWorkReport {
   purchases: UnclaimedPurchasesReport;
   /** paid subscriptions of deleted (inactive) agents set to end at their period's end this round */
   deletedAgents: DeletedAgentsReport;
+  /** paid subscriptions overdue for a Stripe event, read again from Stripe this round */
+  overdueSubscriptions: OverdueSubscriptionsReport;
   durationMs: number;
 }
 
@@ -58,18 +69,19 @@ type Deps = Pick<AppDeps, 'database' | 'clock' | 'logger' | 'config' | 'mailer' 
 
 /**
  * One bounded round: housekeeping, then up to `limit` mails and `limit` webhook attempts, a few unclaimed purchases
- * undone and a few deleted agents' renewals stopped, side by side (a slow Stripe holds back no mail; their mails go
+ * undone, a few deleted agents' renewals stopped and a few overdue paid subscriptions read again, side by side (a slow Stripe holds back no mail; their mails go
  * out in the next round).
  */
 export async function runBackgroundWork(deps: Deps, options: { limit?: number } = {}): Promise<BackgroundWorkReport> {
   const started = performance.now();
   const limit = options.limit ?? DEFAULT_DRAIN_LIMIT;
   const housekeeping = await runHousekeeping(deps);
-  const [mailHandled, webhooks, purchases, deletedAgents] = await Promise.all([
+  const [mailHandled, webhooks, purchases, deletedAgents, overdueSubscriptions] = await Promise.all([
     deps.mailer.deliverPending({ limit }),
     drainWebhookOutbox(deps, { limit }),
     undoUnclaimedPurchases(deps),
     stopRenewalsOfDeletedAgents(deps),
+    rereadOverdueSubscriptions(deps),
   ]);
   return {
     housekeeping,
@@ -77,6 +89,7 @@ export async function runBackgroundWork(deps: Deps, options: { limit?: number } 
     webhooks,
     purchases,
     deletedAgents,
+    overdueSubscriptions,
     durationMs: Math.round(performance.now() - started),
   };
 }

@@ -63,6 +63,12 @@ const drainReport = z
         failed: z.int().openapi({ description: 'ones Stripe or the database refused this round (logged; a later round tries again)' }),
       })
       .openapi({ description: 'Paid subscriptions of agents an admin deleted (docs/billing.md, "Deleted agents")' }),
+    overdueSubscriptions: z
+      .object({
+        reread: z.int().openapi({ description: 'live paid subscriptions whose period ended a day ago or more, read again from Stripe and written' }),
+        failed: z.int().openapi({ description: 'ones Stripe or the database refused this round (logged; read again after 6 hours)' }),
+      })
+      .openapi({ description: 'Paid subscriptions overdue for a Stripe event (docs/billing.md, "Events that never came")' }),
     durationMs: z.int(),
   })
   .openapi('DrainReport');
@@ -72,7 +78,8 @@ const drainRoute = createRoute({
   method: 'post',
   path: '/internal/drain',
   tags: ['Internal'],
-  summary: "For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes, unclaimed purchases, deleted agents' renewals)",
+  summary:
+    "For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes, unclaimed purchases, deleted agents' renewals, overdue paid subscriptions)",
   description:
     'Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails, ' +
     'webhook deliveries and unclaimed purchases to undo are claimed with FOR UPDATE SKIP LOCKED, so none is sent or ' +

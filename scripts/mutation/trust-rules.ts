@@ -693,6 +693,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 15,
+    name: 'a cancellation whose Stripe events were lost is served for good (review 15)',
+    file: 'functions/billing/overdue-subscriptions.ts',
+    find: "           where s.stripe_subscription_id is not null and s.status <> 'canceled'",
+    replace: '           where false',
+    tests: ['tests/billing/overdue-subscriptions.test.ts'],
+  },
+  {
+    rule: 15,
     name: 'a subscription at quantity 0 (billed nothing) keeps access',
     file: 'functions/billing/subscription-state.ts',
     find: '  const paidFor = (item.quantity ?? 1) >= 1;',

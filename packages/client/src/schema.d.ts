@@ -2204,7 +2204,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes, unclaimed purchases, deleted agents' renewals)
+         * For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes, unclaimed purchases, deleted agents' renewals, overdue paid subscriptions)
          * @description Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails, webhook deliveries and unclaimed purchases to undo are claimed with FOR UPDATE SKIP LOCKED, so none is sent or undone twice by concurrent calls. The body may be absent or `{}`; `limit` bounds the batch. 404 when DRAIN_TOKEN is not configured.
          */
         post: operations["drainBackgroundWork"];
@@ -3177,6 +3177,13 @@ export interface components {
             mail: {
                 /** @description mails sent, logged or rescheduled after a failed attempt */
                 handled: number;
+            };
+            /** @description Paid subscriptions overdue for a Stripe event (docs/billing.md, "Events that never came") */
+            overdueSubscriptions: {
+                /** @description ones Stripe or the database refused this round (logged; read again after 6 hours) */
+                failed: number;
+                /** @description live paid subscriptions whose period ended a day ago or more, read again from Stripe and written */
+                reread: number;
             };
             /** @description Anonymous purchases whose claim link was not used within 7 days after it expired (docs/billing.md, "Claims") */
             purchases: {
