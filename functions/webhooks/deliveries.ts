@@ -103,14 +103,15 @@ export async function getDelivery(deps: Pick<AppDeps, 'database'>, deliveryId: s
 /**
  * Sends a delivered or failed delivery again: it becomes pending, due at once, with a fresh 24-hour retry window
  * (its attempt log stays). It goes out on the next drain, after any earlier pending delivery to the same endpoint.
- * A pending delivery is already on its way: 422 INVALID_STATE.
+ * A pending delivery is already on its way: 422 INVALID_STATE. A delivered one shows no deliveredAt while pending
+ * again (the attempt log keeps when it was delivered); redelivered_at is when it was queued again.
  */
 export async function redeliver(deps: Pick<AppDeps, 'database' | 'clock'>, deliveryId: string): Promise<Delivery> {
   const row = await first<{ id: string }>(
     deps.database.db,
     sql`update public.webhook_deliveries
            set status = 'pending', attempts = 0, next_attempt_at = '-infinity', first_attempt_at = null, claim_id = null,
-               redelivered_at = ${deps.clock.now()}
+               delivered_at = null, redelivered_at = ${deps.clock.now()}
          where id = ${deliveryId} and status <> 'pending'
          returning id`,
   );

@@ -26,6 +26,8 @@ import { SecretUnreadable } from './secrets.ts';
  *     delivery's queueing and its endpoint's first failure of the current run (public.webhook_retries_over) ends
  *     the delivery as `failed` (an admin can redeliver it). Every attempt is logged with its status code, duration
  *     and error.
+ *   - Only the types an endpoint lists are sent to it: a delivery whose type was taken off is ended unsent when a
+ *     claim comes to it (`claim`), and one in flight meanwhile is not tried again after a failed attempt.
  * Nothing here runs inside a request: a slow or dead receiver slows only the drain.
  * Runtime-neutral: fetch with AbortSignal.timeout and WebCrypto, the same on Node and Deno.
  */
@@ -49,7 +51,10 @@ export interface DrainResult {
   delivered: number;
   /** failed attempts that will be retried */
   retrying: number;
-  /** deliveries given up on by this call (status `failed`): attempted, or waiting behind one and as long overdue */
+  /**
+   * deliveries given up on by this call (status `failed`): attempted, waiting behind one and as long overdue, or come
+   * to the head of their endpoint's queue with a type the endpoint no longer lists (unsent)
+   */
   failed: number;
 }
 
@@ -104,7 +109,8 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
     if (result.attempted >= limit) return undefined;
     result.attempted += 1;
     const claimId = crypto.randomUUID();
-    const [delivery] = await claim(deps, claimId, 1);
+    const { claimed: [delivery], unsent } = await claim(deps, claimId, 1);
+    result.failed += unsent;
     if (!delivery) result.attempted -= 1;
     return delivery && { claimId, delivery };
   };
@@ -123,15 +129,36 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
     }
   };
   const claimId = crypto.randomUUID();
-  const firstClaimed = await claim(deps, claimId, Math.min(SLOTS, limit));
+  const { claimed: firstClaimed, unsent } = await claim(deps, claimId, Math.min(SLOTS, limit));
   result.attempted = firstClaimed.length;
+  result.failed += unsent;
   await Promise.all(firstClaimed.map((delivery) => slot({ claimId, delivery })));
   return result;
 }
 
-async function claim(deps: WebhookDrainDeps, claimId: string, n: number): Promise<Claimed[]> {
+/** The PATCH's wording for a delivery whose type the endpoint no longer lists (functions/webhooks/endpoints.ts). */
+const TYPE_TAKEN_OFF = 'not sent: its event type was taken off the endpoint before it went out';
+
+/**
+ * Claims up to n due deliveries. A head whose event type its endpoint no longer lists is not sent: the claim marks it
+ * failed unsent, as the PATCH that took the type off does with those it sees (one committed while the PATCH ran is
+ * seen only here), so it does not stay at the head of its endpoint's queue; the claim then runs again for the
+ * deliveries behind it. `unsent` counts those.
+ */
+async function claim(deps: WebhookDrainDeps, claimId: string, n: number): Promise<{ claimed: Claimed[]; unsent: number }> {
+  const claimed: Claimed[] = [];
+  let unsent = 0;
+  for (;;) {
+    const got = await claimRound(deps, claimId, n - claimed.length);
+    claimed.push(...got.claimed);
+    unsent += got.unsent;
+    if (got.unsent === 0 || claimed.length >= n) return { claimed, unsent };
+  }
+}
+
+async function claimRound(deps: WebhookDrainDeps, claimId: string, n: number): Promise<{ claimed: Claimed[]; unsent: number }> {
   const now = deps.clock.now();
-  return rows<Claimed>(
+  const found = await rows<Claimed & { unsent: number }>(
     deps.database.db,
     // Only each enabled endpoint's first pending delivery may go (per-endpoint order), so the claim reads exactly
     // those: one index probe per endpoint. It used to walk every due delivery and drop those with an earlier pending
@@ -139,6 +166,9 @@ async function claim(deps: WebhookDrainDeps, claimId: string, n: number): Promis
     // left to expire are one event each), made every claim of every drain walk that whole backlog.
     // Then the first n heads no other claim holds are locked (SKIP LOCKED: claims running at once, in this drain's
     // slots or in other drains, each take a different one) and checked again, still due and still first.
+    // Of those, one whose type its endpoint no longer lists is failed unsent (`unlisted`, review 16: the change that
+    // emitted it committed while a PATCH took the type off, so the PATCH could not see it), the others are claimed.
+    // The one statement always answers one row: the count of those failed, with a claimed delivery or nulls.
     sql`with heads as (
           select h.id, h.next_attempt_at, h.event_seq
           from public.webhook_endpoints e
@@ -155,20 +185,31 @@ async function claim(deps: WebhookDrainDeps, claimId: string, n: number): Promis
           order by heads.next_attempt_at, heads.event_seq
           limit ${n}
           for update of d skip locked
+        ), unlisted as (
+          update public.webhook_deliveries d
+             set status = 'failed', next_attempt_at = ${now}, claim_id = null, last_error = ${TYPE_TAKEN_OFF}
+            from due, public.webhook_events ev, public.webhook_endpoints e
+           where d.id = due.id and ev.id = d.event_id and e.id = d.endpoint_id and ev.type <> all (e.events)
+          returning 1
+        ), claimed as (
+          update public.webhook_deliveries d
+             set claim_id = ${claimId},
+                 attempts = d.attempts + 1,
+                 next_attempt_at = ${new Date(now.getTime() + LEASE_MS)},
+                 first_attempt_at = coalesce(d.first_attempt_at, ${now}),
+                 last_attempt_at = ${now}
+            from due, public.webhook_events ev, public.webhook_endpoints e
+           where d.id = due.id and ev.id = d.event_id and e.id = d.endpoint_id and ev.type = any (e.events)
+          returning d.id, d.endpoint_id as "endpointId", d.event_id as "eventId", d.attempts,
+                    ev.type, ev.occurred_at as "occurredAt", ev.data, e.url,
+                    e.secret_encrypted as secret, e.previous_secret_encrypted as "previousSecret",
+                    e.previous_secret_expires_at as "previousSecretExpiresAt"
         )
-        update public.webhook_deliveries d
-           set claim_id = ${claimId},
-               attempts = d.attempts + 1,
-               next_attempt_at = ${new Date(now.getTime() + LEASE_MS)},
-               first_attempt_at = coalesce(d.first_attempt_at, ${now}),
-               last_attempt_at = ${now}
-          from due, public.webhook_events ev, public.webhook_endpoints e
-         where d.id = due.id and ev.id = d.event_id and e.id = d.endpoint_id
-        returning d.id, d.endpoint_id as "endpointId", d.event_id as "eventId", d.attempts,
-                  ev.type, ev.occurred_at as "occurredAt", ev.data, e.url,
-                  e.secret_encrypted as secret, e.previous_secret_encrypted as "previousSecret",
-                  e.previous_secret_expires_at as "previousSecretExpiresAt"`,
+        select claimed.*, u.unsent
+          from (select count(*)::int as unsent from unlisted) u
+          left join claimed on true`,
   );
+  return { claimed: found.filter((r) => r.id !== null).map(({ unsent: _, ...c }) => c), unsent: found[0]?.unsent ?? 0 };
 }
 
 async function attempt(

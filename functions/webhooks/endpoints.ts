@@ -108,27 +108,47 @@ export async function updateWebhook(
     // types taken off, unsent (before, the backlog of a failing endpoint still went out once it came back). Marked
     // failed rather than skipped by the drain, so they do not stay at the head of the endpoint's queue; an admin can
     // still redeliver one by id. A delivery already claimed by a drain is in flight and goes as it is; if that attempt
-    // fails, it is not tried again (the drain's record of the attempt, drain.ts).
-    sql`with updated as (
+    // fails, it is not tried again (the drain's record of the attempt, drain.ts). One this statement cannot see (its
+    // change committed while the PATCH ran) is ended the same way by the drain when it comes to it (drain.ts, claim).
+    // A new url is a new receiver, and an endpoint enabled again is one the admin says is back: each starts a fresh
+    // run (failing_since null) and its pending deliveries are queued again from now (redelivered_at is "queued again
+    // at": by an admin's redelivery, or by the endpoint being enabled again or given a new url), so they get their 24
+    // hours from their next failure, and their 72 hours from now (public.webhook_retries_over): the time the endpoint
+    // was disabled no longer counts against them (review 16: a backlog disabled for three days failed unsent on the
+    // first attempt once enabled again). The same url, or enabling one that is enabled, changes neither.
+    // The row is read locked first (`current`), so whether this PATCH starts a fresh run is decided on its latest
+    // version, the one the update then changes.
+    sql`with current as (
+        select e.id,
+               coalesce(${patch.url ?? null}::text <> e.url or (${patch.enabled === true} and not e.enabled), false) as fresh
+          from public.webhook_endpoints e
+         where e.id = ${webhookId} and e.agent_id = ${agentId}
+           for no key update
+      ), updated as (
         update public.webhook_endpoints e set
           url = coalesce(${patch.url ?? null}, e.url),
           events = case when ${patch.events !== undefined} then ${textArray(patch.events ?? [])} else e.events end,
           enabled = coalesce(${patch.enabled ?? null}::boolean, e.enabled),
-          -- A new url is a new receiver, and an endpoint enabled again is one the admin says is back: each starts a
-          -- fresh run, so its pending deliveries get their 24 hours again (public.webhook_retries_over). The same url,
-          -- or enabling one that is enabled, changes nothing.
-          failing_since = case when ${patch.url ?? null}::text <> e.url or (${patch.enabled === true} and not e.enabled) then null
-                               else e.failing_since end,
+          failing_since = case when c.fresh then null else e.failing_since end,
           updated_at = ${now}
-        where e.id = ${webhookId} and e.agent_id = ${agentId}
-        returning e.*
-      ), unlisted as (
+          from current c
+        where e.id = c.id
+        returning e.*, c.fresh
+      ), pending as (
+        -- one update of the endpoint's pending deliveries: those of a type taken off (and not in flight) end unsent,
+        -- the others are queued again when the endpoint starts a fresh run
         update public.webhook_deliveries d
-           set status = 'failed', next_attempt_at = ${now},
-               last_error = 'not sent: its event type was taken off the endpoint before it went out'
-          from updated u, public.webhook_events ev
-         where d.endpoint_id = u.id and d.status = 'pending' and d.claim_id is null
-           and ev.id = d.event_id and ev.type <> all (u.events)
+           set status = case when o.off and d.claim_id is null then 'failed' else d.status end,
+               next_attempt_at = case when o.off and d.claim_id is null then ${now}::timestamptz else d.next_attempt_at end,
+               last_error = case when o.off and d.claim_id is null
+                                 then 'not sent: its event type was taken off the endpoint before it went out'
+                                 else d.last_error end,
+               redelivered_at = case when o.off and d.claim_id is null then d.redelivered_at else ${now}::timestamptz end
+          from (select x.id, ev.type <> all (u.events) as off, u.fresh
+                  from updated u
+                  join public.webhook_deliveries x on x.endpoint_id = u.id and x.status = 'pending'
+                  join public.webhook_events ev on ev.id = x.event_id) o
+         where d.id = o.id and d.status = 'pending' and ((o.off and d.claim_id is null) or o.fresh)
       )
       select ${columns} from updated e`,
   );

@@ -186,10 +186,11 @@ describe('what a drain does', () => {
     // every event happened 35 days ago (40 for the one still pending)
     await sql`update public.webhook_events set occurred_at = case when (data ->> 'n')::int = 4 then ${days(40)}::timestamptz else ${days(35)}::timestamptz end
                where agent_id = ${agentId}`.execute(t.db);
+    // as the drain leaves them: a done delivery's next_attempt_at is when it ended (what the prune dates it by)
     const settle = (n: number, status: string, endedAt: Date | null) =>
       sql`update public.webhook_deliveries set status = ${status}, attempts = 2, created_at = ${days(35)},
                  first_attempt_at = ${days(35)}, last_attempt_at = ${endedAt}, delivered_at = ${status === 'delivered' ? endedAt : null},
-                 next_attempt_at = ${status === 'pending' ? days(1) : days(35)}
+                 next_attempt_at = ${status === 'pending' ? days(1) : endedAt}
            where id = ${delivery(n)}`.execute(t.db);
     await settle(1, 'delivered', days(31)); // ended 31 days ago: goes
     await settle(2, 'failed', days(31)); // failed 31 days ago: goes, with its attempt log

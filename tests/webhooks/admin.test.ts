@@ -304,6 +304,44 @@ describe('deliveries', () => {
       await receiver.close();
     }
   });
+
+  it('a pending delivery of a type its endpoint no longer lists is never sent: the drain ends it unsent, the ones behind it go', async () => {
+    // Review 16: a change that commits while the PATCH runs writes a delivery the PATCH cannot see (the race itself:
+    // endpoint-changes-in-flight.pg-only.test.ts). Here the list is changed under the PATCH's step, as that race
+    // leaves it: the drain, not the PATCH, is what keeps such a delivery from going out.
+    const agent = await meteredAgent(t.db, []);
+    const receiver = await Receiver.start();
+    try {
+      const made = await t.http.post(base(agent.agentId), {
+        cookie: admin.cookie,
+        json: { url: receiver.url, events: ['subscription.created', 'subscription.canceled'] },
+      });
+      receiver.secrets = [made.body.data.secret];
+      const webhookId = made.body.data.id as string;
+      for (let i = 0; i < 2; i++) {
+        const u = await signUp(t);
+        expect((await t.http.post('/me/checkout', { cookie: u.cookie, json: { tierId: agent.tierId } })).status).toBe(201);
+        expect((await t.http.post(`/me/subscriptions/${agent.agentId}/cancel`, { cookie: u.cookie })).status).toBe(200);
+      }
+      await sql`update public.webhook_endpoints set events = array['subscription.canceled'] where id = ${webhookId}`.execute(t.db);
+
+      expect(await drain(t)).toMatchObject({ delivered: 2, failed: 2 });
+      expect(receiver.accepted().map((p) => p.type)).toEqual(['subscription.canceled', 'subscription.canceled']);
+      const listed = await deliveries(t, admin, agent.agentId, webhookId);
+      expect(listed.map((d) => [d.eventType, d.status, d.attempts, d.lastError]).reverse()).toEqual([
+        ['subscription.created', 'failed', 0, 'not sent: its event type was taken off the endpoint before it went out'],
+        ['subscription.canceled', 'delivered', 1, null],
+        ['subscription.created', 'failed', 0, 'not sent: its event type was taken off the endpoint before it went out'],
+        ['subscription.canceled', 'delivered', 1, null],
+      ]);
+      // an admin may still redeliver one by id
+      const again = await t.http.post(`/admin/webhook-deliveries/${listed.at(-1)!.id}/redeliver`, { cookie: admin.cookie });
+      expect(again.status, again.text).toBe(200);
+    } finally {
+      t.clock.set(new Date());
+      await receiver.close();
+    }
+  });
 });
 
 describe('OpenAPI', () => {

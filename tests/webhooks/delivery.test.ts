@@ -372,8 +372,13 @@ describe('delivery', () => {
     expect(delivered).toMatchObject({ status: 'delivered', attempts: 1 });
     expect(delivered!.attemptLog.length).toBe(Math.min(20, attemptTimes.length + 1));
 
-    // A delivered delivery can be sent again too.
-    expect((await t.http.post(`/admin/webhook-deliveries/${failed!.id}/redeliver`, { cookie: admin.cookie })).status).toBe(200);
+    // A delivered delivery can be sent again too; pending again, it shows no deliveredAt (its attempt log keeps it).
+    const resent = await t.http.post(`/admin/webhook-deliveries/${failed!.id}/redeliver`, { cookie: admin.cookie });
+    expect(resent.status, resent.text).toBe(200);
+    expect(resent.body.data).toMatchObject({ status: 'pending', deliveredAt: null });
+    const kept = await sql<{ n: number }>`select count(*)::int as n from public.webhook_delivery_attempts
+                                           where delivery_id = ${failed!.id} and status_code = 200`.execute(t.db);
+    expect(kept.rows[0]!.n).toBe(1);
     expect(await drain(t)).toMatchObject({ delivered: 1 });
     expect(hook.received.at(-1)!.headers['webhook-id']).toBe(failed!.eventId);
   });
@@ -583,6 +588,43 @@ describe('delivery', () => {
     });
   });
 
+  it('attack on the agent backend: a delivery that failed unsent is kept 30 days from its failure, listed and redeliverable', async () => {
+    // Review 16: the history's housekeeping dated a done delivery by its delivery or its last attempt, else by when it
+    // was queued; one that failed unsent has neither, so it was deleted up to 72 hours before its 30 days (docs:
+    // "a failed delivery can be redelivered within 30 days of its failure"). Done deliveries are dated by when they
+    // ended now (migration 20261127003300).
+    const HOUR = 60 * 60 * 1000;
+    const DAY = 24 * HOUR;
+    const agent = await agentWithTiers();
+    const hook = await receiver();
+    const start = Date.now() - 40 * DAY;
+    t.clock.set(new Date(start));
+    const endpoint = await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created']);
+    hook.mode = { status: 503 };
+    await startFree(await signUp(t), agent.tierId);
+    await startFree(await signUp(t), agent.tierId);
+    expect(await drain(t)).toMatchObject({ attempted: 1, retrying: 1 });
+    // 25 hours of the endpoint failing: the head fails after its attempt, the one queued with it fails unsent with it
+    const failedAt = start + 25 * HOUR;
+    t.clock.set(new Date(failedAt));
+    expect(await drain(t)).toMatchObject({ attempted: 1, failed: 2 });
+    const listed = await deliveries(t, admin, agent.agentId, endpoint.id, '?status=failed');
+    const unsent = listed.find((d) => d.attempts === 0)!;
+    expect(unsent.lastError).toMatch(/^not sent/);
+
+    // the housekeeping 29 days after both failed keeps both, and the admin redelivers the unsent one
+    const prune = (at: number) => sql`select * from public.webhook_history_prune(${new Date(at)}, 1000)`.execute(t.db);
+    t.clock.set(new Date(failedAt + 29 * DAY));
+    await prune(failedAt + 29 * DAY);
+    const after = await deliveries(t, admin, agent.agentId, endpoint.id, '?status=failed');
+    expect(after.map((d) => d.id).sort()).toEqual(listed.map((d) => d.id).sort());
+    const again = await t.http.post(`/admin/webhook-deliveries/${unsent.id}/redeliver`, { cookie: admin.cookie });
+    expect(again.status, again.text).toBe(200);
+    // 31 days after: the one still failed is gone, the redelivered one (pending) stays
+    await prune(failedAt + 31 * DAY);
+    expect((await deliveries(t, admin, agent.agentId, endpoint.id)).map((d) => [d.id, d.status])).toEqual([[unsent.id, 'pending']]);
+  });
+
   it('signs with both secrets for a day after a rotation, then with the new one only', async () => {
     const agent = await agentWithTiers();
     const hook = await receiver();
@@ -639,6 +681,71 @@ describe('delivery', () => {
     expect((await t.http.patch(path, { cookie: admin.cookie, json: { enabled: true } })).status).toBe(200);
     expect(await drain(t)).toMatchObject({ delivered: 1 });
     expect(hook.accepted().map((p) => p.type)).toEqual(['subscription.created']);
+  });
+
+  it('attack on the agent backend: the backlog of an endpoint disabled for three days goes out in order once it is enabled again', async () => {
+    // Review 16: the 72 hours a delivery may wait (migration 20261126002600) counted from when it was queued,
+    // the days its endpoint was disabled included, so once enabled again every delivery of its backlog failed unsent,
+    // or after one attempt. Enabling it again queues them again from then (redelivered_at), as a new url does.
+    const HOUR = 60 * 60 * 1000;
+    const agent = await agentWithTiers();
+    const hook = await receiver();
+    t.clock.set(new Date(Date.now() - 74 * HOUR));
+    const endpoint = await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created']);
+    const made = [await startFree(await signUp(t), agent.tierId), await startFree(await signUp(t), agent.tierId)];
+    const path = `/admin/agents/${agent.agentId}/webhooks/${endpoint.id}`;
+    expect((await t.http.patch(path, { cookie: admin.cookie, json: { enabled: false } })).status).toBe(200);
+    // three days later (receivers check webhook-timestamp against the real clock: the test clock is back to now)
+    t.clock.set(new Date());
+    const enabled = await t.http.patch(path, { cookie: admin.cookie, json: { enabled: true } });
+    expect(enabled.status, enabled.text).toBe(200);
+
+    // still down at first: the head's failure is retried (24 hours from its next failure), nothing behind it fails
+    hook.mode = { status: 503 };
+    expect(await drain(t)).toMatchObject({ attempted: 1, retrying: 1, failed: 0 });
+    hook.mode = { status: 204 };
+    await passBackoff(t, endpoint.id);
+    expect(await drain(t)).toMatchObject({ delivered: 2, failed: 0 });
+    expect(hook.accepted().map((p) => [p.type, p.data.id])).toEqual(made.map((id) => ['subscription.created', id]));
+  });
+
+  it('attack on the agent backend: a removed user’s subscriptions end with subscription.canceled', async () => {
+    // Review 16: removing a user (POST /api/auth/admin/remove-user) deleted their subscriptions by the foreign key's
+    // cascade, which no webhook trigger sees: the agent backend was never told they ended, and kept serving them.
+    const agent = await agentWithTiers();
+    const other = await agentWithTiers();
+    const hook = await receiver();
+    const otherHook = await receiver();
+    await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created', 'subscription.updated', 'subscription.canceled']);
+    await addEndpoint(t, admin, other.agentId, otherHook, ['subscription.created', 'subscription.updated', 'subscription.canceled']);
+    const user = await signUp(t, { verified: true });
+    const live = await startFree(user, agent.tierId);
+    const ended = await startFree(user, other.tierId);
+    expect((await t.http.post(`/me/subscriptions/${other.agentId}/cancel`, { cookie: user.cookie })).status).toBe(200);
+    expect(await drain(t)).toMatchObject({ delivered: 3 });
+    const mailsBefore = (await mailsTo(t, user.email)).length;
+
+    const removed = await t.http.post('/api/auth/admin/remove-user', {
+      cookie: admin.cookie,
+      headers: { origin: t.baseUrl },
+      json: { userId: user.userId },
+    });
+    expect(removed.status, removed.text).toBe(200);
+    expect(await drain(t)).toMatchObject({ delivered: 1, failed: 0 });
+    expect(hook.accepted().map((p) => [p.type, p.data.id])).toEqual([
+      ['subscription.created', live],
+      ['subscription.canceled', live],
+    ]);
+    expect(hook.accepted()[1]!.data).toMatchObject({ userId: user.userId, agentId: agent.agentId, status: 'canceled', previous: { status: 'active' } });
+    expect(hook.accepted()[1]!.data.canceledAt).not.toBeNull();
+    // the one already canceled is not canceled again, and the removed user is mailed nothing about it
+    expect(otherHook.accepted().map((p) => [p.type, p.data.id])).toEqual([
+      ['subscription.created', ended],
+      ['subscription.canceled', ended],
+    ]);
+    expect(await mailsTo(t, user.email)).toHaveLength(mailsBefore);
+    const left = await sql<{ n: number }>`select count(*)::int as n from public.subscriptions where user_id = ${user.userId}`.execute(t.db);
+    expect(left.rows[0]!.n).toBe(0);
   });
 
   it('the Stripe state upsert and the events an endpoint did not ask for', async () => {
