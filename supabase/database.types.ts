@@ -2729,6 +2729,10 @@ export type Database = {
         Args: { "p_inviter_id": string; "p_now": string; "p_per_day": number };
         Returns: string;
       };
+      "invitation_claim_give_back": {
+        Args: { "p_inviter_id": string; "p_now": string };
+        Returns: undefined;
+      };
       "invitation_stands": {
         Args: {
           "p_inviter_id": string;

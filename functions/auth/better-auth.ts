@@ -1,5 +1,5 @@
 import { betterAuth, type BetterAuthOptions } from 'better-auth';
-import { createAuthMiddleware, isAPIError } from 'better-auth/api';
+import { createAuthMiddleware, getSessionFromCtx, isAPIError } from 'better-auth/api';
 import { admin, jwt, openAPI, organization } from 'better-auth/plugins';
 import { adminAc, defaultStatements, userAc } from 'better-auth/plugins/admin/access';
 import { createAccessControl } from 'better-auth/plugins/access';
@@ -18,7 +18,13 @@ import {
   verificationLink,
   verificationMail,
 } from './account-mails.ts';
-import { assertInviterStands, assertInviteeMayBeMailed, assertMayInvite, assertWellFormedRole } from './invitation-rules.ts';
+import {
+  assertInviterStands,
+  assertWellFormedRole,
+  giveBackRefusedInvitation,
+  takeInvitation,
+  takeInvitationBeforeTheRoute,
+} from './invitation-rules.ts';
 import { ownsMostOrganizations, takeOrganizationCreation } from './organization-limits.ts';
 import { refuseBadLibraryInput } from './library-input.ts';
 import { EmptyListsPlugin } from './empty-lists.ts';
@@ -209,16 +215,26 @@ export function authOptions(deps: AuthDeps) {
         await sql`select public.mailbox_takes_account_back(${user.id})`.execute(database.db);
       },
       resetPasswordTokenExpiresIn: 60 * 60,
-      sendResetPassword: ({ user, url }) =>
+      // A mailed link ends the user's reset links made before it, in one transaction with queuing its mail (the library
+      // only adds a row per request, so every link mailed within the hour kept working after a newer one was asked
+      // for; review 17). Ended when the newer mail goes, not when its row is written: a request whose mail the
+      // address's allowance holds back must not end the link its owner already has (anyone may ask for a reset of
+      // any address). "Before" by the rows' own times, so of two requests at once the newer link is the one left.
+      sendResetPassword: ({ user, url, token }) =>
         afterLibraryCommit(async () => {
           if (!(await mayMailRecipient(deps, user.email, 'password reset'))) return;
-          await mailer.enqueue(database.db, {
-            to: user.email,
-            subject: 'Reset your Agent Marketplace password',
-            text:
-              `Someone (hopefully you) asked to reset the password of ${user.email}.\n\n` +
-              `Open this link within an hour to choose a new password:\n${passwordResetLink(config, url)}\n\n` +
-              `If it wasn't you, ignore this mail: your password stays as it is.\n`,
+          await database.db.transaction().execute(async (trx) => {
+            await sql`delete from "verification"
+                       where identifier like 'reset-password:%' and value = ${user.id}
+                         and "createdAt" < (select v."createdAt" from "verification" v where v.identifier = ${`reset-password:${token}`})`.execute(trx);
+            await mailer.enqueue(trx, {
+              to: user.email,
+              subject: 'Reset your Agent Marketplace password',
+              text:
+                `Someone (hopefully you) asked to reset the password of ${user.email}.\n\n` +
+                `Open this link within an hour to choose a new password:\n${passwordResetLink(config, url)}\n\n` +
+                `If it wasn't you, ignore this mail: your password stays as it is.\n`,
+            });
           });
         }),
     },
@@ -233,13 +249,28 @@ export function authOptions(deps: AuthDeps) {
         if (ctx.path === '/change-password' && ctx.body && typeof ctx.body === 'object') {
           return { context: { body: { revokeOtherSessions: true } } };
         }
-        // invite-member with `resend`: the library would mail the pending invitation again without creating one,
-        // past the per-inviter limit; without the flag it replaces the invitation (cancelPendingInvitationsOnReInvite)
-        // through beforeCreateInvitation, which counts it.
-        // (The returned body is merged into the request's, so the flag is set to false rather than removed.)
-        if (ctx.path === '/organization/invite-member' && ctx.body && typeof ctx.body === 'object' && 'resend' in ctx.body) {
-          return { context: { body: { resend: false } } };
+        if (ctx.path === '/organization/invite-member' && ctx.body && typeof ctx.body === 'object') {
+          // Who may invite, how often, and how often an address is invited (invitation-rules.ts), judged and taken
+          // here, before the plugin's route: it cancels the pending invitation a re-invite replaces before its own
+          // beforeCreateInvitation hook, so a refusal there killed the invitee's link (review 17). With the caller
+          // and the body as the route reads them (no session, no organization or no address: its own refusal).
+          const body = ctx.body as { email?: unknown; role?: unknown; organizationId?: unknown };
+          const session = await getSessionFromCtx(ctx);
+          const organizationId = body.organizationId || session?.session.activeOrganizationId;
+          const role = Array.isArray(body.role) ? body.role.join(',') : body.role; // (as the plugin's parseRoles)
+          if (session && typeof organizationId === 'string' && typeof body.email === 'string' && typeof role === 'string') {
+            await takeInvitationBeforeTheRoute(deps, session.user, { organizationId, email: body.email, role });
+          }
+          // `resend`: the library would mail the pending invitation again without creating one, past the per-inviter
+          // limit; without the flag it replaces the invitation (cancelPendingInvitationsOnReInvite) with a new one,
+          // counted as any. (The returned body is merged into the request's, so the flag is set to false, not removed.)
+          if ('resend' in ctx.body) return { context: { body: { resend: false } } };
         }
+      }),
+      // invite-member refused by the plugin after the call was taken for (an invalid address, someone already a
+      // member): what it took is given back, so a refused call uses up nothing (invitation-rules.ts).
+      after: createAuthMiddleware(async (ctx) => {
+        if (ctx.path === '/organization/invite-member' && isAPIError(ctx.context.returned)) await giveBackRefusedInvitation(deps);
       }),
     },
     plugins: [
@@ -270,13 +301,11 @@ export function authOptions(deps: AuthDeps) {
           beforeDeleteOrganization: async ({ organization }) => {
             await sql`delete from "organization" where id = ${organization.id}`.execute(database.db);
           },
-          // Verified inviters only, INVITATIONS_PER_DAY per inviter, an hourly allowance per invited address; roles
-          // exactly as the plugin's checks read them (invitation-rules.ts).
+          // Taken in hooks.before already (verified inviters only, INVITATIONS_PER_DAY per inviter, an hourly allowance
+          // per invited address, roles exactly as the plugin's checks read them: invitation-rules.ts); here only for an
+          // invitation that call took nothing for (its inviter's role changed between the two looks).
           beforeCreateInvitation: async ({ inviter, invitation }) => {
-            assertWellFormedRole(invitation.role);
-            // before the inviter's daily claim, so a refusal here leaves no claim counting against the inviter
-            await assertInviteeMayBeMailed(deps, inviter.id, invitation.email);
-            await assertMayInvite(database.db, deps.clock, inviter);
+            await takeInvitation(deps, inviter, invitation);
           },
           beforeUpdateMemberRole: async ({ newRole }) => assertWellFormedRole(newRole),
           beforeAddMember: async ({ member }) => assertWellFormedRole(member.role),

@@ -352,6 +352,77 @@ describe('invitations', () => {
     expect(statuses).toEqual({ [first_.body.id]: 'canceled', [again.body.id]: 'pending' });
   });
 
+  it("attack: accounts that may not invite (unverified, a plain member, an admin asking for an owner) use up nothing of an address's hour", async () => {
+    // Review 17: the address's allowance was taken before the inviter was checked, so five free unverified accounts,
+    // each refused 403 twice, used up the address's hour, and a real organization's invitation to it was refused 429.
+    const newcomer = address('newcomer');
+    for (let i = 0; i < INVITATIONS_PER_ADDRESS_PER_HOUR / INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR; i++) {
+      const junk = await signUp(t, { name: `Junk ${i}` }); // never verified: sign-up needs no mailbox
+      const org = await createOrg(junk, 'Junk');
+      for (let j = 0; j < INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR; j++) {
+        const res = await invite(junk, org.id, newcomer);
+        expect([res.status, res.body.code]).toEqual([403, 'EMAIL_NOT_VERIFIED']);
+      }
+    }
+    // Nor does a member whose role may not invite, nor an admin inviting an owner (the plugin's refusals).
+    const owner = await verifiedUser('Junk owner');
+    const org = await createOrg(owner, 'Junk');
+    const [member, admin] = [await verifiedUser('Member'), await verifiedUser('Admin')];
+    await join(owner, org.id, member, 'member');
+    await join(owner, org.id, admin, 'admin');
+    for (let j = 0; j < INVITATIONS_PER_ADDRESS_PER_HOUR; j++) {
+      expect((await invite(member, org.id, newcomer)).status).toBe(403);
+      expect((await invite(admin, org.id, newcomer, { role: 'owner' })).status).toBe(403);
+    }
+    expect(await mailsTo(t, newcomer)).toEqual([]);
+    // A real organization's invitation to that address goes, and its mail arrives.
+    const employer = await verifiedUser('Employer');
+    const acme = await createOrg(employer, 'Acme Robotics');
+    const res = await invite(employer, acme.id, newcomer);
+    expect(res.status, res.text).toBe(200);
+    for (let round = 0; round < 20 && (await deliverMail(t)) > 0; round++); // (the file's earlier tests left mail queued)
+    expect(smtp.received.filter((m) => m.to.includes(newcomer)).map((m) => m.body)).toEqual([expect.stringContaining(res.body.id)]);
+  });
+
+  it('a refused re-invitation or resend cancels nothing: the invitation mailed before stays pending and its link admits the invitee', async () => {
+    // Review 17: the plugin cancels the pending invitation a re-invite replaces before it asks our rules, so a refused
+    // re-invite (429, or 403) killed the invitee's link while the inviter was told nothing was done.
+    const owner = await verifiedUser();
+    const org = await createOrg(owner, 'Steady Co');
+    const invitee = await verifiedUser('Invitee');
+    expect((await invite(owner, org.id, invitee.email)).status).toBe(200);
+    const second = await invite(owner, org.id, invitee.email); // a re-invite: replaces the first (2 an hour from one inviter)
+    expect(second.status).toBe(200);
+    const pending = () => rows<{ id: string }>(t.db, sql`select id from invitation where email = ${invitee.email} and status = 'pending'`);
+    expect((await pending()).map((r) => r.id)).toEqual([second.body.id]);
+    const refused = [await invite(owner, org.id, invitee.email), await invite(owner, org.id, invitee.email, { resend: true })];
+    expect(refused.map((r) => [r.status, r.body.code])).toEqual([[429, 'RATE_LIMITED'], [429, 'RATE_LIMITED']]);
+    // refused 403 too: an inviter whose address is no longer verified (an admin changed it, say)
+    await sql`update "user" set "emailVerified" = false where id = ${owner.userId}`.execute(t.db);
+    const unverified = await invite(owner, org.id, invitee.email, { resend: true });
+    expect([unverified.status, unverified.body.code]).toEqual([403, 'EMAIL_NOT_VERIFIED']);
+    expect((await pending()).map((r) => r.id)).toEqual([second.body.id]);
+    const accepted = await t.http.post('/api/auth/organization/accept-invitation', { ...withOrigin(invitee.cookie), json: { invitationId: second.body.id } });
+    expect(accepted.status, accepted.text).toBe(200);
+  });
+
+  it('a call the plugin refuses after our checks (someone already a member) gives back what it took', async () => {
+    const owner = await verifiedUser();
+    const org = await createOrg(owner, 'Giveback Co');
+    const member = await verifiedUser('Member');
+    await join(owner, org.id, member, 'member'); // one of the owner's two invitations an hour to this address
+    for (let i = 0; i < INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR + 1; i++) {
+      const res = await invite(owner, org.id, member.email);
+      expect([res.status, res.body.code]).toEqual([400, 'USER_IS_ALREADY_A_MEMBER_OF_THIS_ORGANIZATION']);
+    }
+    // no claim left open against the owner's day, and the address's allowance is as it was: one more invitation goes
+    const open = sql<{ n: number }>`select count(*)::int as n from invitation_claims where inviter_id = ${owner.userId} and invitation_id is null`;
+    expect((await first<{ n: number }>(t.db, open))!.n).toBe(0);
+    const removed = await t.http.post('/api/auth/organization/remove-member', { ...withOrigin(owner.cookie), json: { memberIdOrEmail: member.email, organizationId: org.id } });
+    expect(removed.status, removed.text).toBe(200);
+    expect((await invite(owner, org.id, member.email)).status).toBe(200);
+  });
+
   it('accepting needs a verified email: an unverified account with the invitee\'s address gets 403, the verified owner joins', async () => {
     const owner = await verifiedUser();
     const org = await createOrg(owner, 'Join Co');
