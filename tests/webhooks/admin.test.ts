@@ -34,6 +34,18 @@ afterAll(async () => {
 const base = (id = agentId) => `/admin/agents/${id}/webhooks`;
 const ALL = ['subscription.created', 'subscription.updated', 'subscription.canceled', 'usage.threshold_reached', 'reservation.expired'];
 
+/** A real receiver and an endpoint of the agent pointed at it, listing `events`; the caller closes the receiver. */
+async function listeningEndpoint(agent: string, events: string[]) {
+  const receiver = await Receiver.start();
+  const made = await t.http.post(base(agent), { cookie: admin.cookie, json: { url: receiver.url, events } });
+  if (made.status !== 201) {
+    await receiver.close();
+    throw new Error(`createAgentWebhook answered ${made.status}: ${made.text}`);
+  }
+  receiver.secrets = [made.body.data.secret];
+  return { receiver, webhookId: made.body.data.id as string };
+}
+
 async function create(json: unknown = { url: 'https://agent.example.com/hooks', events: ALL }) {
   return t.http.post(base(), { cookie: admin.cookie, json });
 }
@@ -236,14 +248,8 @@ describe('deliveries', () => {
     // Found by a review: the backlog of a failing endpoint (up to a day or two of events, rule 23) still went out
     // after the admin narrowed its events, though "an endpoint gets only the types it lists".
     const agent = await meteredAgent(t.db, []);
-    const receiver = await Receiver.start();
+    const { receiver, webhookId } = await listeningEndpoint(agent.agentId, ['subscription.created', 'subscription.canceled']);
     try {
-      const made = await t.http.post(base(agent.agentId), {
-        cookie: admin.cookie,
-        json: { url: receiver.url, events: ['subscription.created', 'subscription.canceled'] },
-      });
-      receiver.secrets = [made.body.data.secret];
-      const webhookId = made.body.data.id as string;
       receiver.mode = { status: 503 };
       const u = await signUp(t);
       expect((await t.http.post('/me/checkout', { cookie: u.cookie, json: { tierId: agent.tierId } })).status).toBe(201);
@@ -276,14 +282,8 @@ describe('deliveries', () => {
     // Found by a review of the rule above: "one in flight goes as it is", but a failed attempt went back to pending
     // and was retried for up to 72 hours, so the type taken off was delivered later all the same.
     const agent = await meteredAgent(t.db, []);
-    const receiver = await Receiver.start();
+    const { receiver, webhookId } = await listeningEndpoint(agent.agentId, ['subscription.created', 'subscription.canceled']);
     try {
-      const made = await t.http.post(base(agent.agentId), {
-        cookie: admin.cookie,
-        json: { url: receiver.url, events: ['subscription.created', 'subscription.canceled'] },
-      });
-      receiver.secrets = [made.body.data.secret];
-      const webhookId = made.body.data.id as string;
       const u = await signUp(t);
       expect((await t.http.post('/me/checkout', { cookie: u.cookie, json: { tierId: agent.tierId } })).status).toBe(201);
       receiver.mode = 'hang';
@@ -310,14 +310,8 @@ describe('deliveries', () => {
     // endpoint-changes-in-flight.pg-only.test.ts). Here the list is changed under the PATCH's step, as that race
     // leaves it: the drain, not the PATCH, is what keeps such a delivery from going out.
     const agent = await meteredAgent(t.db, []);
-    const receiver = await Receiver.start();
+    const { receiver, webhookId } = await listeningEndpoint(agent.agentId, ['subscription.created', 'subscription.canceled']);
     try {
-      const made = await t.http.post(base(agent.agentId), {
-        cookie: admin.cookie,
-        json: { url: receiver.url, events: ['subscription.created', 'subscription.canceled'] },
-      });
-      receiver.secrets = [made.body.data.secret];
-      const webhookId = made.body.data.id as string;
       for (let i = 0; i < 2; i++) {
         const u = await signUp(t);
         expect((await t.http.post('/me/checkout', { cookie: u.cookie, json: { tierId: agent.tierId } })).status).toBe(201);
