@@ -639,6 +639,33 @@ export type Database = {
         };
         Relationships: [];
       };
+      "mailed_reset_links": {
+        Row: {
+          "created_at": string;
+          "identifier": string;
+          "user_id": string;
+        };
+        ComputedFields: never;
+        Insert: {
+          "created_at": string;
+          "identifier": string;
+          "user_id": string;
+        };
+        Update: {
+          "created_at"?: string;
+          "identifier"?: string;
+          "user_id"?: string;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "mailed_reset_links_user_id_fkey";
+            columns: ["user_id"];
+            isOneToOne: false;
+            referencedRelation: "user";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
       "member": {
         Row: {
           "createdAt": string;
@@ -3149,6 +3176,10 @@ export type Database = {
       "request_background_drain": {
         Args: Record<PropertyKey, never>;
         Returns: number;
+      };
+      "reset_link_mailed": {
+        Args: { "p_identifier": string; "p_user_id": string };
+        Returns: undefined;
       };
       "review_shown": { Args: { "p_review_id": string }; Returns: boolean };
       "revoke_user_credentials": {

@@ -215,18 +215,18 @@ export function authOptions(deps: AuthDeps) {
         await sql`select public.mailbox_takes_account_back(${user.id})`.execute(database.db);
       },
       resetPasswordTokenExpiresIn: 60 * 60,
-      // A mailed link ends the user's reset links made before it, in one transaction with queuing its mail (the library
-      // only adds a row per request, so every link mailed within the hour kept working after a newer one was asked
-      // for; review 17). Ended when the newer mail goes, not when its row is written: a request whose mail the
-      // address's allowance holds back must not end the link its owner already has (anyone may ask for a reset of
-      // any address). "Before" by the rows' own times, so of two requests at once the newer link is the one left.
+      // A mailed link ends the user's mailed reset links made before it, in one transaction with queuing its mail
+      // (the library only adds a row per request, so every link mailed within the hour kept working after a newer one
+      // was asked for; review 17). Ended when the newer mail goes, not when its row is written: a request whose mail
+      // the address's allowance holds back must not end the link its owner already has (anyone may ask for a reset of
+      // any address). Only mailed links (public.reset_link_mailed, migration 20261127003500): a purchase claim's
+      // set-password token, stored as a reset token but never mailed, stays (review 18: anyone's reset request broke
+      // the claimant's set-password step).
       sendResetPassword: ({ user, url, token }) =>
         afterLibraryCommit(async () => {
           if (!(await mayMailRecipient(deps, user.email, 'password reset'))) return;
           await database.db.transaction().execute(async (trx) => {
-            await sql`delete from "verification"
-                       where identifier like 'reset-password:%' and value = ${user.id}
-                         and "createdAt" < (select v."createdAt" from "verification" v where v.identifier = ${`reset-password:${token}`})`.execute(trx);
+            await sql`select public.reset_link_mailed(${user.id}, ${`reset-password:${token}`})`.execute(trx);
             await mailer.enqueue(trx, {
               to: user.email,
               subject: 'Reset your Agent Marketplace password',

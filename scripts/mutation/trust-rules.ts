@@ -259,6 +259,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 9,
+    name: "a mailed reset link ends a purchase claim's set-password token too (review 18)",
+    file: 'supabase/migrations/20261127003500_mailed_reset_links.sql',
+    find: '   using public.mailed_reset_links m\n   where m.user_id = p_user_id and v.identifier = m.identifier and v."createdAt" < v_created;',
+    replace: '   where v.identifier like \'reset-password:%\' and v.value = p_user_id and v."createdAt" < v_created;',
+    tests: ['tests/billing/claim-set-password.test.ts'],
+  },
+  {
+    rule: 9,
     name: "a password change leaves the user's tokens alive",
     file: 'supabase/migrations/20261123000401_password_change_ends_credentials.sql',
     find: '  perform public.revoke_user_credentials(new."userId");',
