@@ -144,7 +144,10 @@ async function lapsedUnpaid(deps: BillingDeps, sub: Stripe.Subscription): Promis
   if (sub.status !== 'past_due' || periodStart === undefined) return false;
   const { stripe } = requirePayments(deps);
   const open = await callStripe(() => stripe.invoices.list({ subscription: sub.id, status: 'open', limit: 100 }));
-  return open.data.some((invoice) => invoice.billing_reason === 'subscription_cycle' && invoice.created < periodStart);
+  // A day's margin: the current period's own renewal invoice is made at its start (never a day before it), and
+  // tiers renew monthly or yearly, so an earlier period's renewal is weeks older.
+  const earlierPeriod = periodStart - 24 * 60 * 60;
+  return open.data.some((invoice) => invoice.billing_reason === 'subscription_cycle' && invoice.created < earlierPeriod);
 }
 
 /**

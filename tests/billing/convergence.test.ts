@@ -168,7 +168,7 @@ describe('webhook convergence', () => {
             i.parent?.subscription_details?.subscription === sub.id &&
             i.status === 'open' &&
             i.billing_reason === 'subscription_cycle' &&
-            i.created < item.current_period_start,
+            i.created < item.current_period_start - 24 * 60 * 60,
         );
         const expectedStatus =
           now.status === 'past_due' && renewalLeftOpen ? 'incomplete' : { active: 'active', past_due: 'past_due', canceled: 'canceled' }[now.status as string];

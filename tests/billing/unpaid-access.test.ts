@@ -118,6 +118,12 @@ describe('past_due grants access in the period whose renewal failed, not in the 
     w.fake.advancePeriod(stripeSubscriptionId);
     await deliverPending(w);
     expect(await access(user, agent.id)).toMatchObject({ status: 'past_due' });
+    // A retry fails; the renewal invoice dated a minute before the period it bills is still this period's.
+    const renewal = w.fake.invoices.get(w.fake.subscriptions.get(stripeSubscriptionId)!.latest_invoice)!;
+    renewal.created -= 60;
+    w.fake.failInvoice(renewal.id);
+    await deliverPending(w);
+    expect(await access(user, agent.id)).toMatchObject({ status: 'past_due' });
 
     // Every retry failed and the account leaves it past_due: the next period begins with that renewal still open.
     w.fake.advancePeriod(stripeSubscriptionId);
