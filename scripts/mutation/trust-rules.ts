@@ -267,6 +267,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 9,
+    name: "a sign-in racing a ban reads the account without waiting for the ban, and keeps its session (review 17)",
+    file: 'supabase/migrations/20261127003600_session_refuses_banned.sql',
+    find: '    from "user" u where u.id = new."userId"\n     for share;',
+    replace: '    from "user" u where u.id = new."userId";',
+    tests: ['tests/identity/sign-in-beside-ban.pg-only.test.ts'],
+  },
+  {
+    rule: 9,
     name: "a password change leaves the user's tokens alive",
     file: 'supabase/migrations/20261123000401_password_change_ends_credentials.sql',
     find: '  perform public.revoke_user_credentials(new."userId");',
