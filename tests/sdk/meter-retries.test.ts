@@ -296,6 +296,42 @@ describe('Retry-After', () => {
   });
 });
 
+describe('a 2xx that is not the service\'s answer', () => {
+  // Found by review 20: a gateway's `200 {}` resolved as counted (quota "unlimited") with nothing counted, and a 204
+  // threw a bare TypeError without the clientReqId. Either is a network error now, retried with the same clientReqId.
+  it('a gateway\'s 200 {} and 204 are sent again with the same clientReqId, and the call is counted once', async () => {
+    const { sub, token } = await subscribedUser();
+    const gateway = await Gateway.start(t.baseUrl, [
+      { status: 200, headers: { 'content-type': 'application/json' }, body: '{}' },
+      { status: 204 },
+    ]);
+    try {
+      const meter = createMeter({ baseUrl: gateway.url, agentId: agent.agentId, accessToken: token, maxDelayMs: 20 });
+      const result = await meter.increment('calls');
+      const ids = gateway.clientReqIds();
+      expect(ids).toEqual([result.clientReqId, result.clientReqId, result.clientReqId]);
+      expect([result.replayed, result.data.used, result.quota.limit]).toEqual([false, 1, 50]);
+      expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([{ used: 1, sum: 1 }]);
+    } finally {
+      await gateway.close();
+    }
+  });
+
+  it('when it is all the meter gets, the call ends in a NetworkError carrying the clientReqId, nothing counted', async () => {
+    const { sub, token } = await subscribedUser();
+    const gateway = await Gateway.start(t.baseUrl, [{ status: 204 }, { status: 200, headers: { 'content-type': 'application/json' }, body: 'null' }]);
+    try {
+      const meter = createMeter({ baseUrl: gateway.url, agentId: agent.agentId, accessToken: token, retries: 1, maxDelayMs: 20 });
+      const err = await meter.increment('calls', { clientReqId: 'not-an-answer-1' }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(NetworkError);
+      expect(err).toMatchObject({ code: 'NETWORK_ERROR', clientReqId: 'not-an-answer-1' });
+      expect(await ledgerAgreesWithCounters(t.db, sub.id)).toEqual([]);
+    } finally {
+      await gateway.close();
+    }
+  });
+});
+
 describe('the meter is bounded whatever its options', () => {
   it('refuses, when it is made, options it could not bound by (NaN retries retried a network failure forever; found by review 08)', () => {
     const base = { baseUrl: 'http://127.0.0.1:9', agentId: 'a', accessToken: 't' };

@@ -112,8 +112,18 @@ export function createMeter(options: MeterOptions) {
         }
       }
       if (!response.ok) throw keyed(apiErrorOf(response, result.error), clientReqId);
+      // A 2xx that is not the service's answer (a proxy's or a CDN's `200 {}`, a 204, an empty body) says nothing of
+      // whether the call was counted: it is a network error, retried with the same clientReqId, never a success
+      // (found by review 20: `200 {}` resolved as counted with an unlimited quota, and a 204 threw a bare TypeError).
+      const envelope = result.data as { status?: unknown; data?: unknown } | undefined;
+      if (envelope?.status !== 'success' || typeof envelope.data !== 'object' || envelope.data === null) {
+        const notAnAnswer = new Error(`HTTP ${response.status} without the marketplace's success envelope`);
+        if (attempt >= retries) throw keyed(new NetworkError(notAnAnswer), clientReqId);
+        await sleep(backoff(attempt, undefined, maxDelayMs));
+        continue;
+      }
       return {
-        data: (result.data as { data: T }).data,
+        data: envelope.data as T,
         quota: quotaOf(response.headers),
         replayed: response.headers.get('x-idempotent-replay') === 'true',
         clientReqId,
