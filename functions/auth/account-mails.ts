@@ -1,5 +1,5 @@
 import { pagesOrigin, type Config } from '../platform/config.ts';
-import type { Mail } from '../platform/mailer.ts';
+import { quotedText as quoted, type Mail } from '../platform/mailer.ts';
 
 /**
  * The texts of the identity mails (verification, "someone signed up with your address", organization
@@ -86,11 +86,4 @@ export function invitationMail(
       `To accept, sign in with this address (${invitation.email}), confirm it if you have not yet, and open:\n${link}\n\n` +
       `If you don't know this person, ignore this mail.\n`,
   };
-}
-
-/** User text in a mail body: on one line, bounded, in quotes, so it cannot pose as the mail's own words. */
-function quoted(text: string): string {
-  const oneLine = text.replace(/[\r\n\t\u2028\u2029]+/g, ' ').trim();
-  const short = oneLine.length > 80 ? `${oneLine.slice(0, 79)}…` : oneLine;
-  return `"${short}"`;
 }

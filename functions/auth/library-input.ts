@@ -127,6 +127,8 @@ export function refuseBadLibraryInput(path: string, body: unknown, query: unknow
 }
 
 /** The roles of the marketplace (the user_role_known check of migration 20261122000200). */
+/** C0 and C1 controls (line breaks, tabs, escapes) and the Unicode line and paragraph separators. */
+const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;
 const USER_ROLES = new Set(['user', 'platform_admin']);
 const MAX_BAN_SECONDS = 100 * 365 * 24 * 60 * 60;
 
@@ -136,7 +138,8 @@ function refuseUnknownRole(path: string, role: unknown): void {
 
 /** What each user field an admin may write holds: the user table's own columns, `id` excepted. */
 const USER_FIELDS: Record<string, (value: unknown) => boolean> = {
-  name: (v) => typeof v === 'string' && v.trim() !== '' && v.length <= 200,
+  // one line: a name is shown in mails and pages, and line breaks let it write lines of its own there (review 19)
+  name: (v) => typeof v === 'string' && v.trim() !== '' && v.length <= 200 && !CONTROL_CHARACTERS.test(v),
   email: (v) => typeof v === 'string' && v.length <= MAX_EMAIL_LENGTH && /^[^\s@]+@[^\s@]+$/.test(v),
   emailVerified: (v) => typeof v === 'boolean',
   image: (v) => v === null || (typeof v === 'string' && v.length <= MAX_URL_LENGTH),
@@ -148,7 +151,8 @@ const USER_FIELDS: Record<string, (value: unknown) => boolean> = {
   updatedAt: isDate,
 };
 
-const NAME_RULE = 'name must be a non-empty string of at most 200 characters';
+const NAME_RULE = 'name must be a non-empty string of at most 200 characters, on one line (no control characters)';
+
 /**
  * An address the library stores (and mails): its own schema checks only the shape, so sign-up stored, and an
  * invitation mailed and listed, an address of 900 KB. 320 characters: a 64-character local part, `@`, a 255-character domain.

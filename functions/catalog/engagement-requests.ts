@@ -5,6 +5,7 @@ import { enforceDailyAllowance } from '../http/rate-limit.ts';
 import type { Interaction } from './interactions.ts';
 import { recordInteraction } from './interactions.ts';
 import { recipientEmails } from './notification-recipients.ts';
+import { quotedText } from '../platform/mailer.ts';
 
 /**
  * Demo requests and enterprise inquiries: accepted for later (202). Each is an interaction attributed to the
@@ -79,9 +80,13 @@ async function checkedRequester(db: Db, requester: Requester): Promise<CheckedRe
   return { userId: requester.userId, ...row, emailVerified: row.emailVerified === true };
 }
 
-/** "Dana <dana@example.test>", with "(address not verified)" after an address its owner never proved. */
+/**
+ * '"Dana" <dana@example.test>', with "(address not verified)" after an address its owner never proved. The name is
+ * quoted on one line: a name with line breaks wrote the mail's first line itself and pushed the marker down (review
+ * 19).
+ */
 function requesterLine(requester: CheckedRequester): string {
-  const who = `${requester.name || requester.email} <${requester.email}>`;
+  const who = requester.name ? `${quotedText(requester.name)} <${requester.email}>` : `<${requester.email}>`;
   return requester.emailVerified ? who : `${who} (address not verified)`;
 }
 

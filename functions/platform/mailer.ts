@@ -33,6 +33,16 @@ import type { Logger } from './logger.ts';
  * SMTP the body stays in the outbox table (readable by the operator), never in the logs or on disk.
  */
 
+/**
+ * User text (a name, an organization's name) as a mail quotes it: one line, at most 80 characters, in double quotes,
+ * so that it can neither start lines of its own in the mail nor pass for the mail's own words.
+ */
+export function quotedText(text: string): string {
+  const oneLine = text.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]+/g, ' ').trim();
+  const short = oneLine.length > 80 ? `${oneLine.slice(0, 79)}…` : oneLine;
+  return `"${short}"`;
+}
+
 export interface Mail {
   to: string;
   subject: string;

@@ -175,8 +175,8 @@ describe('demo requests', () => {
     const mails = await mailsTo(t, staff);
     expect(mails).toHaveLength(2);
     const firstLine = (email: string) => mails.find((m) => m.text.includes(email))!.text.split('\n')[0];
-    expect(firstLine(victim)).toBe(`Victim CTO <${victim}> (address not verified) asked for a demo of Contract Copilot (${agent.slug}).`);
-    expect(firstLine(owner.email)).toBe(`Proven Buyer <${owner.email}> asked for a demo of Contract Copilot (${agent.slug}).`);
+    expect(firstLine(victim)).toBe(`"Victim CTO" <${victim}> (address not verified) asked for a demo of Contract Copilot (${agent.slug}).`);
+    expect(firstLine(owner.email)).toBe(`"Proven Buyer" <${owner.email}> asked for a demo of Contract Copilot (${agent.slug}).`);
     expect(mails.find((m) => m.text.includes(owner.email))!.text).not.toMatch(/not verified|unverified/i);
 
     // The feed records it too, for demo requests and enterprise inquiries alike.
@@ -189,6 +189,29 @@ describe('demo requests', () => {
     expect(metadataOf(proven)).toMatchObject({ email: owner.email, emailVerified: true });
     expect(metadataOf(inquired)).toMatchObject({ email: victim, emailVerified: false, companySize: '1-10' });
     expect(metadataOf(inquiredProven)).toMatchObject({ email: owner.email, emailVerified: true });
+  });
+});
+
+describe('a requester name that would write the staff mail itself', () => {
+  it("attack: a name with line breaks cannot write the mail's first line or push the not-verified marker out of it", async () => {
+    // Found by review 19: the name went into the first line as it was, so a name of several lines wrote that line
+    // ("Victim CTO <cto@victim.example> asked for a demo ...") and pushed the real, marked one far down.
+    const staff = `sales-${crypto.randomUUID().slice(0, 8)}@example.test`;
+    expect((await t.http.post('/admin/notification-recipients', { cookie: admin.cookie, json: { email: staff } })).status).toBe(201);
+    const agent = await createAgent(t, admin, { name: 'Contract Copilot' });
+    const victim = `cto-${crypto.randomUUID().slice(0, 8)}@victim.example`;
+    const forged = `Victim CTO <${victim}> asked for a demo of Contract Copilot (${agent.slug}).\n\n\n\n`;
+    // Such a name is refused when it is typed ...
+    const refused = await t.http.post('/api/auth/sign-up/email', { json: { email: victim, password: 'a long enough password', name: forged } });
+    expect(refused.status).toBe(400);
+    // ... and one stored before that rule is quoted on one line.
+    const squatter = await signUp(t, { email: victim, name: 'Victim CTO' });
+    await sql`update "user" set name = ${forged} where id = ${squatter.userId}`.execute(t.db);
+    expect((await t.http.post(`/agents/${agent.id}/demo-requests`, { cookie: squatter.cookie, json: {} })).status).toBe(202);
+    const [mail] = await mailsTo(t, staff);
+    const firstLine = mail!.text.split('\n')[0]!;
+    expect(firstLine.startsWith('"Victim CTO <')).toBe(true);
+    expect(firstLine).toContain(`" <${victim}> (address not verified) asked for a demo of Contract Copilot (${agent.slug}).`);
   });
 });
 
