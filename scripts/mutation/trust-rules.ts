@@ -452,9 +452,9 @@ export const mutations: Mutation[] = [
   {
     rule: 9,
     name: 'an earlier reset link still works after a newer one was mailed (review 17)',
-    file: 'functions/auth/better-auth.ts',
-    find: "                       where identifier like 'reset-password:%' and value = ${user.id}",
-    replace: "                       where false and identifier like 'reset-password:%' and value = ${user.id}",
+    file: 'supabase/migrations/20261127003500_mailed_reset_links.sql',
+    find: '   where m.user_id = p_user_id and v.identifier = m.identifier and v."createdAt" < v_created;',
+    replace: '   where false and m.user_id = p_user_id and v.identifier = m.identifier and v."createdAt" < v_created;',
     tests: ['tests/identity/password-reset.test.ts'],
   },
   {
