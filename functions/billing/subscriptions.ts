@@ -122,7 +122,8 @@ export async function findSubscription(db: Db, clock: Clock, subscriptionId: str
  * Starts an `active` subscription on a free tier (price 0), its first period beginning now.
  * At most one non-canceled subscription per (user, agent) (a unique index): starting the same free tier again
  * returns the existing subscription with `created: false` (a retried request is harmless); holding any other
- * live subscription to the agent is a 409 CONFLICT (changing tier is a different operation).
+ * live subscription to the agent is a 409 CONFLICT (changing tier is a different operation). A tier deleted, archived
+ * or hidden (or its agent no longer active) by the time the subscription is written is a 404, like one never offered.
  */
 export async function startFreeSubscription(
   db: Db,
@@ -138,25 +139,40 @@ export async function startFreeSubscription(
   if (tier.price_cents !== 0) {
     throw new ApiError('INVALID_STATE', 'This tier is paid: start a checkout instead', { tierId: input.tierId });
   }
-  let row: SubscriptionRow | undefined;
+  let row: (Partial<SubscriptionRow> & { offered: boolean }) | undefined;
   try {
+    // The tier is read again in the insert, as the checkout found it (not archived, public, of an active agent) and
+    // held `for key share`, what the foreign key check takes: a deletion of the tier committed since the checkout's read
+    // leaves no row (the insert's foreign key answered 500), an archiving or hiding committed since leaves none either
+    // (a subscription was written on a tier closed to new buyers), and a deletion that comes after waits for this
+    // insert and then archives the tier instead (deleteTier). No row: 404, as for a tier that never was open (review 19).
     // The first period runs one calendar month from now (billing_period clamps to the month's end).
-    row = await first<SubscriptionRow>(
+    row = await first<Partial<SubscriptionRow> & { offered: boolean }>(
       db,
-      sql`insert into public.subscriptions as s
-            (user_id, agent_id, tier_id, status, current_period_start, current_period_end, created_at, updated_at)
-          select ${input.userId}, ${tier.agent_id}, ${input.tierId}, 'active', ${now}::timestamptz, p.period_end,
-                 ${now}::timestamptz, ${now}::timestamptz
-          from public.billing_period(${now}::timestamptz, null, true, ${now}::timestamptz) p
-          on conflict (user_id, agent_id) where status <> 'canceled' do nothing
-          returning ${subscriptionColumns(now)}`,
+      sql`with offered as (
+            select t.id, t.agent_id from public.tiers t
+             where t.id = ${input.tierId} and t.archived_at is null and t.is_public and t.price_cents = 0
+               and exists (select 1 from public.agents a where a.id = t.agent_id and a.status = 'active')
+               for key share
+          ), added as (
+            insert into public.subscriptions as s
+              (user_id, agent_id, tier_id, status, current_period_start, current_period_end, created_at, updated_at)
+            select ${input.userId}, offered.agent_id, offered.id, 'active', ${now}::timestamptz, p.period_end,
+                   ${now}::timestamptz, ${now}::timestamptz
+            from offered, public.billing_period(${now}::timestamptz, null, true, ${now}::timestamptz) p
+            on conflict (user_id, agent_id) where status <> 'canceled' do nothing
+            returning s.*
+          )
+          select r.*, exists (select 1 from offered) as offered
+            from (select 1) one left join (select ${subscriptionColumns(now)} from added s) r on true`,
     );
   } catch (err) {
     // The conflict target covers the one-live-subscription index; any other unique violation is a bug.
     if (isUniqueViolation(err)) throw conflictWithLive(tier.agent_id);
     throw err;
   }
-  if (row) return { subscription: toSubscriptionDto(row), created: true };
+  if (!row?.offered) throw notFound('Tier', { tierId: input.tierId });
+  if (row.id) return { subscription: toSubscriptionDto(row as SubscriptionRow), created: true };
 
   const live = await first<SubscriptionRow>(
     db,

@@ -1,9 +1,9 @@
 import { first, sql, type Db } from '../platform/db.ts';
 import type { AppDeps } from '../platform/app-types.ts';
-import { ApiError } from '../http/errors.ts';
 import { enforceDailyAllowance } from '../http/rate-limit.ts';
 import type { Interaction } from './interactions.ts';
 import { recordInteraction } from './interactions.ts';
+import { accountGone } from './held-user.ts';
 import { recipientEmails } from './notification-recipients.ts';
 import { quotedText } from '../platform/mailer.ts';
 
@@ -76,7 +76,7 @@ async function checkedRequester(db: Db, requester: Requester): Promise<CheckedRe
     db,
     sql`select email, name, "emailVerified" as "emailVerified" from "user" where id = ${requester.userId} for key share`,
   );
-  if (!row) throw new ApiError('UNAUTHORIZED', 'This account no longer exists');
+  if (!row) throw accountGone();
   return { userId: requester.userId, ...row, emailVerified: row.emailVerified === true };
 }
 

@@ -1,9 +1,10 @@
 import type { z } from '@hono/zod-openapi';
-import { ApiError, forbidden, notFound } from '../http/errors.ts';
+import { forbidden, notFound } from '../http/errors.ts';
 import { afterCursor, finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { reviewSchema } from './schemas.ts';
 import { iso } from './schemas.ts';
+import { accountGone, heldUser } from './held-user.ts';
 
 /**
  * Reviews: one per (user, agent). Writing again replaces the rating and text of the same row (the upsert
@@ -58,14 +59,14 @@ export async function upsertReview(
   // counted, for a user who no longer exists (found by a review; reviews.user_id has no foreign key to "user").
   const row = await first<Row & { created: boolean }>(
     db,
-    sql`with author as (select u.id from public."user" u where u.id = ${input.userId} for key share)
+    sql`with author as (${heldUser(input.userId)})
         insert into public.reviews as r (agent_id, user_id, rating, title, body, created_at, updated_at)
         select ${input.agentId}, author.id, ${input.rating}, ${input.title || null}, ${input.body || null}, ${now}, ${now} from author
         on conflict (agent_id, user_id) do update
           set rating = excluded.rating, title = excluded.title, body = excluded.body, updated_at = excluded.updated_at
         returning ${columns}, (xmax = 0) as created`,
   );
-  if (!row) throw new ApiError('UNAUTHORIZED', 'This account no longer exists');
+  if (!row) throw accountGone();
   const { created, ...review } = row;
   return { review: toReview(review), created };
 }

@@ -2,6 +2,7 @@ import { ApiError } from '../http/errors.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import type { AgentStatus } from './schemas.ts';
 import { iso } from './schemas.ts';
+import { accountGone, heldUser } from './held-user.ts';
 
 /**
  * The waitlist of a coming-soon agent: (agent, email) pairs, emails lower-cased. Joining twice is not an
@@ -27,20 +28,25 @@ export async function joinWaitlist(
     throw new ApiError('INVALID_STATE', 'Only coming-soon agents have a waitlist', { status: agent.status });
   }
   const email = input.email.trim().toLowerCase();
-  const row = await first<{ createdAt: Date | string }>(
+  // A signed-in caller's row is held for the statement (held-user.ts): a removal of the caller either waits and then
+  // finds this entry, or has ended and nothing is written (401; the interaction's foreign key answered 500).
+  const signedIn = input.userId !== null;
+  const row = await first<{ createdAt: Date | string | null; standing: boolean }>(
     db,
-    sql`with added as (
+    sql`with author as (${heldUser(input.userId)}), added as (
           insert into public.waitlist_entries (agent_id, email, user_id, created_at)
-          values (${agent.id}, ${email}, ${input.userId}, ${now})
+          select ${agent.id}, ${email}, ${input.userId}, ${now}
+           where not ${signedIn} or exists (select 1 from author)
           on conflict (agent_id, email) do nothing
           returning created_at
         ), noted as (
           insert into public.interactions (type, user_id, agent_id, metadata, created_at)
           select 'waitlist_signup', ${input.userId}, ${agent.id}, jsonb_build_object('email', ${email}::text), ${now} from added
         )
-        select created_at as "createdAt" from added`,
+        select (select created_at from added) as "createdAt", not ${signedIn} or exists (select 1 from author) as standing`,
   );
-  if (row) return { entry: { agentId: agent.id, email, notified: true, createdAt: iso(row.createdAt) }, created: true };
+  if (!row!.standing) throw accountGone();
+  if (row!.createdAt) return { entry: { agentId: agent.id, email, notified: true, createdAt: iso(row!.createdAt) }, created: true };
   // Already on the list (`do nothing` returns no row only when the pair exists, committed, perhaps by a concurrent
   // join). The answer carries the time of this request, never the entry's own: joining is public and anonymous, and
   // the stored createdAt told whoever typed an address since when its owner had been waiting for this agent (found by

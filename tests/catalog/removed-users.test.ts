@@ -80,8 +80,8 @@ describe('a removed user', () => {
       { type: 'enterprise_inquiry', user_id: null, metadata: { companySize: '11-50', emailVerified: false } },
       { type: 'waitlist_signup', user_id: null, metadata: {} },
     ]);
-    // and their waitlist entry went with them
-    expect(await rows(t.db, sql`select id from waitlist_entries where email = ${person.email.toLowerCase()}`)).toEqual([]);
+    // their waitlist entry is no longer theirs; it stays, since they never proved the address (see the squatter below)
+    expect(await rows(t.db, sql`select user_id from waitlist_entries where email = ${person.email.toLowerCase()}`)).toEqual([{ user_id: null }]);
   });
 
   it("attack: removing an account that never proved its address leaves the address owner's waitlist entries", async () => {
@@ -98,6 +98,28 @@ describe('a removed user', () => {
     const status = await t.http.get(`/agents/${soon.id}/waitlist`, { cookie: owner.cookie });
     expect([status.status, status.body.data?.notified]).toEqual([200, true]);
     expect((await t.http.post(`/agents/${soon.id}/waitlist`, { json: { email: victim } })).status).toBe(200); // already on it
+  });
+
+  it("attack: removing an account that typed the owner's address first leaves the owner's entry", async () => {
+    // joinWaitlist records the signed-in caller beside whatever address is typed, and the first row of an address is
+    // the one kept: the removal erased every entry the account had made, so an account that put someone's address on
+    // the list before them took that person's entry with it when an admin removed it (review 19).
+    const soon = await createAgent(t, admin, { status: 'coming_soon' });
+    const owner = await signUp(t, { verified: true });
+    const squatter = await signUp(t);
+    expect((await t.http.post(`/agents/${soon.id}/waitlist`, { cookie: squatter.cookie, json: { email: owner.email } })).status).toBe(201);
+    expect((await t.http.post(`/agents/${soon.id}/waitlist`, { cookie: owner.cookie, json: { email: owner.email } })).status).toBe(200);
+    const status = () => t.http.get(`/agents/${soon.id}/waitlist`, { cookie: owner.cookie });
+    expect((await status()).body.data).toEqual({ notified: true });
+
+    expect((await removeUser(squatter.userId)).status).toBe(200);
+
+    expect((await status()).body.data).toEqual({ notified: true });
+    expect((await t.http.post(`/agents/${soon.id}/waitlist`, { json: { email: owner.email } })).status).toBe(200); // still on it
+    expect(await rows(t.db, sql`select 1 from waitlist_entries where user_id = ${squatter.userId}`)).toEqual([]);
+    // the owner's own removal, of an address they proved, takes the entry
+    expect((await removeUser(owner.userId)).status).toBe(200);
+    expect(await rows(t.db, sql`select 1 from waitlist_entries where agent_id = ${soon.id}`)).toEqual([]);
   });
 
   it("a removal the library refuses leaves the user's reviews and installs as they were", async () => {
