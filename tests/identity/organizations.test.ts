@@ -136,7 +136,9 @@ describe('how many organizations an account makes', () => {
 
 describe('invitations', () => {
   it('goes out over SMTP with a fixed subject; the names people chose appear only in the body, quoted', async () => {
-    const owner = await verifiedUser('Support Team\nhttps://evil.example/login');
+    // A name of two lines is refused where it is typed now (review 19); one stored before that rule is set here.
+    const owner = await verifiedUser('Support Team');
+    await sql`update "user" set name = ${'Support Team\nhttps://evil.example/login'} where id = ${owner.userId}`.execute(t.db);
     const org = await createOrg(owner, 'Prize desk: claim your reward at https://evil.example');
     const newcomer = address('newcomer');
     const res = await invite(owner, org.id, newcomer);
