@@ -4,7 +4,7 @@ import type { Config } from '../platform/config.ts';
 import { first, rows, sql, type Database } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import { eventPayload } from './deliveries.ts';
-import { secretBox } from './endpoints.ts';
+import { secretBox, TYPE_TAKEN_OFF } from './endpoints.ts';
 import type { WebhookEventType } from './schemas.ts';
 import { SecretUnreadable } from './secrets.ts';
 
@@ -136,8 +136,6 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
   return result;
 }
 
-/** The PATCH's wording for a delivery whose type the endpoint no longer lists (functions/webhooks/endpoints.ts). */
-const TYPE_TAKEN_OFF = 'not sent: its event type was taken off the endpoint before it went out';
 
 /**
  * Claims up to n due deliveries. A head whose event type its endpoint no longer lists is not sent: the claim marks it

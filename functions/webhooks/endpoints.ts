@@ -95,6 +95,9 @@ export async function createWebhook(
   return { ...toWebhook(row), secret };
 }
 
+/** Why a delivery whose type its endpoint no longer lists was not sent: by the PATCH below, or by the drain's claim. */
+export const TYPE_TAKEN_OFF = 'not sent: its event type was taken off the endpoint before it went out';
+
 export async function updateWebhook(
   deps: Deps,
   agentId: string,
@@ -141,7 +144,7 @@ export async function updateWebhook(
            set status = case when o.off and d.claim_id is null then 'failed' else d.status end,
                next_attempt_at = case when o.off and d.claim_id is null then ${now}::timestamptz else d.next_attempt_at end,
                last_error = case when o.off and d.claim_id is null
-                                 then 'not sent: its event type was taken off the endpoint before it went out'
+                                 then ${TYPE_TAKEN_OFF}
                                  else d.last_error end,
                redelivered_at = case when o.off and d.claim_id is null then d.redelivered_at else ${now}::timestamptz end
           from (select x.id, ev.type <> all (u.events) as off, u.fresh
