@@ -1,5 +1,4 @@
 import postgres from 'postgres';
-import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { eventually, holdOpen, statementsWaitingForLock } from '../support/databases.ts';
@@ -46,8 +45,7 @@ describe('a claim beside a change at Stripe', () => {
     const mail = (await mailsTo(w.t, email)).find((m) => m.subject === 'Confirm your Agent Marketplace purchase')!;
     const token = linkIn(mail).searchParams.get('token')!;
 
-    const url = new URL(w.fake.url);
-    const stripe = new Stripe(w.fake.secretKey, { host: url.hostname, port: url.port, protocol: 'http', maxNetworkRetries: 0 });
+    const stripe = w.fake.client();
     const held = await holdOpen(locker, (tx) => tx`select 1 from account where "userId" = ${holder.userId} and "providerId" = 'credential' for update`);
     let claimed: Promise<CallResult> | undefined;
     try {

@@ -24,8 +24,7 @@ let tiers: Array<{ id: string; stripePriceId: string }>;
 beforeAll(async () => {
   w = await startBillingWorld();
   buyers = [await signUp(w.t), await signUp(w.t), await signUp(w.t)];
-  const url = new URL(w.fake.url);
-  stripe = new Stripe(w.fake.secretKey, { host: url.hostname, port: url.port, protocol: 'http', maxNetworkRetries: 0 });
+  stripe = w.fake.client();
   const agent = await insertAgent(w.t.db, { status: 'active' });
   tiers = [
     await paidTier(w, agent.id, { name: 'Basic', priceCents: 1000 }),

@@ -1,4 +1,3 @@
-import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { mailsTo } from '../support/mail.ts';
@@ -277,8 +276,7 @@ describe("the user's own cancel against the round (found by review 10)", () => {
     // event was not applied yet (Stripe retries a failed delivery for days) was marked as the round's own, and the
     // restore then renewed a subscription the user had canceled.
     const a = await subscriber();
-    const url = new URL(w.fake.url);
-    const stripe = new Stripe(w.fake.secretKey, { host: url.hostname, port: url.port, protocol: 'http', maxNetworkRetries: 0 });
+    const stripe = w.fake.client();
     await stripe.subscriptions.update(a.stripeSubscriptionId, { cancel_at_period_end: true }); // as the portal does
     const portalEvents = w.fake.takeEvents();
 

@@ -1,4 +1,4 @@
-import Stripe from 'stripe';
+import type Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { signIn, signUp, type TestUser } from '../support/users.ts';
@@ -13,8 +13,7 @@ let w: BillingWorld;
 let stripe: Stripe;
 beforeAll(async () => {
   w = await startBillingWorld({ env: { DRAIN_TOKEN } });
-  const url = new URL(w.fake.url);
-  stripe = new Stripe(w.fake.secretKey, { host: url.hostname, port: Number(url.port), protocol: 'http', maxNetworkRetries: 0 });
+  stripe = w.fake.client();
 });
 afterAll(() => w.close());
 

@@ -1,4 +1,3 @@
-import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, openPostgres, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
@@ -39,8 +38,7 @@ describe('an older Stripe read applied after a newer one', () => {
     const agent = await activeAgent(w);
     const tier = await paidTier(w, agent.id, { name: 'Pro', priceCents: 3000 });
     const bought = await buyPaidTier(w, user, tier.id);
-    const url = new URL(w.fake.url);
-    const stripe = new Stripe(w.fake.secretKey, { host: url.hostname, port: url.port, protocol: 'http', maxNetworkRetries: 0 });
+    const stripe = w.fake.client();
 
     await stripe.subscriptions.update(bought.stripeSubscriptionId, { cancel_at_period_end: true });
     const [updated] = w.fake.takeEvents().filter((e) => e.type === 'customer.subscription.updated');

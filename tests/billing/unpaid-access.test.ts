@@ -1,4 +1,3 @@
-import Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { signUp, type TestUser } from '../support/users.ts';
@@ -62,8 +61,7 @@ describe('a chargeback ends the subscription it took money from', () => {
   });
 
   it('a dispute of a payment this deployment never took (another deployment on the same Stripe account) is recorded and nothing is canceled', async () => {
-    const url = new URL(w.fake.url);
-    const stripe = new Stripe(w.fake.secretKey, { host: url.hostname, port: Number(url.port), protocol: 'http', maxNetworkRetries: 0 });
+    const stripe = w.fake.client();
     const product = await stripe.products.create({ name: 'Elsewhere' });
     const price = await stripe.prices.create({ product: product.id, unit_amount: 700, currency: 'usd', recurring: { interval: 'month' } });
     const customer = await stripe.customers.create({ email: 'someone@elsewhere.example' });

@@ -48,8 +48,7 @@ function problemsOf(object: Record<string, any>): ShapeProblem[] {
 beforeAll(async () => {
   spec = new StripeSpec([...Object.values(TYPE_OF_OBJECT), 'Event', 'ApiList<Stripe.Invoice>', 'ApiList<Stripe.InvoicePayment>']);
   fake = await startStripeFake();
-  const url = new URL(fake.url);
-  stripe = new Stripe(fake.secretKey, { host: url.hostname, port: Number(url.port), protocol: 'http', maxNetworkRetries: 0 });
+  stripe = fake.client();
 
   // Catalog: a product with a monthly and a yearly price; one archived.
   const product = record('product created', await stripe.products.create({ name: 'Agent Pro', metadata: { tierId: 't1' } }));

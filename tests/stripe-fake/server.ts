@@ -148,6 +148,12 @@ export class StripeFake {
     await new Promise<void>((resolve) => this.#server!.close(() => resolve()));
   }
 
+  /** The real SDK pointed at this fake, as the app's is: for a test's own calls (another deployment's checkout, ...). */
+  client(): Stripe {
+    const url = new URL(this.url);
+    return new Stripe(this.secretKey, { host: url.hostname, port: Number(url.port), protocol: 'http', maxNetworkRetries: 0 });
+  }
+
   /** Environment that points the app at this fake. */
   env(): Record<string, string> {
     return { STRIPE_SECRET_KEY: this.secretKey, STRIPE_WEBHOOK_SECRET: this.webhookSecret, STRIPE_API_URL: this.url };
