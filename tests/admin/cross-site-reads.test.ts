@@ -1,7 +1,7 @@
-import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, type TestUser } from '../support/users.ts';
+import { browserGet } from '../support/http.ts';
 
 /**
  * An admin read with the session cookie must be the admin's own doing (found by a review of the admin room): reads
@@ -18,18 +18,10 @@ beforeAll(async () => {
 afterAll(() => t.close());
 
 const fiveYears = '/admin/analytics?from=2021-11-21&to=2026-11-20';
-/** A GET with exactly the headers a browser sends (raw: Node's fetch adds its own Sec-Fetch-Mode). */
-function read(path: string, headers: Record<string, string>): Promise<{ status: number; body: any }> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(new URL(path, t.baseUrl), { method: 'GET', headers: { cookie: admin.cookie, ...headers } }, (res) => {
-      let text = '';
-      res.on('data', (d) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
+const read = async (path: string, headers: Record<string, string>) => {
+  const res = await browserGet(t.baseUrl, path, { cookie: admin.cookie, ...headers });
+  return { status: res.status, body: JSON.parse(res.text) };
+};
 
 describe("another site riding on an admin's cookie", () => {
   it("attack: an <img>, a script, a frame or a prefetch of another site cannot run admin reads with the admin's cookie", async () => {
@@ -63,15 +55,8 @@ describe("another site riding on an admin's cookie", () => {
       const res = await read(fiveYears, headers);
       expect([headers, res.status]).toEqual([headers, 200]);
     }
-    const page = await new Promise<number>((resolve, reject) => {
-      const headers = { cookie: admin.cookie, 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' };
-      const req = httpRequest(new URL('/admin', t.baseUrl), { method: 'GET', headers }, (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      });
-      req.on('error', reject);
-      req.end();
-    });
+    const headers = { cookie: admin.cookie, 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' };
+    const page = (await browserGet(t.baseUrl, '/admin', headers)).status;
     expect(page).toBe(200);
   });
 });

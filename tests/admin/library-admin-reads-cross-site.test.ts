@@ -1,7 +1,7 @@
-import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, type TestUser } from '../support/users.ts';
+import { browserGet } from '../support/http.ts';
 
 /**
  * Found by a review (03) of rule 29 ("another site cannot make an admin's browser act as the admin, reads included"): the rule is
@@ -17,17 +17,7 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
-function read(path: string, headers: Record<string, string>): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(new URL(path, t.baseUrl), { method: 'GET', headers: { cookie: admin.cookie, ...headers } }, (res) => {
-      let text = '';
-      res.on('data', (d) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
+const read = (path: string, headers: Record<string, string>) => browserGet(t.baseUrl, path, { cookie: admin.cookie, ...headers });
 
 describe("another site's <img> riding on an admin's cookie", () => {
   it("attack: cannot run the auth library's admin reads either", async () => {

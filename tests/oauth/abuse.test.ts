@@ -67,6 +67,28 @@ describe('authorize', () => {
     expect(landing.searchParams.get('error')).toBe('invalid_redirect');
   });
 
+  // Review 21: a request_uri (not supported here) made the wrapper skip its check, and the library's own error
+  // redirect for it let the loopback port vary: the browser went, with the caller's state, to an unregistered port.
+  for (const requestUri of ['urn:ietf:params:oauth:request_uri:x', '']) {
+    test(`redirect URIs match exactly also with request_uri=${JSON.stringify(requestUri)}`, async () => {
+      const { challenge } = pkcePair();
+      const url = `${authorizeUrl(agent, { challenge, redirectUri: 'http://127.0.0.1:10/callback', state: 'attacker' })}&request_uri=${encodeURIComponent(requestUri)}`;
+      const landing = await followAuthorize(t, url, user.cookie);
+      expect(landing.origin, landing.href).toBe(t.baseUrl);
+      expect(landing.searchParams.get('error')).toBe('invalid_redirect');
+    });
+  }
+
+  test('request_uri with the registered redirect_uri is answered there as not supported, with no code', async () => {
+    const { challenge } = pkcePair();
+    const url = `${authorizeUrl(agent, { challenge, state: 's2' })}&request_uri=urn%3Ax`;
+    const landing = await followAuthorize(t, url, user.cookie);
+    expect(landing.origin + landing.pathname).toBe(agent.redirectUri);
+    expect(landing.searchParams.get('error')).toBe('request_uri_not_supported');
+    expect(landing.searchParams.get('state')).toBe('s2');
+    expect(landing.searchParams.get('code')).toBeNull();
+  });
+
   test('an unknown client is refused without redirecting', async () => {
     const { challenge } = pkcePair();
     const url = authorizeUrl({ ...agent, clientId: 'no-such-client' }, { challenge });

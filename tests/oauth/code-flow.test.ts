@@ -3,6 +3,7 @@ import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { browserGet } from '../support/http.ts';
 import { accessTokenFor, authorizeInBrowser, createOAuthClient, followAuthorize, pkcePair, postForm, type TestOAuthClient } from '../support/oauth.ts';
 import { sessionCookie, signUp, type TestUser } from '../support/users.ts';
 
@@ -446,6 +447,33 @@ describe('RP-initiated logout', () => {
     // the user's own browser still signs out with it
     const fromBrowser = await t.http.get(`/api/auth/oauth2/end-session?${query}`, { cookie: user.cookie });
     expect(fromBrowser.status === 302 ? fromBrowser.headers.get('location') : fromBrowser.body?.url).toBe(hostile.postLogoutRedirectUri);
+    expect((await t.http.get('/api/auth/get-session', { cookie: user.cookie })).body).toBeNull();
+  });
+
+  test("attack: another site cannot end the user's session with an image, a frame or a fetch that carries the cookie", async () => {
+    // Review 21: production cookies are SameSite=None, so an <img src=".../end-session?id_token_hint=..."> on any
+    // page came with the user's cookie and signed them out silently, ending other agents' tokens of that session.
+    const user = await signUp(t);
+    const hostile = await createOAuthClient(t, { name: 'Image logout agent' });
+    const other = await createOAuthClient(t, { name: 'Bystander agent' });
+    const hostileTokens = await accessTokenFor(t, user, { client: hostile });
+    const otherTokens = await accessTokenFor(t, user, { client: other });
+    const path = `/api/auth/oauth2/end-session?${new URLSearchParams({ id_token_hint: hostileTokens.idToken, post_logout_redirect_uri: hostile.postLogoutRedirectUri })}`;
+    const crossSite = { cookie: user.cookie, 'sec-fetch-site': 'cross-site', referer: 'https://evil.example/' };
+    for (const headers of [
+      { ...crossSite, 'sec-fetch-mode': 'no-cors', 'sec-fetch-dest': 'image' },
+      { ...crossSite, 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'iframe' },
+      { ...crossSite, 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty', origin: 'https://evil.example' },
+      { ...crossSite, 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document', 'sec-purpose': 'prefetch' },
+    ]) {
+      const res = await browserGet(t.baseUrl, path, headers);
+      expect([headers['sec-fetch-dest'], res.location ?? null]).toEqual([headers['sec-fetch-dest'], null]);
+      expect((await t.http.get('/api/auth/get-session', { cookie: user.cookie })).body?.user?.id).toBe(user.userId);
+    }
+    expect((await t.http.get('/me', { bearer: otherTokens.accessToken })).status).toBe(200);
+    // a top-level navigation from the agent's page is the user's own logout
+    const navigation = await browserGet(t.baseUrl, path, { ...crossSite, 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' });
+    expect([navigation.status, navigation.location]).toEqual([302, hostile.postLogoutRedirectUri]);
     expect((await t.http.get('/api/auth/get-session', { cookie: user.cookie })).body).toBeNull();
   });
 

@@ -1,3 +1,4 @@
+import { request as httpRequest } from 'node:http';
 /**
  * A small HTTP client for tests: JSON in, envelope out, cookies and bearer tokens per call.
  * It goes over a real socket to the app under test (no in-process shortcuts).
@@ -64,4 +65,21 @@ export class HttpClient {
   delete<T = any>(path: string, options?: CallOptions) {
     return this.call<T>('DELETE', path, options);
   }
+}
+
+/**
+ * A GET with exactly the headers given, as a browser sends them: Node's fetch adds its own `Sec-Fetch-Mode: cors`,
+ * which hides the image, frame or navigation a test means to send. Raw node:http, so fetch metadata arrive as set.
+ */
+export function browserGet(baseUrl: string, path: string, headers: Record<string, string>): Promise<{ status: number; location?: string; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(new URL(path, baseUrl), { method: 'GET', headers }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, location: res.headers.location, text }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
 }
