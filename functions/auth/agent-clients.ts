@@ -33,6 +33,10 @@ export function redirectUriProblem(value: string): string | undefined {
     return 'must be an absolute URL';
   }
   if (value.includes('#')) return 'must not contain a fragment';
+  // The code goes to the URL as parsed (control characters dropped, `\\` read as `/`, spaces escaped, the host
+  // lower-cased): one stored in another spelling was "matched exactly" as typed while codes went elsewhere, or could
+  // never match at all (review 23). So only the parsed spelling is stored.
+  if (url.href !== value) return `must be written as the URL it parses to: ${url.href}`;
   if (url.username || url.password) return 'must not contain user credentials';
   if (url.protocol === 'https:') return undefined;
   if (url.protocol === 'http:') {

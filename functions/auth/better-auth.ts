@@ -46,17 +46,20 @@ export const ROLES = ['user', 'platform_admin'] as const;
 export type Role = (typeof ROLES)[number];
 
 /**
- * Access control of the admin plugin: `platform_admin` may use every admin endpoint but impersonation, `user` none.
- * Impersonation is not the marketplace's (contract.md has no such operation): it made a session OF the user, hidden
- * from their session list, that outlived the admin's demotion or ban and could consent to agents in the user's
- * name (found by a review).
+ * Access control of the admin plugin: `platform_admin` may use every admin endpoint but impersonation and setting a
+ * user's password, `user` none. Neither is the marketplace's (contract.md has no such operation), and both let an
+ * admin act as the user: impersonation made a session OF the user, hidden from their session list, that outlived the
+ * admin's demotion or ban and could consent to agents in the user's name (found by a review); a password the admin
+ * chose signed the admin in as the user, a session of the user's own (review 22). A user who lost their password
+ * asks for a reset link, mailed to their address. (An admin's change of a user's address is refused for the same
+ * reason: `refuseBadUserData` in library-input.ts.)
  */
 const accessControl = createAccessControl(defaultStatements);
 const roles = {
   user: accessControl.newRole(userAc.statements),
   platform_admin: accessControl.newRole({
     ...adminAc.statements,
-    user: adminAc.statements.user.filter((action) => action !== 'impersonate'),
+    user: adminAc.statements.user.filter((action) => action !== 'impersonate' && action !== 'set-password'),
   }),
 };
 

@@ -13,7 +13,7 @@ import type { Auth } from './better-auth.ts';
 
 type Json = Record<string, any>;
 
-/** Library endpoints that do nothing on this marketplace: no social providers, their error/landing pages, impersonation. */
+/** Library endpoints that do nothing on this marketplace: no social providers, their error/landing pages, impersonation, an admin's password for a user. */
 const INERT = new Set([
   '/sign-in/social',
   '/callback/{id}',
@@ -30,6 +30,8 @@ const INERT = new Set([
   // so the library answers 403 to everyone; a documented operation nobody may call only misleads an integrator.
   '/admin/impersonate-user',
   '/admin/stop-impersonating',
+  // Setting a user's password is granted to no role either (rule 22, review 22: the admin signed in as the user).
+  '/admin/set-user-password',
 ]);
 
 /** What the user's browser (the front end) calls in the OAuth flow, as opposed to what agent backends call. */

@@ -10,8 +10,10 @@ import { createAdmin, signIn, signUp, type TestUser } from '../support/users.ts'
  * library's POST /api/auth/admin/update-user (platform admins) wrote a new `email` and left `emailVerified` as it was:
  * an account verified for its old address was then "verified" for an address nobody proved, so a user who talked
  * support into "fixing" their address to someone else's (or an admin's typo) got that person's organization
- * invitations (and their anonymous purchases: tests/billing/admin-changed-address.test.ts). Found by a review. Now
- * the change leaves the account unverified (a trigger on the user row), and an admin cannot mark an address verified.
+ * invitations (and their anonymous purchases: tests/billing/admin-changed-address.test.ts). Found by a review. An
+ * admin cannot change an address at all now (review 22: with their own mailbox written there, a reset link signed
+ * them in as the user), and the database's rule stays for an address written any other way (SQL by an operator):
+ * the account is unverified again (a trigger on the user row), and an admin cannot mark an address verified.
  */
 let t: TestApp;
 let admin: TestUser;
@@ -23,6 +25,24 @@ afterAll(() => t.close());
 
 const withOrigin = (cookie: string) => ({ cookie, headers: { origin: t.baseUrl } });
 const unique = () => randomUUID().slice(0, 8);
+/** An address written by some path other than the API (an operator's SQL): no route changes one (review 22). */
+const changeAddress = (userId: string, email: string) => t.db.executeQuery(sql`update "user" set email = ${email} where id = ${userId}`.compile(t.db));
+
+describe("an admin cannot change a user's address (review 22: admins never act as users)", () => {
+  it("attack: an admin writes their own mailbox as a user's address, to have the reset link and sign in as the user", async () => {
+    const user = await signUp(t, { verified: true });
+    const adminMailbox = `admin-inbox-${unique()}@example.test`;
+    const change = await t.http.post('/api/auth/admin/update-user', {
+      ...withOrigin(admin.cookie),
+      json: { userId: user.userId, data: { email: adminMailbox } },
+    });
+    expect([change.status, change.body.code]).toEqual([403, 'FORBIDDEN']);
+    const row = await first<{ email: string; verified: boolean }>(t.db, sql`select email, "emailVerified" as verified from "user" where id = ${user.userId}`);
+    expect(row).toEqual({ email: user.email, verified: true });
+    expect((await t.http.post('/api/auth/request-password-reset', { json: { email: adminMailbox } })).status).toBe(200);
+    expect(await mailsTo(t, adminMailbox)).toEqual([]);
+  });
+});
 
 describe('an address changed by an admin is not verified until its owner proves it', () => {
   it("attack: a verified account whose address an admin changes to a stranger's accepts the stranger's invitation", async () => {
@@ -36,13 +56,10 @@ describe('an address changed by an admin is not verified until its owner proves 
     });
     expect(invitation.status, invitation.text).toBe(200);
 
-    // The attacker verified their OWN address, then has it changed to the stranger's.
+    // The attacker verified their OWN address, then has it changed to the stranger's (by an operator's SQL: an
+    // admin's update-user refuses it, below).
     const attacker = await signUp(t, { name: 'Attacker', verified: true });
-    const change = await t.http.post('/api/auth/admin/update-user', {
-      ...withOrigin(admin.cookie),
-      json: { userId: attacker.userId, data: { email: strangerAddress } },
-    });
-    expect(change.status, change.text).toBe(200);
+    await changeAddress(attacker.userId, strangerAddress);
 
     // Nobody has opened a link sent to strangerAddress: the account must not count as its verified owner.
     const session = await t.http.get('/api/auth/get-session', { cookie: attacker.cookie });
@@ -61,11 +78,7 @@ describe('an address changed by an admin is not verified until its owner proves 
   it('the same account signing in again with its password is not verified for the new address either', async () => {
     const user = await signUp(t, { verified: true });
     const newAddress = `new-${unique()}@example.test`;
-    const change = await t.http.post('/api/auth/admin/update-user', {
-      ...withOrigin(admin.cookie),
-      json: { userId: user.userId, data: { email: newAddress } },
-    });
-    expect(change.status, change.text).toBe(200);
+    await changeAddress(user.userId, newAddress);
     const again = await signIn(t, { email: newAddress, password: user.password });
     const session = await t.http.get('/api/auth/get-session', { cookie: again.cookie });
     expect(session.body.user.emailVerified).toBe(false);
@@ -78,8 +91,7 @@ describe('an address changed by an admin is not verified until its owner proves 
     const mail = (await mailsTo(t, user.email)).find((m) => /reset/i.test(m.subject))!;
     const token = linkIn(mail).pathname.split('/').pop()!;
     const newAddress = `changed-${unique()}@example.test`;
-    const change = await t.http.post('/api/auth/admin/update-user', { ...withOrigin(admin.cookie), json: { userId: user.userId, data: { email: newAddress } } });
-    expect(change.status, change.text).toBe(200);
+    await changeAddress(user.userId, newAddress);
     const reset = await t.http.post('/api/auth/reset-password', { json: { newPassword: 'brand new password 1', token } });
     expect([reset.status, reset.body.code]).toEqual([400, 'INVALID_TOKEN']);
     const again = await signIn(t, { email: newAddress, password: user.password });
@@ -115,7 +127,7 @@ describe('an address changed by an admin is not verified until its owner proves 
     const user = await signUp(t, { verified: true });
     const change = await t.http.post('/api/auth/admin/update-user', {
       ...withOrigin(admin.cookie),
-      json: { userId: user.userId, data: { name: 'New Name', email: user.email } },
+      json: { userId: user.userId, data: { name: 'New Name' } },
     });
     expect(change.status, change.text).toBe(200);
     const session = await t.http.get('/api/auth/get-session', { cookie: user.cookie });

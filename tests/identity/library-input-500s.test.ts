@@ -45,6 +45,22 @@ describe('the auth library answers bad input with a 4xx, never a 500', () => {
     expect(errorLines(before)).toEqual([]);
   });
 
+  it('a role nested 10,000 deep on set-role or update-user (the self-demotion check read it with String()), anonymous or admin (review 23)', async () => {
+    const nested = '['.repeat(10_000) + '"platform_admin"' + ']'.repeat(10_000);
+    for (const cookie of [undefined, admin.cookie]) {
+      for (const [path, body] of [
+        ['/api/auth/admin/set-role', `{"userId":${JSON.stringify(admin.userId)},"role":${nested}}`],
+        ['/api/auth/admin/update-user', `{"userId":${JSON.stringify(admin.userId)},"data":{"role":${nested}}}`],
+      ] as const) {
+        const before = t.logs.length;
+        const res = await t.http.post(path, { ...(cookie ? { cookie } : {}), headers: { ...json, origin: t.baseUrl }, body });
+        expect([path, res.status < 500], res.text.slice(0, 200)).toEqual([path, true]);
+        expect(errorLines(before)).toEqual([]);
+      }
+    }
+    expect((await t.http.get('/me', { cookie: admin.cookie })).body.data.role).toBe('platform_admin');
+  });
+
   it('`__proto__` as a field of admin/update-user data (USER_FIELDS is read through the prototype), even anonymously', async () => {
     for (const cookie of [undefined, admin.cookie]) {
       const before = t.logs.length;

@@ -215,7 +215,7 @@ describe('a password reset or change ends every credential the user had', () => 
     expect(next.status, next.text).toBe(200);
   });
 
-  it('a password an admin sets (the admin plugin\'s set-user-password) ends them too', async () => {
+  it("attack: an admin cannot set a user's password (the admin plugin's set-user-password) to sign in as them (review 22)", async () => {
     const signed = await signedInEverywhere();
     const admin = await createAdmin(t);
     const set = await t.http.post('/api/auth/admin/set-user-password', {
@@ -223,9 +223,9 @@ describe('a password reset or change ends every credential the user had', () => 
       headers: { origin: t.baseUrl },
       json: { userId: signed.user.userId, newPassword: 'admin set password 1' },
     });
-    expect(set.status).toBe(200);
-    await expectAllEnded(signed);
-    expect((await t.http.get('/me', { cookie: admin.cookie })).status).toBe(200);
+    expect(set.status, set.text).toBe(403);
+    expect((await t.http.post('/api/auth/sign-in/email', { json: { email: signed.user.email, password: 'admin set password 1' } })).status).toBe(401);
+    expect((await t.http.get('/me', { cookie: signed.user.cookie })).status).toBe(200);
   });
 });
 

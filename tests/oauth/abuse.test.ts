@@ -386,6 +386,32 @@ function rawPost(path: string, body: string, headers: Record<string, string>): P
   });
 }
 
+describe('introspection of a token we never issued as it stands (review 23)', () => {
+  test('a changed signature, a changed payload, alg none, an unknown key id: active false, not a 500', async () => {
+    const { accessToken } = await accessTokenFor(t, user, { client: agent });
+    const [header, payload, signature] = accessToken.split('.');
+    const b64 = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
+    const changedPayload = b64({ ...decodeJwt(accessToken), scope: 'openid admin' });
+    const forged = [
+      `${header}.${payload}.${signature!.slice(0, -2)}${signature!.endsWith('AA') ? 'BB' : 'AA'}`,
+      `${header}.${changedPayload}.${signature}`,
+      `${b64({ alg: 'none' })}.${b64({ sub: 'x' })}.`,
+      `${b64({ alg: 'HS256', typ: 'at+jwt' })}.${payload}.${signature}`,
+      `${b64({ alg: 'EdDSA', kid: 'nope', typ: 'at+jwt' })}.${payload}.${signature}`,
+    ];
+    for (const token of forged) {
+      for (const hint of [{}, { token_type_hint: 'access_token' }] as Array<Record<string, string>>) {
+        const res = await postForm(t, '/api/auth/oauth2/introspect', agent, { token, ...hint });
+        expect([token, res.status, res.body]).toEqual([token, 200, { active: false }]);
+      }
+    }
+    // the real token is still active, and an unauthenticated caller is still refused before any of this
+    expect((await postForm(t, '/api/auth/oauth2/introspect', agent, { token: accessToken })).body.active).toBe(true);
+    const stranger = await postForm(t, '/api/auth/oauth2/introspect', { clientId: agent.clientId, clientSecret: 'wrong' }, { token: forged[0]! });
+    expect(stranger.status).toBe(401);
+  });
+});
+
 describe('the client a token request names (what a refresh-token race is judged by)', () => {
   // presentedAgain ends a family when the token's own client lost a refresh race, so our reading of the client must be
   // the library's: a caller whose header names another client while its form names the victim's got the victim's racing

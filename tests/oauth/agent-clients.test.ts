@@ -152,6 +152,19 @@ describe('updateAgentClient', () => {
     expect((await adminCall('get', path)).body.data.redirectUris).toEqual(['https://agent.example/cb', 'http://127.0.0.1:9/callback']);
   });
 
+  test('a URI is stored only in the spelling it parses to, the one codes are sent to (review 23)', async () => {
+    // `https://x.example/\u0001` sent codes to https://x.example/, `\\path` to //path, a tab could never match
+    const path = `/admin/agents/${agent.agentId}/oauth-client`;
+    for (const uri of ['https://x.example/\u0001', 'https://x.example/a b', 'https://x.example/\\path', 'https://x.example/\t', 'https://X.example/cb', 'https://x.example']) {
+      const res = await adminCall('patch', path, { redirectUris: [uri] });
+      expect([uri, res.status, res.body.error?.code]).toEqual([uri, 400, 'VALIDATION_ERROR']);
+      expect(res.body.error.details.issues[0].message).toContain(`must be written as the URL it parses to: ${new URL(uri).href}`);
+      const logout = await adminCall('patch', path, { postLogoutRedirectUris: [uri] });
+      expect([uri, logout.status]).toEqual([uri, 400]);
+    }
+    expect((await adminCall('get', path)).body.data.redirectUris).toEqual(['https://agent.example/cb', 'http://127.0.0.1:9/callback']);
+  });
+
   test('access control and unknown agents', async () => {
     const path = `/admin/agents/${agent.agentId}/oauth-client`;
     expect((await t.http.patch(path, { json: { redirectUris: ['https://x.example/cb'] } })).status).toBe(401);

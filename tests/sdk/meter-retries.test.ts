@@ -147,7 +147,8 @@ describe('usage() is one of the meter calls', () => {
     const { token } = await subscribedUser();
     const gateway = await Gateway.start(t.baseUrl, [{ status: 502, body: 'Bad Gateway' }, { silent: true }]);
     try {
-      const meter = createMeter({ baseUrl: gateway.url, agentId: agent.agentId, accessToken: token, timeoutMs: 200, maxDelayMs: 20 });
+      // The last attempt reaches the service itself: its bound leaves room for a loaded machine (200 ms timed it out).
+      const meter = createMeter({ baseUrl: gateway.url, agentId: agent.agentId, accessToken: token, timeoutMs: 2_000, maxDelayMs: 20 });
       await expect(meter.usage('calls')).resolves.toMatchObject({ metric: 'calls', used: 0 });
       expect(gateway.arrivals).toHaveLength(3);
     } finally {
@@ -189,9 +190,10 @@ describe('timeoutMs bounds every attempt', () => {
 
   it('an attempt the service counted but whose answer came too late is sent again with its clientReqId: counted once', async () => {
     const { sub, token } = await subscribedUser();
-    const gateway = await Gateway.start(t.baseUrl, [{ forward: true, delayMs: 1_000 }]);
+    // the second attempt reaches the service directly, within a bound a loaded machine keeps; the first answers later
+    const gateway = await Gateway.start(t.baseUrl, [{ forward: true, delayMs: 5_000 }]);
     try {
-      const meter = createMeter({ baseUrl: gateway.url, agentId: agent.agentId, accessToken: token, timeoutMs: 300, maxDelayMs: 20 });
+      const meter = createMeter({ baseUrl: gateway.url, agentId: agent.agentId, accessToken: token, timeoutMs: 2_000, maxDelayMs: 20 });
       const result = await meter.increment('calls', { amount: 2 });
       expect(gateway.clientReqIds()).toEqual([result.clientReqId, result.clientReqId]);
       expect([result.replayed, result.data.used]).toEqual([true, 2]); // the stored result of the first attempt

@@ -2,6 +2,7 @@ import { parseAccessTokenAuthorization } from '@better-auth/core/oauth2';
 import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../../platform/app-types.ts';
 import { first, sql, type Db } from '../../platform/db.ts';
+import type { Authenticator } from '../../http/context.ts';
 import { pagesOrigin, type Config } from '../../platform/config.ts';
 import { basicCredentials } from '../../http/basic-credentials.ts';
 import { ApiError, pgCode } from '../../http/errors.ts';
@@ -38,16 +39,16 @@ import {
  *
  * | route | gap closed |
  * |---|---|
- * | GET/POST oauth2/authorize | redirect_uri matched exactly (the library lets loopback ports vary); the consent redirect carries `consent_code` instead of the library's loose signed query; parameters bounded (the library stores the whole request as the code); a cross-site request that is no top-level navigation is taken as signed out |
+ * | GET/POST oauth2/authorize | redirect_uri matched exactly (the library lets loopback ports vary), also beside a `request_uri`; the consent redirect carries `consent_code` instead of the library's loose signed query; parameters bounded (the library stores the whole request as the code); a cross-site request that is no top-level navigation is taken as signed out |
  * | POST oauth2/consent | body `{ accept, consent_code }` (JSON or form); 302 for a browser form post, 200 `{ redirect, url }` for fetch |
  * | POST oauth2/token | the client authenticates first, and a code of another client never reaches the library (it consumes and revokes before it compares the client); `grant_type` read trimmed, as the library reads it; PKCE mistakes 400, not 401; `resource` defaults to the API, so access tokens are always JWTs; issued tokens recorded; a reused code or refresh token also revokes the live access tokens of its grant / family; a code or refresh whose scopes the user's consent no longer covers ends its grant; at most REFRESHES_PER_HOUR refreshes and CODES_PER_HOUR code exchanges per client and user |
  * | POST oauth2/revoke | JWT access tokens revoked through the revocation list (the library refuses); revoking a refresh token also revokes its family's access tokens; unknown tokens -> 200; every 200 empty, with no JSON content type |
- * | POST oauth2/introspect, GET/POST oauth2/userinfo | a revoked token, revoked grant or banned user is inactive / 401, as on every other route (userinfo: our authenticator's check, signature first; no token: 401 with `WWW-Authenticate: Bearer`) |
+ * | POST oauth2/introspect, GET/POST oauth2/userinfo | a revoked token, revoked grant or banned user is inactive / 401, as on every other route; a JWT whose signature or key the library's introspection could not map (it answered an empty 500) is inactive (userinfo: our authenticator's check, signature first; no token: 401 with `WWW-Authenticate: Bearer`) |
  * | every form and query we read | each parameter at most once (`resource` may repeat): we read the first of a repeated field, the library the last |
  * | GET /.well-known/oauth-authorization-server/api/auth | RFC 8414 path-suffixed metadata location, outside /api/auth |
  * | the three metadata documents | advertise the client authentication our clients can use (secret basic/post) |
  * | token, introspect, revoke | client_secret_post accepted as well as client_secret_basic (the library binds a client to one method) |
- * | GET/POST oauth2/end-session | the hinted session is ended only from a browser holding a session (the library ended it for a bare server request) |
+ * | GET/POST oauth2/end-session | the hinted session is ended only from a browser holding a session (the library ended it for a bare server request), and only by the user's own doing (a cross-site image, frame or fetch is taken as having no session) |
  */
 
 /** The Better Auth handler (the library itself), for a request we may have rewritten. */
@@ -339,16 +340,24 @@ export function oauthProtocolRoutes() {
   });
 
   router.post('/api/auth/oauth2/introspect', async (c) => {
-    const { database, clock } = c.var.deps;
+    const { database, clock, authenticator } = c.var.deps;
     const request = c.req.raw;
     let forwarded = request;
+    let token: string | null = null;
     if (isForm(request)) {
       const form = new URLSearchParams(await request.text());
       const refused = refuseRepeated(form.keys());
       if (refused) return refused;
+      token = form.get('token');
       forwarded = formRequest(request, form);
     }
     const response = await library(c, forwarded);
+    // The library maps only some of jose's refusals to inactive: a JWT with a changed signature, an unknown key id or
+    // alg "none" was an empty 500 (review 23). It authenticates the client first, so a 500 here came after that: a
+    // token our authenticator refuses (signature first) is one we never issued as it stands, and RFC 7662 says inactive.
+    if (response.status === 500 && token && (await refusedBearer(authenticator, request.url, token))) {
+      return Response.json({ active: false }, { status: 200, headers: NO_STORE });
+    }
     if (response.status !== 200) return response;
     const body = (await response.clone().json().catch(() => undefined)) as Record<string, unknown> | undefined;
     if (body?.active === true && (await isRevoked(database.db, body, clock.now()))) {
@@ -371,9 +380,6 @@ export function oauthProtocolRoutes() {
       token ??= form.get('access_token') ?? undefined;
       forwarded = formRequest(request, form, { clientAuthentication: false });
     }
-    // A token is RFC 6750's b64token: anything else (a form value with a line break or a character above U+00FF)
-    // cannot even be put in a header to check it, which was a 500 (found by a review).
-    if (token && !/^[A-Za-z0-9\-._~+/]+=*$/.test(token)) return invalidToken('The access token holds characters no token has');
     // RFC 6750 §3: a request without a token is challenged (WWW-Authenticate: Bearer), with no error code in the
     // challenge; the library answered 401 without one (found by a docs walk-through).
     if (!token) {
@@ -386,13 +392,8 @@ export function oauthProtocolRoutes() {
     // not revoked, its user not banned, its client and agent live. It verifies the signature before it reads
     // anything (a made-up token's claims, a NUL or an iat past any date, made a lookup by unverified claims fail
     // with a 500; the library itself answers 500 for a key id it does not know).
-    try {
-      await authenticator.authenticate(new Request(request.url, { headers: { authorization: `Bearer ${token}` } }));
-    } catch (err) {
-      if (!(err instanceof ApiError) || err.status !== 401) throw err;
-      return invalidToken(err.message);
-    }
-    return library(c, forwarded);
+    const refused = await refusedBearer(authenticator, request.url, token);
+    return refused ? invalidToken(refused) : library(c, forwarded);
   });
 
   // RFC 8414 §3: for an issuer with a path, the metadata lives at /.well-known/oauth-authorization-server/<path>;
@@ -704,6 +705,23 @@ function withoutCookie(request: Request): Request {
   const headers = new Headers(request.headers);
   headers.delete('cookie');
   return new Request(request, { headers });
+}
+
+/**
+ * Why the check every API route makes of a bearer token (authenticator.ts) refuses this one, or undefined when it
+ * holds. It verifies the signature before it reads anything else the token says.
+ */
+async function refusedBearer(authenticator: Authenticator, url: string, token: string): Promise<string | undefined> {
+  // A token is RFC 6750's b64token: anything else (a form value with a line break or a character above U+00FF)
+  // cannot even be put in a header to check it, which was a 500 (found by a review).
+  if (!/^[A-Za-z0-9\-._~+/]+=*$/.test(token)) return 'The access token holds characters no token has';
+  try {
+    await authenticator.authenticate(new Request(url, { headers: { authorization: `Bearer ${token}` } }));
+    return undefined;
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.status !== 401) throw err;
+    return err.message;
+  }
 }
 
 /** The redirect URIs registered for a client, or undefined when there is no such client. */
