@@ -2740,6 +2740,14 @@ export type Database = {
           "period_start": string;
         }[];
       };
+      "data_api_token_may_read": {
+        Args: { "p_agent": string; "p_owner": string };
+        Returns: boolean;
+      };
+      "data_api_token_reaches": {
+        Args: { "p_agent": string };
+        Returns: boolean;
+      };
       "end_refresh_token_families": {
         Args: {
           "p_authorization_code_id"?: string;

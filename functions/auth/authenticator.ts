@@ -260,7 +260,8 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /**
  * The agent a token acts within, from its audience: `{base}/agents/{agentId}` for an agent's client, or null for
  * the first-party client's `{base}`. The userinfo endpoint may ride along in `aud` (the library adds it for
- * `openid`). Any other audience, or two agents, is not a token for this API.
+ * `openid`). Any other audience, or two agents, is not a token for this API. The Data API's policies read the audience
+ * the same way in SQL (public.data_api_token_reaches, migration 20261127004200, review 22): change both together.
  */
 function tokenAgent(aud: unknown, base: string): string | null {
   const values = Array.isArray(aud) ? aud : [aud];

@@ -32,6 +32,7 @@ import { mayMailRecipient } from './recipient-allowance.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
 import { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
 import { isOrganizationOwnerRefusal, organizationOwnerRefused } from './organization-owners.ts';
+import { isSecondMembership, secondMembershipRefused } from './organization-memberships.ts';
 import { CLOSED_ENDPOINTS } from './oauth/closed-endpoints.ts';
 
 
@@ -136,6 +137,9 @@ export function authOptions(deps: AuthDeps) {
     onAPIError: {
       onError: (err) => {
         if (isConnectionLost(err) || isTransientConflict(err)) throw err;
+        // An account accepting an invitation to an organization it is already a member of: the database refuses the
+        // second membership (review 24), answered as the plugin answers inviting a member (organization-memberships.ts).
+        if (isSecondMembership(err)) throw secondMembershipRefused();
         // The library checks a unique value (an organization's slug) and then inserts it: two requests at once both
         // pass the check, and the second insert fails. That is the contract's 409 CONFLICT, not a 500 (found by a review).
         if (isUniqueViolation(err)) {
@@ -290,6 +294,8 @@ export function authOptions(deps: AuthDeps) {
         requireEmailVerificationOnInvitation: true,
         // Inviting an address again replaces its pending invitation with a new one, which counts against the
         // inviter's daily limit; a `resend` is made exactly that (hooks.before), so no invitation mail is uncounted.
+        // The plugin looks for the pending one, then writes, with nothing between: the database replaces it under a
+        // lock per (organization, address), so two sent at once leave one pending (review 24, migration 20261127004100).
         cancelPendingInvitationsOnReInvite: true,
         // At most OWNED_ORGANIZATIONS owned and ORGANIZATIONS_PER_DAY created per account (organization-limits.ts).
         organizationLimit: (user) => ownsMostOrganizations(database, user),

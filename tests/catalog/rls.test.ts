@@ -31,16 +31,41 @@ beforeAll(async () => {
   await sql`insert into waitlist_entries (agent_id, email, user_id) values
               (${agents.coming_soon!.id}, 'a@example.test', 'user-a'), (${agents.coming_soon!.id}, 'b@example.test', 'user-b')`.execute(t.db);
   await sql`insert into notification_recipients (email) values ('sales@example.test')`.execute(t.db);
+  // The owner-read policies take only a live token of a client of this API (migration 20261127004200, review 22):
+  // the users the claims name, and a first-party client (aud = the API) whose tokens read all of a user's rows.
+  await sql`insert into "user" (id, name, email, "emailVerified") values
+              ('user-a', 'A', 'user-a@example.test', true), ('user-b', 'B', 'user-b@example.test', true)`.execute(t.db);
+  await sql`insert into "oauthClient" (id, "clientId", "redirectUris") values ('rls-first-party', ${FIRST_PARTY}, '[]')`.execute(t.db);
+  await sql`insert into public.first_party_clients (client_id) values (${FIRST_PARTY})`.execute(t.db);
 });
 afterAll(() => database.drop());
 
 type Role = 'anon' | 'authenticated';
 
-/** Runs `query` as PostgREST would for `role` (and a user id for authenticated); returns rows or the SQLSTATE. */
-async function as<T>(role: Role, query: RawBuilder<T>, sub?: string): Promise<T[] | { error: string }> {
+/** The API's base URL in the claims below: the issuer is `{base}/api/auth`, the first-party audience `{base}`. */
+const BASE = 'https://marketplace.rls.test';
+const FIRST_PARTY = 'rls-first-party-client';
+
+/**
+ * The claims of an access token as the service issues them (docs/oauth.md): by default the first-party client's, for
+ * `sub`. PostgREST has verified the signature; the policies judge what the claims say.
+ */
+function tokenClaims(sub: string, overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  const now = Math.floor(Date.now() / 1000);
+  return {
+    role: 'authenticated', sub, aud: BASE, client_id: FIRST_PARTY, azp: FIRST_PARTY, scope: 'openid profile email',
+    sid: crypto.randomUUID(), iss: `${BASE}/api/auth`, iat: now - 60, exp: now + 3600, jti: crypto.randomUUID(), ...overrides,
+  };
+}
+
+/**
+ * Runs `query` as PostgREST would for `role` (for authenticated, with the claims of a live first-party token of user
+ * `sub`, or the claims given); returns rows or the SQLSTATE.
+ */
+async function as<T>(role: Role, query: RawBuilder<T>, sub?: string | Record<string, unknown>): Promise<T[] | { error: string }> {
   try {
     return await t.db.transaction().execute(async (trx) => {
-      const claims = JSON.stringify(sub ? { sub, role } : { role });
+      const claims = JSON.stringify(typeof sub === 'object' ? sub : !sub ? { role } : role === 'authenticated' ? tokenClaims(sub) : { sub, role });
       await sql`select set_config('request.jwt.claims', ${claims}, true)`.execute(trx);
       await sql.raw(`set local role ${role}`).execute(trx);
       return rows(trx, query);
@@ -206,6 +231,66 @@ describe('anon and authenticated reads', () => {
     expect(waitlist).toEqual([{ email: 'b@example.test' }]);
     expect(await as('authenticated', sql`select * from waitlist_entries`)).toEqual([]);
     expect(await as('authenticated', sql`select * from notification_recipients`, 'user-a')).toEqual({ error: '42501' });
+  });
+
+  it("a token reads its user's rows only within its agent, and only while a bearer route would take it (review 22)", async () => {
+    // The owner-read policies asked only `user_id = sub`: an agent's token read the user's rows of every agent, and
+    // went on reading after a revocation or a ban. Now public.data_api_token_may_read judges the claims as the
+    // authenticator does (tokenAgent's audience, public.bearer_caller). tests/catalog/rls-access-tokens.test.ts runs
+    // the same attack with tokens the OAuth flow issued.
+    const active = agents.active!.id;
+    const other = agents.coming_soon!.id;
+    await sql`insert into "oauthClient" (id, "clientId", "redirectUris") values ('rls-agent', 'rls-agent-client', '[]')`.execute(t.db);
+    await sql`insert into public.agent_oauth_clients (agent_id, client_id) values (${active}, 'rls-agent-client')`.execute(t.db);
+    const agentToken = (overrides: Record<string, unknown> = {}) =>
+      tokenClaims('user-a', { aud: [`${BASE}/agents/${active}`, `${BASE}/api/auth/oauth2/userinfo`], client_id: 'rls-agent-client', azp: 'rls-agent-client', ...overrides });
+    const installs = async (claims: Record<string, unknown>) => ids(await as('authenticated', sql`select agent_id from agent_installs`, claims));
+    try {
+      expect(await installs(agentToken())).toEqual([active]);
+      expect(await installs(agentToken({ aud: `${BASE}/agents/${active.toUpperCase()}` }))).toEqual([active]);
+      expect(await installs(tokenClaims('user-a'))).toEqual(Object.values(agents).map((a) => a.id).sort());
+      const refused: Record<string, Record<string, unknown>> = {
+        "another agent's audience": agentToken({ aud: `${BASE}/agents/${other}` }),
+        'an agent and the API': agentToken({ aud: [`${BASE}/agents/${active}`, BASE] }),
+        'two agents': agentToken({ aud: [`${BASE}/agents/${active}`, `${BASE}/agents/${other}`] }),
+        'no audience of this API': agentToken({ aud: `${BASE}/api/auth/oauth2/userinfo` }),
+        'another issuer': agentToken({ iss: 'https://project.supabase.co/auth/v1' }),
+        'the API audience for an agent client': agentToken({ aud: BASE }),
+        "the first-party client with an agent's audience": tokenClaims('user-a', { aud: `${BASE}/agents/${active}` }),
+        'no client': agentToken({ client_id: undefined, azp: undefined }),
+        'expired': agentToken({ exp: Math.floor(Date.now() / 1000) - 1 }),
+        'no issue time': agentToken({ iat: undefined }),
+      };
+      for (const [name, claims] of Object.entries(refused)) expect([name, await installs(claims)]).toEqual([name, []]);
+
+      // the revocation list, as bearer routes read it: the token, its grant (session), every token of the user
+      const revoke = (key: string, issuedBefore: Date | null = null) =>
+        sql`insert into public.revoked_tokens (key, expires_at, issued_before) values (${key}, now() + interval '1 hour', ${issuedBefore})`.execute(t.db);
+      const byJti = agentToken();
+      await revoke(`jti:${byJti.jti}`);
+      expect(await installs(byJti)).toEqual([]);
+      const byGrant = agentToken();
+      await revoke(`grant:${byGrant.sid}`);
+      expect(await installs(byGrant)).toEqual([]);
+      const hour = 3600;
+      const before = agentToken({ iat: Math.floor(Date.now() / 1000) - 2 * hour });
+      const after = agentToken({ iat: Math.floor(Date.now() / 1000) });
+      await revoke('user:user-a', new Date(Date.now() - hour * 1000));
+      expect([await installs(before), await installs(after), await installs(tokenClaims('user-a', { iat: before.iat }))]).toEqual([[], [active], []]);
+      await sql`delete from public.revoked_tokens where key = 'user:user-a'`.execute(t.db);
+
+      // a ban, while it lasts (also without the `user:` revocation the ban wrote, which a bearer route reads besides)
+      await sql`update "user" set banned = true, "banExpires" = now() + interval '1 hour' where id = 'user-a'`.execute(t.db);
+      expect([await installs(agentToken()), await installs(tokenClaims('user-a'))]).toEqual([[], []]);
+      await sql`delete from public.revoked_tokens where key = 'user:user-a'`.execute(t.db);
+      expect([await installs(agentToken()), await installs(tokenClaims('user-a'))]).toEqual([[], []]);
+      await sql`update "user" set "banExpires" = now() - interval '1 second' where id = 'user-a'`.execute(t.db);
+      expect(await installs(agentToken())).toEqual([active]);
+    } finally {
+      await sql`update "user" set banned = null, "banExpires" = null where id = 'user-a'`.execute(t.db);
+      await sql`delete from public.revoked_tokens where key like 'jti:%' or key like 'grant:%' or key = 'user:user-a'`.execute(t.db);
+      await sql`delete from "oauthClient" where "clientId" = 'rls-agent-client'`.execute(t.db);
+    }
   });
 });
 

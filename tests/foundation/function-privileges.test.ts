@@ -36,10 +36,11 @@ describe('function privileges', () => {
     expect(writers[0]!.n).toBeGreaterThanOrEqual(3);
   });
 
-  it('the one security-definer function anon and authenticated may execute, of any volatility, is the review check by review id', async () => {
+  it('the security-definer functions anon and authenticated may execute, of any volatility, are the review check by review id and the token check', async () => {
     // A security-definer function reads past row-level security for whoever calls it, stable or not: one by user id
     // told anyone whether an account was banned (rule 27, found by reviews). A new one open to these roles must be
-    // looked at and added here on purpose.
+    // looked at and added here on purpose. data_api_token_reaches answers only about the caller's own token (its
+    // claims, no user id given), which the owner-read policies ask (review 22), authenticated only.
     const open = await rows<{ fn: string }>(
       db(),
       sql`select distinct p.oid::regprocedure::text as fn
@@ -51,6 +52,6 @@ describe('function privileges', () => {
              and has_function_privilege(r.rolname, p.oid, 'execute')
            order by 1`,
     );
-    expect(open.map((f) => f.fn)).toEqual(['review_shown(uuid)']);
+    expect(open.map((f) => f.fn)).toEqual(['data_api_token_reaches(uuid)', 'review_shown(uuid)']);
   });
 });

@@ -682,3 +682,51 @@ describe('an invitation stands only while its inviter is a member and not banned
     expect(afterBan.status, afterBan.text).toBe(200);
   });
 });
+
+describe('one account, one membership per organization (races: organization-race.pg-only.test.ts)', () => {
+  // Review 24: an account holding two pending invitations to one organization (sent at once, or one sent while it was
+  // joining) accepted both and held two member rows; remove-member and update-member-role act on one row, so the
+  // member the owner removed stayed one, and a demoted admin kept the role, through the other.
+  const accept = (u: TestUser, invitationId: string) =>
+    t.http.post('/api/auth/organization/accept-invitation', { ...withOrigin(u.cookie), json: { invitationId } });
+  const statusOf = async (invitationId: string) => (await first<{ status: string }>(t.db, sql`select status from invitation where id = ${invitationId}`))!.status;
+  const storedInvitation = async (orgId: string, email: string, inviterId: string, role = 'admin') => {
+    const id = randomUUID();
+    await sql`insert into invitation (id, "organizationId", email, role, status, "expiresAt", "createdAt", "inviterId")
+              values (${id}, ${orgId}, ${email}, ${role}, 'pending', now() + interval '2 days', now(), ${inviterId})`.execute(t.db);
+    return id;
+  };
+
+  it('attack: a member accepting a second invitation (as a race with their joining leaves one) is refused 400, and their removal sticks', async () => {
+    const owner = await verifiedUser();
+    const org = await createOrg(owner, 'Once Co');
+    const alt = await verifiedUser('Second account');
+    await join(owner, org.id, alt, 'admin');
+    const second = await storedInvitation(org.id, alt.email, owner.userId);
+    const again = await accept(alt, second);
+    expect([again.status, again.body.code]).toEqual([400, 'USER_IS_ALREADY_A_MEMBER_OF_THIS_ORGANIZATION']);
+    expect(await statusOf(second)).toBe('pending'); // not used up by the refused acceptance
+    expect(await memberRoles(org.id)).toEqual({ [owner.userId]: 'owner', [alt.userId]: 'admin' });
+
+    const removed = await t.http.post('/api/auth/organization/remove-member', { ...withOrigin(owner.cookie), json: { memberIdOrEmail: alt.email, organizationId: org.id } });
+    expect(removed.status, removed.text).toBe(200);
+    expect(await memberRoles(org.id)).toEqual({ [owner.userId]: 'owner' });
+    expect((await t.http.get(`/api/auth/organization/get-full-organization?organizationId=${org.id}`, { cookie: alt.cookie })).status).toBe(403);
+    // whoever writes a membership: the database holds one per account (unique index member_one_per_account)
+    const ownerTwice = sql`insert into member (id, "organizationId", "userId", role, "createdAt") values (${randomUUID()}, ${org.id}, ${owner.userId}, 'member', now())`;
+    await expect(ownerTwice.execute(t.db)).rejects.toMatchObject({ code: '23505' });
+  });
+
+  it('a pending invitation written for an address replaces the pending one it had, whoever writes it', async () => {
+    const owner = await verifiedUser();
+    const org = await createOrg(owner, 'Replace Co');
+    const invitee = address('invitee');
+    const mailed = await invite(owner, org.id, invitee);
+    expect(mailed.status, mailed.text).toBe(200);
+    const stored = await storedInvitation(org.id, invitee.toUpperCase(), owner.userId, 'member'); // (any case of the address)
+    expect([await statusOf(mailed.body.id), await statusOf(stored)]).toEqual(['canceled', 'pending']);
+    const elsewhere = await createOrg(owner, 'Other Co'); // another organization's invitation to it stands beside it
+    expect((await invite(owner, elsewhere.id, invitee)).status).toBe(200);
+    expect(await statusOf(stored)).toBe('pending');
+  });
+});

@@ -211,7 +211,10 @@ export async function revokeAccessTokensOfFamily(db: Db, clientId: string, userI
  * revoked (`grant:<sid>`), every token of its user issued before a ban (`user:<sub>`), or the user is banned or
  * gone. One indexed query, the same rules as the Authenticator applies to bearer requests.
  */
-/** The revocation-list keys that would cancel a token: its user, its id, its grant (session). */
+/**
+ * The revocation-list keys that would cancel a token: its user, its id, its grant (session). The Data API's policies
+ * make the same keys from the token's claims (public.data_api_token_reaches, review 22): change both together.
+ */
 export function revocationKeys(sub: string, jti: string | undefined, sid: string | undefined): string[] {
   return [`user:${sub}`, ...(jti ? [`jti:${jti}`] : []), ...(sid ? [`grant:${sid}`] : [])];
 }

@@ -1,0 +1,23 @@
+import { APIError } from '@better-auth/core/error';
+import { isUniqueViolation, pgConstraint } from '../http/errors.ts';
+
+/**
+ * The refusal of the unique index `member_one_per_account` (migration 20261127004100): a second membership of one
+ * account in one organization. The organization plugin's accept-invitation never asks whether the account is already a
+ * member, so an account holding two pending invitations (sent at once, or one sent while it was joining) accepted both
+ * and held two rows; remove-member and update-member-role act on one, so a removed member stayed one and a demoted
+ * admin kept the role through the other (review 24, finding 3). It is answered as the plugin answers inviting someone
+ * already a member, 400 USER_IS_ALREADY_A_MEMBER_OF_THIS_ORGANIZATION, in the library's shape (mapped in its error
+ * hook, better-auth.ts onAPIError: only the library's endpoints write members). The plugin puts the invitation back to
+ * pending when the member's insert fails, so a refused acceptance uses nothing up.
+ */
+export function isSecondMembership(error: unknown): boolean {
+  return isUniqueViolation(error) && pgConstraint(error) === 'member_one_per_account';
+}
+
+export function secondMembershipRefused(): APIError {
+  return new APIError('BAD_REQUEST', {
+    code: 'USER_IS_ALREADY_A_MEMBER_OF_THIS_ORGANIZATION',
+    message: 'User is already a member of this organization',
+  });
+}
