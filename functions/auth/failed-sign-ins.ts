@@ -69,8 +69,11 @@ async function countPasswordCheck(c: Context<AppEnv>, next: Next, email: string,
   if (!(await failed(c.res))) await refundToken(deps, key);
 }
 
-/** The email of a sign-in request, or undefined when the body has none (the library answers its own 400). */
-async function signInEmail(request: Request): Promise<string | undefined> {
+/**
+ * The email of a sign-in request, or undefined when the body has none (the library answers its own 400). Also read
+ * by sign-in-password-stands.ts. (At most 320 characters: no account has a longer one, library-input.ts.)
+ */
+export async function signInEmail(request: Request): Promise<string | undefined> {
   try {
     const body = (await request.clone().json()) as { email?: unknown } | null;
     return typeof body?.email === 'string' && body.email.length > 0 && body.email.length <= 320 ? body.email : undefined;

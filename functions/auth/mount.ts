@@ -6,11 +6,13 @@ import { verifyOnlyInTheAccountsSession } from './email-verification.ts';
 import { userExists } from './oauth/token-records.ts';
 import { limitFailedPasswordChanges, limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
+import { signInOnlyWithAStandingPassword } from './sign-in-password-stands.ts';
 
 /**
  * /api/auth/*: the Better Auth handler, behind the rules the library does not have:
  * - rate limits per client IP on sign-in, sign-up, resending the verification mail and the two password-reset
  *   steps, and on failed sign-ins per account (429 RATE_LIMITED);
+ * - a sign-in keeps its session only if the password it checked was not changed meanwhile (401 otherwise);
  * - no self-demotion through /admin/set-role or /admin/update-user (403 FORBIDDEN);
  * - an address is verified only in a browser signed in to its account (email-verification.ts);
  * - the other domains' part of removing a user (/admin/remove-user), passed in by app.ts as `aroundUserRemoval`.
@@ -34,6 +36,9 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
   }
   // After the per-address limit: failed sign-ins per account, from any address (auth/failed-sign-ins.ts).
   router.post('/api/auth/sign-in/email', limitFailedSignIns());
+  // Inside the count, so a sign-in refused for a password changed while it was checked counts as a wrong password:
+  // a session is kept only if the password it checked still stands (sign-in-password-stands.ts, review 24).
+  router.post('/api/auth/sign-in/email', signInOnlyWithAStandingPassword());
   router.post('/api/auth/change-password', limitFailedPasswordChanges());
   router.get('/api/auth/verify-email', verifyOnlyInTheAccountsSession());
   // The library's admin reads (list-users, get-user, ...) by cookie, as ours (requireAdmin): only the admin's own

@@ -275,6 +275,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 9,
+    name: 'a sign-in whose password was changed while it was checked keeps its session (review 24)',
+    file: 'functions/auth/sign-in-password-stands.ts',
+    find: "    if (before !== null && email !== undefined && (await credentialVersion(db, email)) === before) return;",
+    replace: '    return;',
+    tests: ['tests/identity/sign-in-beside-password-change.test.ts', 'tests/identity/sign-in-beside-password-change.pg-only.test.ts'],
+  },
+  {
+    rule: 9,
     name: "a password change leaves the user's tokens alive",
     file: 'supabase/migrations/20261123000401_password_change_ends_credentials.sql',
     find: '  perform public.revoke_user_credentials(new."userId");',
