@@ -1,5 +1,4 @@
 import type { Context } from 'hono';
-import { currentPrincipal } from '../http/access.ts';
 import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from '../http/errors.ts';
 import { escapeHtml, htmlPage, randomNonce } from '../http/html.ts';
@@ -18,12 +17,18 @@ import { signInUrls } from '../platform/config.ts';
  * The page's own query (`?from&to&agentId`) is passed on to the analytics endpoint, so a link can open a window.
  * With an agent named, it also lists the agent's webhook endpoints and their latest deliveries (the agent-webhook
  * admin routes, functions/webhooks/routes.ts).
+ *
+ * A link from another site opens the page signed in (the admin sees where they land), but the page then loads
+ * nothing until the admin presses Show: review 22 found that a page of another site could navigate a popup it opened
+ * to `/admin?from=2021-11-22&to=2026-11-20` again and again, without a click, and each load ran the five-year window
+ * with a same-origin fetch the API takes as the admin's (and, one at a time per admin, kept the admin's own analytics
+ * at 429). Whether the page was opened by the admin is the API's own rule (`requestOfTheUser`, security rule 29).
  */
 export async function adminPage(c: Context<AppEnv>): Promise<Response> {
   const wantsHtml = (c.req.header('accept') ?? '').includes('text/html');
   let principal;
   try {
-    principal = await currentPrincipal(c);
+    principal = await c.var.deps.authenticator.authenticate(c.req.raw, { page: true });
   } catch (err) {
     // Invalid, expired or revoked credentials: the same as signed out.
     if (!(err instanceof ApiError) || err.code !== 'UNAUTHORIZED') throw err;
@@ -39,12 +44,14 @@ export async function adminPage(c: Context<AppEnv>): Promise<Response> {
     return page(c, 403, 'Not allowed', `<p>You are signed in as ${escapeHtml(principal.email)}, which is not a platform admin account.</p>`);
   }
   const nonce = randomNonce();
-  return page(c, 200, 'Marketplace analytics', dashboard(nonce), nonce);
+  const openedByTheAdmin = c.var.deps.authenticator.requestOfTheUser(c.req.raw);
+  return page(c, 200, 'Marketplace analytics', dashboard(nonce, openedByTheAdmin), nonce);
 }
 
-function dashboard(nonce: string): string {
+/** `load`: run the window of the page's URL at once (false when another site's page opened it: it waits for Show). */
+function dashboard(nonce: string, load: boolean): string {
   return `
-  <form id="window">
+  <form id="window" data-load="${load ? 'now' : 'on-submit'}">
     <label>From <input name="from" id="from" placeholder="YYYY-MM-DD" size="24"></label>
     <label>To <input name="to" id="to" placeholder="YYYY-MM-DD (inclusive)" size="24"></label>
     <label>Agent id <input name="agentId" id="agentId" placeholder="all agents" size="38"></label>
@@ -246,7 +253,11 @@ function dashboard(nonce: string): string {
       history.replaceState(null, '', '?' + query);
       load(query.toString());
     });
-    load(initial.toString());
+    if ($('window').dataset.load === 'now') load(initial.toString());
+    else {
+      document.body.dataset.state = 'waiting';
+      $('status').textContent = 'Opened from another site: press Show to load this window.';
+    }
   })();
   </script>`;
 }

@@ -1,12 +1,12 @@
 import { decodeProtectedHeader, importJWK, jwtVerify, errors as joseErrors, type CryptoKey, type JWK, type JWTPayload } from 'jose';
-import { STALE_SESSION_COOKIE, type Authenticator, type BearerCaller, type BearerCheck, type Principal } from '../http/context.ts';
+import { STALE_SESSION_COOKIE, type AuthenticateOptions, type Authenticator, type BearerCaller, type BearerCheck, type Principal } from '../http/context.ts';
 import { ApiError } from '../http/errors.ts';
 import type { Clock } from '../platform/clock.ts';
 import type { Config } from '../platform/config.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { Logger } from '../platform/logger.ts';
 import { trustedOrigins, type Auth } from './better-auth.ts';
-import { requestOfTheUser } from './fetch-metadata.ts';
+import { crossSiteRequest, requestOfTheUser } from './fetch-metadata.ts';
 import { revocationKeys } from './oauth/token-records.ts';
 import { ADMIN_SCOPE } from './oauth/provider-options.ts';
 
@@ -23,7 +23,9 @@ import { ADMIN_SCOPE } from './oauth/provider-options.ts';
  * run that same function inside its own statement (the usage increment does: one round trip).
  *
  * Cookie-authenticated requests that change state (anything but GET/HEAD/OPTIONS) must come from a trusted
- * origin: a browser on another site gets 403, which is what makes SameSite=None cookies safe in production.
+ * origin: a browser on another site gets 403, which is what makes SameSite=None cookies safe in production. Reads
+ * with the cookie must be the user's own doing by their fetch metadata (fetch-metadata.ts; security rule 29), else
+ * 403 `reason: cross_site`, on every route that asks who is calling: reads spend allowances and call Stripe too.
  */
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
@@ -62,16 +64,26 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   const origins = new Set(trustedOrigins(config));
   const keys = new SigningKeys(db, clock);
   const verified = new VerifiedTokens(keys);
+  /** Whether a browser request with the cookie is the user's own (fetch-metadata.ts); `page`: see AuthenticateOptions. */
+  const ofTheUser = (request: Request, page = false) => requestOfTheUser(request, origins, { crossSiteNavigation: page });
   /**
    * The session cookie, on the hot path: the cookie's HMAC is checked in process and ONE query reads the
    * session with its user. Only when the library would extend the session (once per `updateAge`, a day by
    * default) or the cookie asks not to be remembered does the request go through the library's getSession,
    * which does that write; the result is the same either way.
    */
-  async function fromCookie(request: Request): Promise<Principal | null | 'no-session'> {
+  async function fromCookie(request: Request, options: AuthenticateOptions): Promise<Principal | null | 'no-session'> {
     const ctx = await auth.$context;
     const session = await sessionCookie(request);
     if (!session) return 'no-session';
+    // Review 24: a read another site's page makes the user's browser send (`<img src=".../me/checkout/cs_x">` a
+    // hundred times) carried the SameSite=None cookie and acted as the user: it spent their daily checkout reads, each
+    // a Stripe read, and their own success page was then refused for a day. Such a read is the user's only by its
+    // fetch metadata, before anything is looked up. A top-level navigation from another site counts on a page meant
+    // to be opened from links (`options.page`) and nowhere else: a page can navigate a popup it opened again and again
+    // without a click, so on the API a navigation would cost not one allowance per click but as many as it likes.
+    // Writes keep their own check below (a trusted Origin), as before.
+    if (SAFE_METHODS.has(request.method) && !ofTheUser(request, options.page)) throw crossSiteRequest();
     const { cookies } = session;
     const token = await verifySignedCookie(session.value, await cookieKey());
     if (!token) return null;
@@ -186,17 +198,17 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   }
 
   return {
-    adminRequestOfTheUser: (request) => requestOfTheUser(request, origins, { crossSiteNavigation: false }),
+    requestOfTheUser: (request) => ofTheUser(request),
     async bearerCheck(request) {
       const token = await bearerOnly(request);
       return token ? verifyBearer(token) : undefined;
     },
-    async authenticate(request) {
+    async authenticate(request, options = {}) {
       // A session cookie that no longer names a live session (signed out elsewhere, expired, banned) makes the
       // request anonymous: browsers send cookies on their own, so a public page must still answer, while every route
       // that needs a user answers 401 as for any anonymous caller. It never falls back to the request's bearer token
       // (sessionCookie says why).
-      const fromSession = await fromCookie(request);
+      const fromSession = await fromCookie(request, options);
       if (fromSession !== 'no-session') {
         // With a bearer token beside it the caller meant to be someone: a 401 that says which credential was read,
         // and not that the token is invalid (it was not looked at; an OAuth client would throw a good token away).

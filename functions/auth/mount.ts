@@ -1,8 +1,8 @@
 import { Hono, type Context, type Next } from 'hono';
 import type { AppDeps, AppEnv } from '../platform/app-types.ts';
-import { crossSiteAdminRequest } from '../http/access.ts';
 import { enforceRateLimit } from '../http/rate-limit.ts';
 import { verifyOnlyInTheAccountsSession } from './email-verification.ts';
+import { crossSiteRequest } from './fetch-metadata.ts';
 import { userExists } from './oauth/token-records.ts';
 import { limitFailedPasswordChanges, limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
@@ -45,7 +45,7 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
   // requests, never what another site's page makes the admin's browser send (security rule 29; found by a review:
   // list-users answered an <img> of another site). Its writes are POSTs, under the library's own origin check.
   router.get('/api/auth/admin/*', async (c, next) => {
-    if (c.req.header('cookie') && !c.var.deps.authenticator.adminRequestOfTheUser(c.req.raw)) throw crossSiteAdminRequest();
+    if (c.req.header('cookie') && !c.var.deps.authenticator.requestOfTheUser(c.req.raw)) throw crossSiteRequest();
     await next();
   });
   router.post('/api/auth/admin/set-role', refuseSelfDemotion((body) => ({ userId: body?.userId, role: body?.role, changesRole: true })));

@@ -44,7 +44,7 @@ const getMe = createRoute({
     '`email` scope and `name` only with `profile`, as the OpenID userinfo endpoint answers.',
   responses: {
     200: jsonResponse(envelopeOf(z.union([userSchema, agentViewOfUserSchema])), 'The current user'),
-    ...errors(401),
+    ...errors(401, 'cookieRead'),
   },
 });
 

@@ -143,7 +143,7 @@ const listMySubscriptionsRoute = createRoute({
   tags: ['Subscriptions'],
   summary: "The signed-in user's subscriptions, newest first (not paginated)",
   security,
-  responses: { 200: jsonResponse(envelopeOf(z.array(subscriptionSchema)), 'Subscriptions'), ...errors(401) },
+  responses: { 200: jsonResponse(envelopeOf(z.array(subscriptionSchema)), 'Subscriptions'), ...errors(401, 'cookieRead') },
 });
 
 const getMySubscriptionRoute = createRoute({
@@ -154,7 +154,7 @@ const getMySubscriptionRoute = createRoute({
   summary: 'The active (active or past_due) subscription to an agent; 404 when there is none',
   security,
   request: { params: z.object({ agentId: uuidParam('agentId') }) },
-  responses: { 200: jsonResponse(envelopeOf(subscriptionSchema), 'The active subscription'), ...errors(400, 401, 404, 'agentPath') },
+  responses: { 200: jsonResponse(envelopeOf(subscriptionSchema), 'The active subscription'), ...errors(400, 401, 404, 'agentPath', 'cookieRead') },
 });
 
 const startCheckoutRoute = createRoute({
@@ -180,7 +180,7 @@ const verifyCheckoutRoute = createRoute({
   summary: "Read-through to Stripe for one of the user's own checkout sessions; writes nothing",
   security,
   request: { params: z.object({ sessionId: sessionIdParam }) },
-  responses: { 200: jsonResponse(envelopeOf(checkoutSessionSchema), 'The session as Stripe sees it'), ...errors(400, 401, 404, 429, 503, 'withinAgent') },
+  responses: { 200: jsonResponse(envelopeOf(checkoutSessionSchema), 'The session as Stripe sees it'), ...errors(400, 401, 404, 429, 503, 'withinAgent', 'cookieRead') },
 });
 
 const cancelMySubscriptionRoute = createRoute({

@@ -23,9 +23,21 @@ export interface Principal {
 /** `details.reason` of the 401 for a dead session cookie sent beside a bearer token (app.ts: no invalid_token challenge). */
 export const STALE_SESSION_COOKIE = 'stale_session_cookie';
 
+/** `details.reason` of the 403 for a request with the session cookie that another site's page sent (auth/fetch-metadata.ts). */
+export const CROSS_SITE_REQUEST = 'cross_site';
+
+export interface AuthenticateOptions {
+  /**
+   * The route serves a page meant to be opened from links elsewhere (the /admin page): a top-level navigation from
+   * another site is the user's there, since the user sees where they land. Such a page must not act on load when
+   * `requestOfTheUser` says no (a page of another site can navigate a popup it opened again and again without a click).
+   */
+  page?: boolean;
+}
+
 /** Turns a request's credentials into a principal, or null when there are none. Throws 401 for bad ones. */
 export interface Authenticator {
-  authenticate(request: Request): Promise<Principal | null>;
+  authenticate(request: Request, options?: AuthenticateOptions): Promise<Principal | null>;
   /**
    * For a hot route that folds the caller check into its own SQL statement (one round trip instead of two):
    * when the request carries a bearer token and no session cookie, verifies the JWT in process (401 when it
@@ -33,10 +45,11 @@ export interface Authenticator {
    */
   bearerCheck(request: Request): Promise<BearerCheck | undefined>;
   /**
-   * Whether a browser request to an admin API was the admin's own doing, not another site's riding on their cookie
-   * (fetch metadata; a navigation from another site is not: the admin API is not navigated to, the /admin page is).
+   * Whether a browser request to the API was the user's own doing, not another site's riding on their cookie (fetch
+   * metadata; a navigation from another site is not: the API is not navigated to, the /admin page is). The rule
+   * authenticate() applies to every read with the session cookie outside pages.
    */
-  adminRequestOfTheUser(request: Request): boolean;
+  requestOfTheUser(request: Request): boolean;
 }
 
 /** A verified access token, pending the database's word on its user (see public.bearer_caller). */

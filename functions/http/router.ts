@@ -81,6 +81,13 @@ const RULES = {
     403: 'a cookie-authenticated write from an untrusted `Origin`',
   },
   /**
+   * A read that needs the caller: the authenticator refuses one with the session cookie that another site's page made
+   * the browser send (fetch metadata; security rule 29, review 24).
+   */
+  cookieRead: {
+    403: 'a read with the session cookie that another site\'s page sent (an image, a frame, a fetch from an untrusted origin, a navigation from elsewhere): `details.reason: "cross_site"`',
+  },
+  /**
    * A route whose agent is not in its path (a checkout by tier, a checkout session, the billing portal): an agent's
    * bearer token acts only within its own agent (requireWithinAgent, access.ts).
    */

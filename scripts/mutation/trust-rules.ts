@@ -1574,17 +1574,17 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 29,
-    name: "a page of another site navigating a popup through the admin API counts as the admin's own",
+    name: "a page of another site navigating a popup through the API counts as the user's own",
     file: 'functions/auth/authenticator.ts',
-    find: '    adminRequestOfTheUser: (request) => requestOfTheUser(request, origins, { crossSiteNavigation: false }),',
-    replace: '    adminRequestOfTheUser: (request) => requestOfTheUser(request, origins, { crossSiteNavigation: true }),',
-    tests: ['tests/admin/cross-site-reads.test.ts'],
+    find: '  const ofTheUser = (request: Request, page = false) => requestOfTheUser(request, origins, { crossSiteNavigation: page });',
+    replace: '  const ofTheUser = (request: Request, page = true) => requestOfTheUser(request, origins, { crossSiteNavigation: page });',
+    tests: ['tests/admin/cross-site-reads.test.ts', 'tests/identity/cors.test.ts'],
   },
   {
     rule: 29,
     name: "another site's <img> runs the auth library's admin reads",
     file: 'functions/auth/mount.ts',
-    find: "    if (c.req.header('cookie') && !c.var.deps.authenticator.adminRequestOfTheUser(c.req.raw)) throw crossSiteAdminRequest();",
+    find: "    if (c.req.header('cookie') && !c.var.deps.authenticator.requestOfTheUser(c.req.raw)) throw crossSiteRequest();",
     replace: '',
     tests: ['tests/admin/library-admin-reads-cross-site.test.ts'],
   },
@@ -1598,11 +1598,19 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 29,
-    name: "another site's <img> runs admin reads with the admin's cookie",
-    file: 'functions/http/access.ts',
-    find: "  if (principal.via === 'cookie' && !c.var.deps.authenticator.adminRequestOfTheUser(c.req.raw)) throw crossSiteAdminRequest();",
+    name: "another site's <img> runs reads with the user's cookie (admin reads; a user's checkout reads, review 24)",
+    file: 'functions/auth/authenticator.ts',
+    find: '    if (SAFE_METHODS.has(request.method) && !ofTheUser(request, options.page)) throw crossSiteRequest();',
     replace: '',
-    tests: ['tests/admin/cross-site-reads.test.ts'],
+    tests: ['tests/admin/cross-site-reads.test.ts', 'tests/identity/cors.test.ts', 'tests/billing/allowances.test.ts'],
+  },
+  {
+    rule: 29,
+    name: "the /admin page another site's popup is navigated to runs the window of its URL (review 22)",
+    file: 'functions/admin/page.ts',
+    find: '  const openedByTheAdmin = c.var.deps.authenticator.requestOfTheUser(c.req.raw);',
+    replace: '  const openedByTheAdmin = true;',
+    tests: ['tests/admin/page-cross-site.test.ts'],
   },
   {
     rule: 29,
@@ -1795,6 +1803,30 @@ export const mutations: Mutation[] = [
     replace: '',
     tests: ['tests/identity/organizations.test.ts'],
   },
+  {
+    rule: 20,
+    name: "another site's image, frame or fetch carrying the cookie ends the user's session (review 21)",
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: "    const request = requestOfTheUser(raw, trustedOrigins(c.var.deps.config), { crossSiteNavigation: true }) ? raw : withoutCookie(raw);",
+    replace: '    const request = raw;',
+    tests: ['tests/oauth/code-flow.test.ts'],
+  },
+  {
+    rule: 22,
+    name: "an admin sets a user's password (review 22)",
+    file: 'functions/auth/better-auth.ts',
+    find: "action !== 'impersonate' && action !== 'set-password'",
+    replace: "action !== 'impersonate'",
+    tests: ['tests/identity/password-reset.test.ts'],
+  },
+  {
+    rule: 22,
+    name: "an admin writes their own mailbox as a user's address (review 22)",
+    file: 'functions/auth/library-input.ts',
+    find: "    if (path === '/admin/update-user' && Object.hasOwn(body.data, 'email')) {",
+    replace: '    if (false) {',
+    tests: ['tests/identity/admin-email-change.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {
@@ -1816,8 +1848,10 @@ function run(m: Mutation): 'killed' | 'survived' | 'stale' {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const only = process.argv.slice(2).map(Number).filter(Number.isFinite);
+  // MUTATIONS_NAMED=<regular expression>: only the mutations whose name matches (e.g. the ones a review added)
+  const named = process.env.MUTATIONS_NAMED ? new RegExp(process.env.MUTATIONS_NAMED) : undefined;
   let bad = 0;
-  for (const m of mutations.filter((x) => only.length === 0 || only.includes(x.rule))) {
+  for (const m of mutations.filter((x) => (only.length === 0 || only.includes(x.rule)) && (!named || named.test(x.name)))) {
     const started = Date.now();
     const verdict = run(m);
     if (verdict !== 'killed') bad++;

@@ -7,6 +7,7 @@ import {
   PORTAL_SESSIONS_PER_DAY,
 } from '../../functions/billing/allowances.ts';
 import { insertTier } from '../support/fixtures.ts';
+import { browserGet } from '../support/http.ts';
 import { accessTokenFor } from '../support/oauth.ts';
 import { signUp } from '../support/users.ts';
 import { activeAgent, buyPaidTier, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
@@ -96,6 +97,39 @@ describe('checkout-session reads', () => {
     expect(statuses.slice(0, CHECKOUT_READS_PER_DAY).every((s) => s === 404)).toBe(true);
     expect(statuses.slice(CHECKOUT_READS_PER_DAY).every((s) => s === 429)).toBe(true);
     expect(reads() - before).toBe(CHECKOUT_READS_PER_DAY);
+  });
+
+  it(`attack: another site's page loads /me/checkout/... ${CHECKOUT_READS_PER_DAY} times with the user's cookie; nothing is spent, Stripe is not asked, the user's own read still works`, async () => {
+    // Review 24: the session cookie is SameSite=None in production, so `<img src="{api}/me/checkout/cs_x">` on any
+    // page the user opened was sent with it, spent one of the day's reads and made a Stripe read each; then the
+    // user's own success page was refused 429 until the next day. A popup the page navigates again and again without
+    // a click did the same (a top-level navigation of the API from another site is not the user's either).
+    const user = await signUp(w.t);
+    const tier = await paidTier(w, (await activeAgent(w)).id);
+    const started = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+    expect(started.status, started.text).toBe(200);
+    const reads = () => w.fake.requests.filter((r) => r.method === 'GET' && r.path.startsWith('/v1/checkout/sessions/')).length;
+    const before = reads();
+    const fromElsewhere = { cookie: user.cookie, 'sec-fetch-site': 'cross-site', referer: 'https://evil.example/page' };
+    const image = { ...fromElsewhere, 'sec-fetch-mode': 'no-cors', 'sec-fetch-dest': 'image' };
+    const navigation = { ...fromElsewhere, 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' };
+    const answers = new Set<string>();
+    for (let i = 0; i < CHECKOUT_READS_PER_DAY; i++) {
+      const res = await browserGet(w.t.baseUrl, `/me/checkout/cs_test_${randomBytes(12).toString('hex')}`, i % 2 ? navigation : image);
+      const error = JSON.parse(res.text).error;
+      answers.add(`${res.status} ${error?.code} ${error?.details?.reason}`);
+    }
+    expect({ answers: [...answers], stripeReads: reads() - before }).toEqual({ answers: ['403 FORBIDDEN cross_site'], stripeReads: 0 });
+
+    // The user's own success page (same origin) reads their checkout session, with the day's reads untouched.
+    const own = await browserGet(w.t.baseUrl, `/me/checkout/${started.body.data.sessionId}`, {
+      cookie: user.cookie,
+      'sec-fetch-site': 'same-origin',
+      'sec-fetch-mode': 'cors',
+      'sec-fetch-dest': 'empty',
+    });
+    expect(own.status, own.text).toBe(200);
+    expect(JSON.parse(own.text).data.sessionId).toBe(started.body.data.sessionId);
   });
 });
 

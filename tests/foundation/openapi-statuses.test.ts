@@ -13,7 +13,8 @@ import { agentToken, meteredAgent, subscribe, type MeteredAgent } from '../meter
  *   - no credentials at all;
  *   - `Authorization: Bearer garbage`;
  *   - agent A's access token on a path that names agent B (an id or a slug);
- *   - a signed-in user's session cookie with a foreign `Origin` on a write.
+ *   - a signed-in user's session cookie with a foreign `Origin` on a write;
+ *   - a signed-in user's session cookie on a read another site's page sent (`Sec-Fetch-Site: cross-site`).
  */
 
 type Json = Record<string, any>;
@@ -160,6 +161,12 @@ const callers: Caller[] = [
     name: 'cookie from a foreign Origin',
     applies: (op) => op.method !== 'GET',
     auth: () => ({ cookie: user.cookie, headers: { origin: 'https://evil.example' } }),
+  },
+  {
+    // What another site's page makes a signed-in user's browser send (review 24): refused where a user is needed.
+    name: "a read with the cookie that another site's page sent",
+    applies: (op) => op.method === 'GET',
+    auth: () => ({ cookie: user.cookie, headers: { origin: 'https://evil.example', 'sec-fetch-site': 'cross-site' } }),
   },
 ];
 

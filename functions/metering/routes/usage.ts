@@ -72,7 +72,7 @@ const listRoute = createRoute({
   request: { params: agentParams },
   responses: {
     200: jsonResponse(envelopeOf(z.array(usageRecordSchema)), 'One usage record per metric'),
-    ...errors(400, 401, 403, 404, 'unavailable'),
+    ...errors(400, 401, 403, 404, 'unavailable', 'cookieRead'),
   },
 });
 
@@ -86,7 +86,7 @@ const getRoute = createRoute({
   request: { params: metricParams },
   responses: {
     200: jsonResponse(envelopeOf(usageRecordSchema), 'The usage record'),
-    ...errors(400, 401, 403, 404, 'unavailable'),
+    ...errors(400, 401, 403, 404, 'unavailable', 'cookieRead'),
   },
 });
 

@@ -16566,6 +16566,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description A read with the session cookie that another site's page sent (an image, a frame, a fetch from an untrusted origin, a navigation from elsewhere): `details.reason: "cross_site"` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     createPortalSession: {
@@ -16851,7 +16860,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description An agent's access token acting outside its own agent (another agent's tier, checkout session or subscription) */
+            /** @description An agent's access token acting outside its own agent (another agent's tier, checkout session or subscription); or a read with the session cookie that another site's page sent (an image, a frame, a fetch from an untrusted origin, a navigation from elsewhere): `details.reason: "cross_site"` */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -16923,6 +16932,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description A read with the session cookie that another site's page sent (an image, a frame, a fetch from an untrusted origin, a navigation from elsewhere): `details.reason: "cross_site"` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getMySubscription: {
@@ -16968,7 +16986,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent) */
+            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent); or a read with the session cookie that another site's page sent (an image, a frame, a fetch from an untrusted origin, a navigation from elsewhere): `details.reason: "cross_site"` */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -17123,7 +17141,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Signed in without the required role or ownership */
+            /** @description Signed in without the required role or ownership; or a read with the session cookie that another site's page sent (an image, a frame, a fetch from an untrusted origin, a navigation from elsewhere): `details.reason: "cross_site"` */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -17198,7 +17216,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Signed in without the required role or ownership */
+            /** @description Signed in without the required role or ownership; or a read with the session cookie that another site's page sent (an image, a frame, a fetch from an untrusted origin, a navigation from elsewhere): `details.reason: "cross_site"` */
             403: {
                 headers: {
                     [name: string]: unknown;
