@@ -87,19 +87,19 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
         mailer.start();
         webhookWorker.start();
         // Expired sessions, tokens and codes, done mails, webhook history: what pg_cron's job does, where it runs too.
-        stopHousekeeping = startHousekeeping({ database, clock, logger });
+        stopHousekeeping = startHousekeeping({ database, logger });
         // Anonymous purchases nobody claimed, refunded and canceled; deleted agents' subscriptions set to end (what POST
         // /internal/drain also does).
         if (payments) stopBilling = startBillingRounds({ config, database, logger, clock, mailer, payments, auth });
       }
     },
+    // Every part at once (review 25): each stops taking new work now, and the waits for work in flight overlap; one
+    // after another, the webhook drains went on claiming while the mailer's stop waited for its send.
     shutdown: async () => {
-      await stopHousekeeping?.();
+      const stops = [stopHousekeeping?.(), stopBilling?.(), mailer.stop(), webhookWorker.stop()];
       stopHousekeeping = undefined;
-      await stopBilling?.();
       stopBilling = undefined;
-      await mailer.stop();
-      await webhookWorker.stop();
+      await Promise.all(stops);
     },
     cursors: new CursorSigner(config.authSecret),
     storage: createStorage(config, options.fileStore),

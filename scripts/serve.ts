@@ -4,6 +4,7 @@ import { startingHandler } from '../functions/health/starting.ts';
 import { ConfigError, loadConfig, type Config } from '../functions/platform/config.ts';
 import type { Database } from '../functions/platform/db.ts';
 import { createLogger } from '../functions/platform/logger.ts';
+import { STOP_WAIT_MS } from '../functions/platform/mailer.ts';
 import { envelopeHttpServer, localDocsScript, openConfiguredDatabase, surviveLostDatabaseConnections, withPersistedSecret } from '../functions/platform/node-runtime.ts';
 import { withDemoAdmin } from './demo-admin.ts';
 
@@ -52,8 +53,10 @@ async function main() {
   const shutdown = async (signal: string) => {
     logger.info('shutting down', { signal });
     server.close();
-    // Whatever hangs (a query on a dead connection), the process is gone within 15 s.
-    setTimeout(() => process.exit(0), 15_000).unref();
+    // Whatever hangs (a query on a dead connection), the process is gone within 10 s of the longest wait of the
+    // background work's stop: a mail being sent when the signal came is let finish (its deadline, 60 s) and recorded,
+    // or another instance sends it again (review 25). It is usually done in well under a second.
+    setTimeout(() => process.exit(0), STOP_WAIT_MS + 10_000).unref();
     await stopBackgroundWork?.();
     await database?.close();
     process.exit(0);

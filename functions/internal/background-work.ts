@@ -7,7 +7,7 @@ import {
   type OverdueSubscriptionsReport,
   type UnclaimedPurchasesReport,
 } from '../billing/index.ts';
-import { first, sql } from '../platform/db.ts';
+import { first, isConnectionLost, sql } from '../platform/db.ts';
 import { startRounds } from '../platform/rounds.ts';
 import { drainWebhookOutbox, type DrainResult } from '../webhooks/index.ts';
 
@@ -50,7 +50,11 @@ export interface HousekeepingReport {
   refreshTokensPruned: number;
 }
 
-export interface BackgroundWorkReport {
+/** The parts of one round of background work, each run and reported on its own. */
+export const BACKGROUND_PARTS = ['housekeeping', 'mail', 'webhooks', 'purchases', 'deletedAgents', 'overdueSubscriptions'] as const;
+export type BackgroundPart = (typeof BACKGROUND_PARTS)[number];
+
+export interface CompletedBackgroundWork {
   housekeeping: HousekeepingReport;
   mail: { handled: number };
   webhooks: DrainResult;
@@ -60,45 +64,60 @@ export interface BackgroundWorkReport {
   deletedAgents: DeletedAgentsReport;
   /** paid subscriptions overdue for a Stripe event, read again from Stripe this round */
   overdueSubscriptions: OverdueSubscriptionsReport;
-  durationMs: number;
 }
+
+/** What one round did: each part's report, null for a part that failed (named in `failed`, its error logged). */
+export type BackgroundWorkReport = { [P in BackgroundPart]: CompletedBackgroundWork[P] | null } & {
+  /** the parts that failed this round, in BACKGROUND_PARTS order; empty when every part ran */
+  failed: BackgroundPart[];
+  durationMs: number;
+};
 
 export const DEFAULT_DRAIN_LIMIT = 100;
 
 type Deps = Pick<AppDeps, 'database' | 'clock' | 'logger' | 'config' | 'mailer' | 'payments' | 'auth'>;
 
 /**
- * One bounded round: housekeeping, then up to `limit` mails and `limit` webhook attempts, a few unclaimed purchases
- * undone, a few deleted agents' renewals stopped and a few overdue paid subscriptions read again, side by side (a slow Stripe holds back no mail; their mails go
- * out in the next round).
+ * One bounded round: housekeeping, up to `limit` mails and `limit` webhook attempts, a few unclaimed purchases
+ * undone, a few deleted agents' renewals stopped and a few overdue paid subscriptions read again, all side by side and
+ * each on its own: a slow Stripe holds back no mail (their mails go out in the next round), and neither does the
+ * housekeeping. Review 25: the housekeeping ran first, and the outboxes only after it; it waits for row locks (the
+ * users of expired sessions, FOR KEY SHARE, behind a password change or a ban) up to statement_timeout (30 s), so
+ * while it waited no mail and no webhook left (this call is how they leave on Supabase), and when it failed the whole
+ * call failed with nothing sent. A part that fails now leaves the others' work done and reported; it is logged with
+ * its name, and reported in `failed`.
  */
 export async function runBackgroundWork(deps: Deps, options: { limit?: number } = {}): Promise<BackgroundWorkReport> {
   const started = performance.now();
   const limit = options.limit ?? DEFAULT_DRAIN_LIMIT;
-  const housekeeping = await runHousekeeping(deps);
-  const [mailHandled, webhooks, purchases, deletedAgents, overdueSubscriptions] = await Promise.all([
-    deps.mailer.deliverPending({ limit }),
-    drainWebhookOutbox(deps, { limit }),
-    undoUnclaimedPurchases(deps),
-    stopRenewalsOfDeletedAgents(deps),
-    rereadOverdueSubscriptions(deps),
-  ]);
-  return {
-    housekeeping,
-    mail: { handled: mailHandled },
-    webhooks,
-    purchases,
-    deletedAgents,
-    overdueSubscriptions,
-    durationMs: Math.round(performance.now() - started),
+  const parts: { [P in BackgroundPart]: () => Promise<CompletedBackgroundWork[P]> } = {
+    housekeeping: () => runHousekeeping(deps),
+    mail: async () => ({ handled: await deps.mailer.deliverPending({ limit }) }),
+    webhooks: () => drainWebhookOutbox(deps, { limit }),
+    purchases: () => undoUnclaimedPurchases(deps),
+    deletedAgents: () => stopRenewalsOfDeletedAgents(deps),
+    overdueSubscriptions: () => rereadOverdueSubscriptions(deps),
   };
+  const outcomes = await Promise.allSettled(BACKGROUND_PARTS.map((part) => parts[part]()));
+  const reports = Object.fromEntries(BACKGROUND_PARTS.map((part, i) => [part, outcomes[i]!.status === 'fulfilled' ? outcomes[i]!.value : null]));
+  const failed = BACKGROUND_PARTS.filter((_, i) => outcomes[i]!.status === 'rejected');
+  for (const part of failed) {
+    const err = (outcomes[BACKGROUND_PARTS.indexOf(part)] as PromiseRejectedResult).reason;
+    // A database away or too slow (a lock wait past statement_timeout) is the operator's to see, not a bug of ours.
+    if (isConnectionLost(err)) deps.logger.warn(`background work: ${part} failed; the other parts ran`, { part, err });
+    else deps.logger.error(`background work: ${part} failed; the other parts ran`, { part, err });
+  }
+  return { ...reports, failed, durationMs: Math.round(performance.now() - started) } as BackgroundWorkReport;
 }
 
-/** The SQL housekeeping at the service's clock (the pg_cron job runs the same function at the database's clock). */
-export async function runHousekeeping(deps: Pick<AppDeps, 'database' | 'clock'>): Promise<HousekeepingReport> {
+/**
+ * The SQL housekeeping at the database's clock, as the pg_cron job runs it (review 25: it ran at the instance's own
+ * clock, so an instance whose clock ran ahead pruned sessions, verification links and rate-limit windows early).
+ */
+export async function runHousekeeping(deps: Pick<AppDeps, 'database'>): Promise<HousekeepingReport> {
   const row = await first<{ report: HousekeepingReport | string }>(
     deps.database.db,
-    sql`select public.background_housekeeping(${deps.clock.now()})::text as report`,
+    sql`select public.background_housekeeping(now())::text as report`,
   );
   return JSON.parse(String(row!.report)) as HousekeepingReport;
 }
@@ -112,7 +131,7 @@ export async function runHousekeeping(deps: Pick<AppDeps, 'database' | 'clock'>)
  * off over minutes; any number of instances may run it, as any number of drains may. Failures are logged and the
  * next round tries again.
  */
-export function startHousekeeping(deps: Pick<AppDeps, 'database' | 'clock' | 'logger'>, everyMs = 60_000): () => Promise<void> {
+export function startHousekeeping(deps: Pick<AppDeps, 'database' | 'logger'>, everyMs = 60_000): () => Promise<void> {
   return startRounds(() => runHousekeeping(deps), {
     everyMs,
     atStart: true,

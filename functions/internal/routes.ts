@@ -3,7 +3,7 @@ import { envelopeOf, ok } from '../http/envelope.ts';
 import { ApiError } from '../http/errors.ts';
 import { errors, jsonResponse, newRouter } from '../http/router.ts';
 import { batchSizes } from '../metering/index.ts';
-import { DEFAULT_DRAIN_LIMIT, isDrainToken, runBackgroundWork } from './background-work.ts';
+import { BACKGROUND_PARTS, DEFAULT_DRAIN_LIMIT, isDrainToken, runBackgroundWork, type CompletedBackgroundWork } from './background-work.ts';
 
 /**
  * POST /internal/drain: the background work for a scheduler (pg_cron through pg_net on Supabase, or any cron that can
@@ -69,6 +69,9 @@ const drainReport = z
         failed: z.int().openapi({ description: 'ones Stripe or the database refused this round (logged; read again after 6 hours)' }),
       })
       .openapi({ description: 'Paid subscriptions overdue for a Stripe event (docs/billing.md, "Events that never came")' }),
+    failed: z
+      .array(z.enum(BACKGROUND_PARTS))
+      .openapi({ description: 'Parts that failed: always empty in a 200 (a call where one failed answers 503, the report in `details.report`)' }),
     durationMs: z.int(),
   })
   .openapi('DrainReport');
@@ -84,7 +87,10 @@ const drainRoute = createRoute({
     'Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails, ' +
     'webhook deliveries and unclaimed purchases to undo are claimed with FOR UPDATE SKIP LOCKED, so none is sent or ' +
     'undone twice by concurrent calls. The body ' +
-    'may be absent or `{}`; `limit` bounds the batch. 404 when DRAIN_TOKEN is not configured.',
+    'may be absent or `{}`; `limit` bounds the batch. 404 when DRAIN_TOKEN is not configured. The parts run side by ' +
+    'side, each on its own: when one fails (logged with its name), the others still run, and the call answers 503 ' +
+    'UNAVAILABLE with `details.reason` "part_failed", `details.failed` (the parts that failed) and `details.report` ' +
+    '(this report, null for each failed part); drained again later, nothing is done twice.',
   security: [{ bearer: [] }],
   request: { body: { required: false, content: { 'application/json': { schema: drainBody } } } },
   responses: {
@@ -145,11 +151,25 @@ export function internalRoutes() {
     // Authenticated by the middleware above (the scheduler's shared token), not a user route.
     const body = c.req.valid('json') as z.infer<typeof drainBody> | undefined;
     const report = await runBackgroundWork(c.var.deps, { limit: body?.limit });
-    const { mail, webhooks, purchases } = report;
+    const { failed } = report;
+    if (failed.length > 0) {
+      // Review 25: one part's failure no longer fails the others; the scheduler still sees a call that did not do
+      // everything (503), and the log line says which part (runBackgroundWork logged its error).
+      c.var.deps.logger.warn('background work drained, but not all of it', { requestId: c.var.requestId, ...report });
+      throw new ApiError(
+        'UNAVAILABLE',
+        `Part of the background work failed (${failed.join(', ')}; logged); the other parts ran: details.report says what they did`,
+        { reason: 'part_failed', failed, report },
+        { 'Retry-After': '1' },
+      );
+    }
+    // No part failed: each one's report is there.
+    const done = report as typeof report & CompletedBackgroundWork;
+    const { mail, webhooks, purchases } = done;
     if (mail.handled > 0 || webhooks.attempted > 0 || purchases.abandoned > 0 || purchases.undone > 0) {
       c.var.deps.logger.info('background work drained', { requestId: c.var.requestId, ...report });
     }
-    return c.json(ok(report), 200);
+    return c.json(ok(done), 200);
   });
 
   return router;

@@ -1,6 +1,7 @@
 import type { Clock } from './clock.ts';
 import type { Config } from './config.ts';
 import { isConnectionLost, rows, sql, type Db } from './db.ts';
+import { claimable, leaseEnd, leaseEndsAt, recordWithinLease } from './lease.ts';
 import type { Logger } from './logger.ts';
 
 /**
@@ -14,16 +15,21 @@ import type { Logger } from './logger.ts';
  * functions/internal/), or the Node entry's loop (`start()`), a convenience nothing depends on.
  *
  * Any number of processes may deliver at once and none sends a mail another one holds: a pass claims due mail with
- * FOR UPDATE SKIP LOCKED and leases it (next_attempt_at moves LEASE_MS ahead, claim_id names the pass) in one
- * statement. The lease outlasts the longest a pass can hold a mail: a pass starts no send after PASS_BUDGET_MS (the
- * rest of its claim is handed back at once) and one send is abandoned after SEND_DEADLINE_MS whatever the mail server
- * does (the SMTP connection is closed), so a lease never runs out under a send still going. nodemailer's own timeouts
- * bound only the connection, the greeting and each silence: a server that keeps answering a line at a time held one
- * send for ever (review 31), another instance sent the mail again when the lease ran out, and this pass, shared by
- * every caller of the process, sent nothing else meanwhile.
+ * FOR UPDATE SKIP LOCKED and leases it (next_attempt_at moves to the lease's end, LEASE_MS ahead in the database's
+ * clock, and claim_id names the pass) in one statement; platform/lease.ts has the rules of the outboxes' leases (whose
+ * clock decides what; review 25). The lease outlasts the longest a pass can hold a mail: a pass starts no send after
+ * PASS_BUDGET_MS (the rest of its claim is handed back at once) and one send is abandoned after SEND_DEADLINE_MS
+ * whatever the mail server does (the SMTP connection is closed), so a lease never runs out under a send still going.
+ * nodemailer's own timeouts bound only the connection, the greeting and each silence: a server that keeps answering a
+ * line at a time held one send for ever (review 31), another instance sent the mail again when the lease ran out, and
+ * this pass, shared by every caller of the process, sent nothing else meanwhile.
  * Should a lease still run out under a send (a process frozen for minutes), the claim_id keeps the late holder from
  * undoing what the new one recorded: its failure and its hand-back apply only while the row still carries its claim.
  * A process that dies mid-send leaves its claim to be retried when the lease ends (at least once, as SMTP is).
+ * A process that is stopped (`stop()`, on SIGTERM) starts no send after that: the send under way finishes and is
+ * recorded, and the rest of the pass's claim is handed back at once (review 25: a pass went on sending its batch for
+ * up to PASS_BUDGET_MS after stop() returned and the database was closed, so each of those mails went out unrecorded
+ * and another instance sent it again when its lease ran out).
  *
  * Secrets in mails (password reset links, invitation links): the log line carries the recipient and subject,
  * and the body only outside production, with its tokens redacted like every log line. So that a developer without
@@ -60,7 +66,11 @@ export interface Mailer {
   deliverPending(options?: { limit?: number }): Promise<number>;
   /** Starts the background delivery loop (Node entry and tests; idempotent). */
   start(): void;
-  /** Stops the loop and waits for a delivery pass already running, so the database can be closed after it. */
+  /**
+   * Stops the loop, and the delivery pass already running after its send in flight (the rest of its claim is handed
+   * back), and waits for that pass (at most the send deadline and a few seconds), so the database can be closed after
+   * it. After stop(), deliverPending() sends nothing until start().
+   */
   stop(): Promise<void>;
 }
 
@@ -99,17 +109,23 @@ const RETRY_WINDOW_MS = 24 * 60 * 60 * 1000;
 /** Backoff between attempts: 2^attempts seconds, at most this (a mail server back after an outage is used soon). */
 const MAX_BACKOFF_MS = 10 * 60 * 1000;
 const BATCH = 20;
-/** Tries to record a sent mail (then its lease decides). */
-const RECORD_ATTEMPTS = 5;
-/** How long a claimed mail is left alone by other processes. */
+/** How long a claimed mail is left alone by other processes (in the database's clock: platform/lease.ts). */
 export const LEASE_MS = 120_000;
 /** A pass starts no new send after this long; what it still holds goes back to the outbox, due at once. */
 export const PASS_BUDGET_MS = 20_000;
 /**
  * A whole send (connection, greeting, every command and the data) ends by this long after it started, sent or not.
- * PASS_BUDGET_MS + SEND_DEADLINE_MS leaves 40 s of the lease for recording the outcome, so a send never outlives its lease.
+ * PASS_BUDGET_MS + SEND_DEADLINE_MS leaves 40 s of the lease for recording the outcome, so a send never outlives its
+ * lease; a "sent" that the database does not take at once is tried again through those 40 s (recordWithinLease).
  */
 export const SEND_DEADLINE_MS = 60_000;
+/** What stop() allows, after the send in flight, for its record and the hand-back of the rest. */
+const STOP_GRACE_MS = 5_000;
+/**
+ * How long stop() waits at most for the pass under way: the send in flight (SEND_DEADLINE_MS at most), its record and
+ * the hand-back of the rest. The Node entry's shutdown allows for it (scripts/serve.ts).
+ */
+export const STOP_WAIT_MS = SEND_DEADLINE_MS + STOP_GRACE_MS;
 /** SMTP timeouts (ms): each bounds one stage or one silence only; SEND_DEADLINE_MS bounds the whole send. */
 export const SMTP_TIMEOUTS = { connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: 30_000 } as const;
 
@@ -124,29 +140,34 @@ export function createMailer(options: MailerOptions): Mailer {
   let timer: ReturnType<typeof setInterval> | undefined;
   let running: Promise<number> | undefined;
   let kickTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Set by stop(): the pass under way starts no further send. */
+  let stopping = false;
 
   async function deliverOnce(want: number, startedAt: number): Promise<number> {
     const now = clock.now();
     const claimId = crypto.randomUUID();
+    // Before the claim is sent, so never later than the lease's end the database writes.
+    const leaseEnds = leaseEndsAt(LEASE_MS);
     // Claim due mail: pushing next_attempt_at forward first means a crash mid-send retries later instead of
     // never, and a second process skips what this one holds.
     const due = await rows<{ id: string; to_address: string; subject: string; text_body: string; html_body: string | null; attempts: number; created_at: Date | string }>(
       db,
       sql`update mail_outbox o
              set attempts = o.attempts + 1,
-                 next_attempt_at = ${new Date(now.getTime() + LEASE_MS)},
+                 next_attempt_at = ${leaseEnd(LEASE_MS)},
                  claim_id = ${claimId}
-           where o.id in (select id from mail_outbox
-                           where status = 'pending' and next_attempt_at <= ${now}
-                           order by next_attempt_at
+           where o.id in (select m.id from mail_outbox m
+                           where m.status = 'pending' and ${claimable('m', now)}
+                           order by m.next_attempt_at
                            limit ${want}
                            for update skip locked)
        returning o.id, o.to_address, o.subject, o.text_body, o.html_body, o.attempts, o.created_at`,
     );
     let handled = 0;
     for (const m of due) {
-      if (performance.now() - startedAt > PASS_BUDGET_MS) {
-        // Out of time (a slow mail server): hand the rest back, due at once, as if never claimed.
+      if (stopping || performance.now() - startedAt > PASS_BUDGET_MS) {
+        // Out of time (a slow mail server), or the process is stopping: hand the rest back, due at once, as if never
+        // claimed, so another instance sends it now rather than when the lease ends.
         const rest = due.slice(handled).map((r) => r.id);
         await sql`update mail_outbox set attempts = attempts - 1, next_attempt_at = ${clock.now()}, claim_id = null
                    where id = any(${rest}::uuid[]) and status = 'pending' and claim_id = ${claimId}`.execute(db);
@@ -174,7 +195,7 @@ export function createMailer(options: MailerOptions): Mailer {
                    where id = ${m.id} and claim_id = ${claimId}`.execute(db);
         continue;
       }
-      await recordSent(m.id);
+      await recordSent(m.id, leaseEnds);
     }
     return handled;
   }
@@ -182,35 +203,37 @@ export function createMailer(options: MailerOptions): Mailer {
   /**
    * The mail is out: only recording that is left. A failure here (a connection cut by a restart or the network) is
    * not a failed delivery, so it must not schedule another send (the fault drill saw a mail arrive twice that way).
-   * The write is retried on fresh connections; if it still fails, the claim's lease runs out and the mail is sent
-   * again later: SMTP cannot be made exactly-once, and this keeps the duplicate window to a database outage.
+   * The write is tried again on fresh connections until shortly before the claim's lease ends (review 25: five tries
+   * over about a second let a database restart of a few seconds get the mail sent twice); if it still fails, the
+   * lease runs out and the mail is sent again later: SMTP cannot be made exactly-once, and this keeps the duplicate
+   * window to a database outage longer than the lease's rest.
    *
    * Unlike a failure, this is recorded whoever holds the claim now: the mail did go out, and should a late send get
    * here after its lease was handed on, the new holder's failure must not send it a third time (clearing claim_id
-   * makes that failure update nothing). Only a row that already says it went out is left as it is.
+   * makes that failure update nothing). Only a row that already says it went out is left as it is, which also makes a
+   * try whose answer was lost safe to run again.
    */
-  async function recordSent(id: string): Promise<void> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await sql`update mail_outbox set status = ${transport.kind === 'smtp' ? 'sent' : 'logged'}, sent_at = ${clock.now()}, last_error = null,
-                                         claim_id = null
-                   where id = ${id} and status in ('pending', 'failed')`.execute(db);
-        return;
-      } catch (err) {
-        if (attempt >= RECORD_ATTEMPTS) {
-          logger.error('mail sent but not recorded; it will be sent again when its claim expires', { mailId: id, err });
-          return;
-        }
-        logger.warn('mail sent; recording it failed, retrying', { mailId: id, attempt, error: (err as Error).message });
-        await new Promise((resolve) => setTimeout(resolve, 100 * attempt));
-      }
+  async function recordSent(id: string, leaseEnds: number): Promise<void> {
+    try {
+      await recordWithinLease(
+        leaseEnds,
+        () =>
+          sql`update mail_outbox set status = ${transport.kind === 'smtp' ? 'sent' : 'logged'}, sent_at = ${clock.now()}, last_error = null,
+                                     claim_id = null
+               where id = ${id} and status in ('pending', 'failed')`.execute(db),
+        (err, attempt) => {
+          if (attempt === 1) logger.warn('mail sent; recording it failed, retrying until its claim expires', { mailId: id, error: (err as Error).message });
+        },
+      );
+    } catch (err) {
+      logger.error('mail sent but not recorded; it will be sent again when its claim expires', { mailId: id, err });
     }
   }
 
   async function deliverUpTo(limit: number): Promise<number> {
     const startedAt = performance.now();
     let total = 0;
-    while (total < limit) {
+    while (total < limit && !stopping) {
       const want = Math.min(limit - total, BATCH);
       const handled = await deliverOnce(want, startedAt);
       total += handled;
@@ -221,6 +244,8 @@ export function createMailer(options: MailerOptions): Mailer {
   }
 
   function deliverPending(options: { limit?: number } = {}): Promise<number> {
+    // A stopped mailer sends nothing more (a drain request still being answered while the process shuts down).
+    if (stopping && !running) return Promise.resolve(0);
     // One delivery pass at a time in this process.
     running ??= deliverUpTo(Math.max(1, Math.floor(options.limit ?? BATCH))).finally(() => (running = undefined));
     return running;
@@ -246,17 +271,22 @@ export function createMailer(options: MailerOptions): Mailer {
     },
     deliverPending,
     start() {
+      stopping = false;
       if (timer) return;
       timer = setInterval(loop, pollMs);
       (timer as { unref?: () => void }).unref?.();
     },
     async stop() {
+      stopping = true;
       if (timer) clearInterval(timer);
       if (kickTimer) clearTimeout(kickTimer);
       timer = undefined;
       kickTimer = undefined;
-      // Bounded: a query stuck on a dead connection must not hold shutdown.
-      await Promise.race([running?.catch(() => {}), new Promise((r) => setTimeout(r, 5_000).unref?.())]);
+      // The pass under way finishes its send in flight, records it and hands the rest back (deliverOnce). Bounded: a
+      // query stuck on a dead connection must not hold shutdown.
+      let bound: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([running?.catch(() => {}), new Promise((r) => (bound = setTimeout(r, sendDeadlineMs + STOP_GRACE_MS)))]);
+      clearTimeout(bound);
     },
   };
 }

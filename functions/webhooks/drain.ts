@@ -2,6 +2,7 @@ import { Webhook } from 'standardwebhooks';
 import type { Clock } from '../platform/clock.ts';
 import type { Config } from '../platform/config.ts';
 import { first, rows, sql, type Database } from '../platform/db.ts';
+import { claimable, leaseEnd, leaseEndsAt, recordWithinLease } from '../platform/lease.ts';
 import type { Logger } from '../platform/logger.ts';
 import { eventPayload } from './deliveries.ts';
 import { secretBox, TYPE_TAKEN_OFF } from './endpoints.ts';
@@ -11,8 +12,11 @@ import { SecretUnreadable } from './secrets.ts';
 /**
  * The webhook outbox's delivery: `drainWebhookOutbox(deps, { limit })` sends what is due and returns. Any process
  * may call it, any number at once (the Node entry's loop below, an internal endpoint a scheduler such as pg_cron
- * calls, a test): deliveries are claimed with FOR UPDATE SKIP LOCKED and leased, so two drains never send the same
- * delivery at the same time, and a drain that dies mid-send leaves its delivery to be retried when the lease ends.
+ * calls, a test): deliveries are claimed with FOR UPDATE SKIP LOCKED and leased (in the database's clock:
+ * platform/lease.ts, review 25), so two drains never send the same delivery at the same time, and a drain that dies
+ * mid-send leaves its delivery to be retried when the lease ends. An attempt's outcome that the database does not
+ * take at once is written again until shortly before the lease ends (recordWithinLease), so a database restart of a
+ * few seconds does not get the delivery sent again.
  *
  * Rules (contract.md revision 2, "Agent webhooks"):
  *   - Per endpoint in event order: a delivery is sent only when no earlier-numbered delivery to the same endpoint is
@@ -44,6 +48,11 @@ export interface DrainOptions {
   limit?: number;
   /** Per-attempt time limit in ms (default 10 000, the contract's). */
   timeoutMs?: number;
+  /**
+   * Once aborted, the drain claims nothing more: the attempts in flight (each bounded by timeoutMs) finish and are
+   * recorded, and it returns (createWebhookWorker's stop()).
+   */
+  signal?: AbortSignal;
 }
 
 export interface DrainResult {
@@ -80,6 +89,8 @@ export function retryDelayMs(attempts: number, random: () => number = Math.rando
 }
 
 interface Claimed {
+  /** When this drain's lease of it ends, on this process's monotonic clock (leaseEndsAt). */
+  leaseEndsAt: number;
   id: string;
   endpointId: string;
   eventId: string;
@@ -106,13 +117,21 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
   // lets the next to that endpoint go, in order, in the same drain.
   // `attempted` counts a delivery from its claim on, so slots claiming at once stay within the limit.
   const claimOne = async () => {
-    if (result.attempted >= limit) return undefined;
+    if (result.attempted >= limit || options.signal?.aborted) return undefined;
     result.attempted += 1;
     const claimId = crypto.randomUUID();
-    const { claimed: [delivery], unsent } = await claim(deps, claimId, 1);
-    result.failed += unsent;
-    if (!delivery) result.attempted -= 1;
-    return delivery && { claimId, delivery };
+    try {
+      const { claimed: [delivery], unsent } = await claim(deps, claimId, 1);
+      result.failed += unsent;
+      if (!delivery) result.attempted -= 1;
+      return delivery && { claimId, delivery };
+    } catch (err) {
+      // Review 25: a claim that threw rejected the whole drain while its other slots went on unobserved. Now it ends
+      // this slot only; the others finish what they hold, and the drain reports what was done.
+      result.attempted -= 1;
+      deps.logger.warn('webhook drain: claiming the next delivery failed; this slot stops, the others go on', { err });
+      return undefined;
+    }
   };
   const slot = async (first: { claimId: string; delivery: Claimed }) => {
     for (let next: typeof first | undefined = first; next; next = await claimOne()) {
@@ -121,13 +140,15 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
         result[outcome] += 1;
         result.failed += failedBehind;
       } catch (err) {
-        // One delivery whose attempt could not be recorded (the database refused the write) does not fail the
-        // drain's other slots: it keeps its claim and is tried again when the lease ends.
+        // One delivery whose attempt could not be recorded (the database refused the write, or stayed away until
+        // shortly before the lease's end) does not fail the drain's other slots: it keeps its claim and is tried
+        // again when the lease ends.
         deps.logger.error('webhook delivery attempt not recorded', { deliveryId: next.delivery.id, webhookId: next.delivery.endpointId, err });
         result.retrying += 1;
       }
     }
   };
+  if (options.signal?.aborted) return result;
   const claimId = crypto.randomUUID();
   const { claimed: firstClaimed, unsent } = await claim(deps, claimId, Math.min(SLOTS, limit));
   result.attempted = firstClaimed.length;
@@ -156,7 +177,9 @@ async function claim(deps: WebhookDrainDeps, claimId: string, n: number): Promis
 
 async function claimRound(deps: WebhookDrainDeps, claimId: string, n: number): Promise<{ claimed: Claimed[]; unsent: number }> {
   const now = deps.clock.now();
-  const found = await rows<Claimed & { unsent: number }>(
+  // Before the claim is sent, so never later than the lease's end the database writes.
+  const leaseEnds = leaseEndsAt(LEASE_MS);
+  const found = await rows<Omit<Claimed, 'leaseEndsAt'> & { unsent: number }>(
     deps.database.db,
     // Only each enabled endpoint's first pending delivery may go (per-endpoint order), so the claim reads exactly
     // those: one index probe per endpoint. It used to walk every due delivery and drop those with an earlier pending
@@ -170,14 +193,14 @@ async function claimRound(deps: WebhookDrainDeps, claimId: string, n: number): P
     sql`with heads as (
           select h.id, h.next_attempt_at, h.event_seq
           from public.webhook_endpoints e
-          cross join lateral (select d.id, d.next_attempt_at, d.event_seq from public.webhook_deliveries d
+          cross join lateral (select d.id, d.next_attempt_at, d.event_seq, d.claim_id from public.webhook_deliveries d
                               where d.endpoint_id = e.id and d.status = 'pending'
                               order by d.event_seq limit 1) h
-          where e.enabled and h.next_attempt_at <= ${now}
+          where e.enabled and ${claimable('h', now)}
         ), due as (
           select d.id
           from public.webhook_deliveries d join heads on heads.id = d.id
-          where d.status = 'pending' and d.next_attempt_at <= ${now}
+          where d.status = 'pending' and ${claimable('d', now)}
             and not exists (select 1 from public.webhook_deliveries p
                              where p.endpoint_id = d.endpoint_id and p.status = 'pending' and p.event_seq < d.event_seq)
           order by heads.next_attempt_at, heads.event_seq
@@ -193,7 +216,7 @@ async function claimRound(deps: WebhookDrainDeps, claimId: string, n: number): P
           update public.webhook_deliveries d
              set claim_id = ${claimId},
                  attempts = d.attempts + 1,
-                 next_attempt_at = ${new Date(now.getTime() + LEASE_MS)},
+                 next_attempt_at = ${leaseEnd(LEASE_MS)},
                  first_attempt_at = coalesce(d.first_attempt_at, ${now}),
                  last_attempt_at = ${now}
             from due, public.webhook_events ev, public.webhook_endpoints e
@@ -207,7 +230,10 @@ async function claimRound(deps: WebhookDrainDeps, claimId: string, n: number): P
           from (select count(*)::int as unsent from unlisted) u
           left join claimed on true`,
   );
-  return { claimed: found.filter((r) => r.id !== null).map(({ unsent: _, ...c }) => c), unsent: found[0]?.unsent ?? 0 };
+  return {
+    claimed: found.filter((r) => r.id !== null).map(({ unsent: _, ...c }) => ({ ...c, leaseEndsAt: leaseEnds })),
+    unsent: found[0]?.unsent ?? 0,
+  };
 }
 
 async function attempt(
@@ -261,13 +287,19 @@ async function attempt(
   // that accepts connections and never answers at one delivery per 10 s, slower than a busy agent's events arrive.
   // Those waiting 72 hours fail unsent after any attempt, delivered or not: a receiver that accepts one message a day,
   // or accepts everything slower than its agent's events come, cannot keep a backlog without end.
+  // Written again while the database cannot take it, until shortly before the lease ends (review 25: one failed try
+  // left the delivery to be sent again when its lease ran out). A try whose answer was lost may have committed: the
+  // attempt's log row, named by attemptId, is then there already, and the claim is no longer this drain's, so trying
+  // again changes nothing.
+  const attemptId = crypto.randomUUID();
   const cutoff = new Date(now.getTime() - RETRY_WINDOW_MS);
-  const row = await first<{ status: 'delivered' | 'failed' | 'pending' | null; behind: number }>(
+  const record = () => first<{ status: 'delivered' | 'failed' | 'pending' | null; behind: number }>(
     deps.database.db,
     sql`with logged as (
-          insert into public.webhook_delivery_attempts (delivery_id, attempted_at, duration_ms, status_code, error)
-          select ${d.id}, ${sentAt}, ${durationMs}, ${statusCode}, ${error}
+          insert into public.webhook_delivery_attempts (id, delivery_id, attempted_at, duration_ms, status_code, error)
+          select ${attemptId}, ${d.id}, ${sentAt}, ${durationMs}, ${statusCode}, ${error}
           where exists (select 1 from public.webhook_deliveries where id = ${d.id})
+          on conflict (id) do nothing
         ), endpoint as (
           update public.webhook_endpoints e
              set failing_since = case when ${error === null} then null else coalesce(e.failing_since, ${sentAt}::timestamptz) end
@@ -308,6 +340,9 @@ async function attempt(
         )
         select (select status from recorded) as status, (select count(*) from behind)::int as behind`,
   );
+  const row = await recordWithinLease(d.leaseEndsAt, record, (err, n) => {
+    if (n === 1) logger.warn('webhook attempt made; recording it failed, retrying until its claim expires', { deliveryId: d.id, webhookId: d.endpointId, error: (err as Error).message });
+  });
   // A delivery this drain no longer holds is someone else's to record: counted here as what its attempt was.
   const status = row?.status ?? (error === null ? 'delivered' : 'pending');
   const outcome: Outcome = status === 'pending' ? 'retrying' : status;
@@ -380,10 +415,12 @@ export function createWebhookWorker(deps: WebhookDrainDeps, options: { pollMs?: 
   // Drains may overlap (every claim skips what another holds): a drain still waiting for a slow receiver does not keep
   // the next tick from serving everyone else. At most MAX_DRAINS at once, so a run of slow receivers stays bounded.
   const running = new Set<Promise<unknown>>();
+  // Aborted by stop(): the drains under way claim nothing more (review 25, as the mailer's stop).
+  let stopping = new AbortController();
 
   const tick = () => {
     if (running.size >= MAX_DRAINS) return;
-    const started = drainWebhookOutbox(deps)
+    const started = drainWebhookOutbox(deps, { signal: stopping.signal })
       .catch((err) => deps.logger.error('webhook delivery loop failed', { err }))
       .finally(() => running.delete(started));
     running.add(started);
@@ -391,15 +428,23 @@ export function createWebhookWorker(deps: WebhookDrainDeps, options: { pollMs?: 
 
   return {
     start() {
+      if (stopping.signal.aborted) stopping = new AbortController();
       if (timer) return;
       timer = setInterval(tick, pollMs);
       (timer as { unref?: () => void }).unref?.();
     },
-    /** Stops the loop and waits (bounded) for the drains already running, so the database can be closed after them. */
+    /**
+     * Stops the loop and the drains already running, which start no attempt after this; waits (bounded: an attempt
+     * takes at most DELIVERY_TIMEOUT_MS, then its record) for their attempts in flight, so the database can be closed
+     * after them.
+     */
     async stop() {
+      stopping.abort();
       if (timer) clearInterval(timer);
       timer = undefined;
-      await Promise.race([Promise.all(running), new Promise((r) => (setTimeout(r, 12_000) as { unref?: () => void }).unref?.())]);
+      let bound: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([Promise.all(running), new Promise((r) => (bound = setTimeout(r, DELIVERY_TIMEOUT_MS + 2_000)))]);
+      clearTimeout(bound);
     },
   };
 }

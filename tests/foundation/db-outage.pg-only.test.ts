@@ -1,10 +1,11 @@
-import { createServer, connect, type Server, type Socket } from 'node:net';
+import { createServer, connect, type Server } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPostgres } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createTestDatabase, holdOpen, type TestDatabase } from '../support/databases.ts';
+import { startTcpProxy, throughProxy, type TcpProxy } from '../support/tcp-proxy.ts';
 
 /**
  * A database connection lost under a request in flight (contract.md section 1: 503 UNAVAILABLE when the database
@@ -23,40 +24,6 @@ import { createTestDatabase, holdOpen, type TestDatabase } from '../support/data
  * The request is held in flight by a lock: the test takes an ACCESS EXCLUSIVE lock on public.agents, GET /agents
  * waits for it inside PostgreSQL, and the test cuts the connection once pg_stat_activity shows that wait.
  */
-
-/** A TCP proxy in front of PostgreSQL whose open connections the test can reset. */
-async function startProxy(target: { host: string; port: number }): Promise<{ port: number; cut(): number; close(): Promise<void> }> {
-  const pairs = new Set<[Socket, Socket]>();
-  const server: Server = createServer((client) => {
-    const upstream = connect(target.port, target.host);
-    const pair: [Socket, Socket] = [client, upstream];
-    pairs.add(pair);
-    client.pipe(upstream);
-    upstream.pipe(client);
-    const drop = () => {
-      pairs.delete(pair);
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('error', drop).on('close', drop);
-    upstream.on('error', drop).on('close', drop);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    port: (server.address() as AddressInfo).port,
-    cut: () => {
-      const n = pairs.size;
-      // resetAndDestroy sends RST to the app's side, as a network failure does; the backend just sees EOF.
-      for (const [client, upstream] of [...pairs]) {
-        client.resetAndDestroy();
-        upstream.destroy();
-      }
-      pairs.clear();
-      return n;
-    },
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
-}
 
 /** Holds an ACCESS EXCLUSIVE lock on public.agents (or `table`) until release() (a second, independent connection). */
 async function lockAgents(url: string, table = 'public.agents'): Promise<{ release(): Promise<void> }> {
@@ -102,17 +69,15 @@ function expectUnavailable(t: TestApp, res: { status: number; headers: Headers; 
 describe('the network drops the app\'s connections (a TCP proxy resets them) under a request in flight', () => {
   let t: TestApp;
   let admin: postgres.Sql;
-  let proxy: Awaited<ReturnType<typeof startProxy>>;
+  let proxy: TcpProxy;
   let direct: TestDatabase;
   beforeAll(async () => {
     direct = await createTestDatabase();
     const url = new URL(direct.url!);
-    proxy = await startProxy({ host: url.hostname, port: Number(url.port) });
-    const proxied = new URL(direct.url!);
-    proxied.hostname = '127.0.0.1';
-    proxied.port = String(proxy.port);
-    const database = openPostgres(proxied.toString(), { max: 10 });
-    t = await startTestApp({ testDatabase: { database, url: proxied.toString(), drop: () => database.close({ graceSeconds: 1 }) } });
+    proxy = await startTcpProxy({ host: url.hostname, port: Number(url.port) });
+    const proxied = throughProxy(direct.url!, proxy);
+    const database = openPostgres(proxied, { max: 10 });
+    t = await startTestApp({ testDatabase: { database, url: proxied, drop: () => database.close({ graceSeconds: 1 }) } });
     admin = postgres(direct.url!, { max: 1, onnotice: () => {} });
   });
   afterAll(async () => {

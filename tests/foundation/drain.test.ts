@@ -137,22 +137,64 @@ describe('what a drain does', () => {
     expect(smtp.received.filter((m) => m.to.includes('drained@example.test'))).toHaveLength(1);
   });
 
-  it('prunes ended rate-limit windows and expired revocation-list rows at the service clock', async () => {
-    const now = t.clock.now();
-    const past = new Date(now.getTime() - 60_000);
-    const future = new Date(now.getTime() + 60 * 60_000);
+  it("prunes ended rate-limit windows and expired revocation-list rows at the database's clock, not the instance's", async () => {
+    // Review 25: the drain ran the housekeeping at the instance's own clock (pg_cron runs it at the database's), so an
+    // instance whose clock ran ahead pruned windows, revocations and sessions that had not ended yet.
     await sql`insert into public.rate_limits (key, window_start, window_end, hits)
-              values ('drain-test|ended', ${past}, ${past}, 3), ('drain-test|open', ${past}, ${future}, 1)`.execute(t.db);
+              values ('drain-test|ended', now() - interval '2 minutes', now() - interval '1 minute', 3),
+                     ('drain-test|open', now() - interval '1 minute', now() + interval '30 minutes', 1)`.execute(t.db);
     await sql`insert into public.revoked_tokens (key, expires_at)
-              values ('jti:drain-test-expired', ${past}), ('jti:drain-test-live', ${future})`.execute(t.db);
-    const res = await drain(t);
-    expect(res.status, res.text).toBe(200);
-    expect(res.body.data.housekeeping.rateLimitsPruned).toBeGreaterThanOrEqual(1);
-    expect(res.body.data.housekeeping.revokedTokensPruned).toBeGreaterThanOrEqual(1);
+              values ('jti:drain-test-expired', now() - interval '1 minute'), ('jti:drain-test-live', now() + interval '30 minutes')`.execute(t.db);
+    // This instance's clock runs an hour ahead of the database's.
+    t.clock.advance(60 * 60_000);
+    try {
+      const res = await drain(t);
+      expect(res.status, res.text).toBe(200);
+      expect(res.body.data.housekeeping.rateLimitsPruned).toBeGreaterThanOrEqual(1);
+      expect(res.body.data.housekeeping.revokedTokensPruned).toBeGreaterThanOrEqual(1);
+    } finally {
+      t.clock.advance(-60 * 60_000);
+    }
     const keys = await rows<{ key: string }>(t.db, sql`select key from public.rate_limits where key like 'drain-test|%' order by key`);
     expect(keys.map((k) => k.key)).toEqual(['drain-test|open']);
     const revoked = await rows<{ key: string }>(t.db, sql`select key from public.revoked_tokens where key like 'jti:drain-test-%'`);
     expect(revoked.map((k) => k.key)).toEqual(['jti:drain-test-live']);
+  });
+
+  it('a part that fails holds back none of the others: 503 naming it, the others done and reported, and logged by name', async () => {
+    // Review 25: the housekeeping ran first and any error of it failed the whole call, so nothing was sent.
+    await t.deps.mailer.enqueue(t.db, { to: 'beside-a-failure@example.test', subject: 'Sent all the same', text: 'x' });
+    const before = smtp.received.length;
+    // The housekeeping fails; the stand-in: its SQL function is renamed away for the moment.
+    await sql`alter function public.background_housekeeping(timestamptz) rename to background_housekeeping_away`.execute(t.db);
+    let res: Awaited<ReturnType<typeof drain>>;
+    try {
+      res = await drain(t);
+    } finally {
+      await sql`alter function public.background_housekeeping_away(timestamptz) rename to background_housekeeping`.execute(t.db);
+    }
+    expect(res.status, res.text).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('1');
+    expect(res.body.error).toMatchObject({
+      code: 'UNAVAILABLE',
+      details: {
+        reason: 'part_failed',
+        failed: ['housekeeping'],
+        report: { housekeeping: null, mail: { handled: expect.any(Number) }, webhooks: { attempted: 0 }, failed: ['housekeeping'] },
+      },
+    });
+    expect(res.body.error.details.report.mail.handled).toBeGreaterThanOrEqual(1);
+    expect(smtp.received.slice(before).filter((m) => m.to.includes('beside-a-failure@example.test'))).toHaveLength(1);
+    expect((await mailsTo(t, 'beside-a-failure@example.test'))[0]).toMatchObject({ status: 'sent' });
+    // The 3 a.m. log says which part failed, and the drain's line what the others did.
+    expect(t.logs.filter((l) => l.msg === 'background work: housekeeping failed; the other parts ran')).toEqual([
+      expect.objectContaining({ level: 'error', part: 'housekeeping' }),
+    ]);
+    expect(t.logs.find((l) => l.msg === 'background work drained, but not all of it')).toMatchObject({ failed: ['housekeeping'], housekeeping: null });
+    // The housekeeping back, the next call does everything again.
+    const next = await drain(t);
+    expect(next.status, next.text).toBe(200);
+    expect(next.body.data.failed).toEqual([]);
   });
 
   it('deletes mails done more than 7 days ago (they carry links with tokens), never a pending one or a recent one', async () => {

@@ -1,11 +1,12 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TestClock } from '../../functions/platform/clock.ts';
 import { first, sql } from '../../functions/platform/db.ts';
 import { createMailer, LEASE_MS, PASS_BUDGET_MS, SEND_DEADLINE_MS, type MailTransport } from '../../functions/platform/mailer.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { eventually } from '../support/databases.ts';
-import { mailsTo } from '../support/mail.ts';
+import { expireMailLeases, mailsTo } from '../support/mail.ts';
 
 /**
  * A mail server that answers at a trickle, and a mail whose lease ran out under its send (review 31;
@@ -19,6 +20,9 @@ import { mailsTo } from '../support/mail.ts';
  *
  * Now a whole send is abandoned after SEND_DEADLINE_MS (the SMTP connection closed), well inside the lease, and each
  * claim carries a claim_id: a holder whose lease ran out can no longer undo what the next holder recorded.
+ *
+ * Leases are in the database's clock (review 25; platform/lease.ts), which a test cannot move: a lease is made to run
+ * out with expireMailLeases, while retries stay due by the service's clock, which the tests move.
  */
 
 interface Tarpit {
@@ -154,7 +158,7 @@ describe('a holder whose lease ran out under its send', () => {
     const passA = a.deliverPending();
     await eventually('instance A is sending', async () => late.waiting.length === 1);
     // A stalls past its lease (a frozen process); B claims the mail and sends it.
-    t.clock.advance(LEASE_MS + 1_000);
+    await expireMailLeases(t);
     const passB = b.deliverPending();
     await eventually('instance B is sending', async () => next.waiting.length === 1);
     next.waiting[0]!.settle();
@@ -183,7 +187,7 @@ describe('a holder whose lease ran out under its send', () => {
 
     const passA = a.deliverPending();
     await eventually('instance A is sending', async () => late.waiting.length === 1);
-    t.clock.advance(LEASE_MS + 1_000);
+    await expireMailLeases(t);
     const passB = b.deliverPending();
     await eventually('instance B is sending', async () => next.waiting.length === 1);
 
@@ -200,4 +204,30 @@ describe('a holder whose lease ran out under its send', () => {
     expect((await mailsTo(t, 'late-success@example.test')).map((m) => m.status)).toEqual(['sent']);
     expect({ a: late.waiting.length, b: next.waiting.length }).toEqual({ a: 1, b: 1 });
   }, 30_000);
+});
+
+describe('two instances whose clocks differ by 3 minutes (review 25)', () => {
+  it('never both send a mail: the lease is in the database clock, not in either instance’s', async () => {
+    // The lease used to be written and compared in each instance's own clock: one whose clock ran ahead of the
+    // holder's by more than the lease's slack took a mail the holder was still sending, and sent it too.
+    const held = heldTransport();
+    const sentByB: string[] = [];
+    const a = createMailer({ config: t.deps.config, db: t.db, logger: t.deps.logger, clock: t.clock, transport: held.transport });
+    const ahead = new TestClock(new Date(t.clock.now().getTime() + 3 * 60_000));
+    const b = createMailer({
+      config: t.deps.config,
+      db: t.db,
+      logger: t.deps.logger,
+      clock: ahead,
+      transport: { kind: 'smtp', send: async (mail) => void sentByB.push(mail.to) },
+    });
+    const { id } = await a.enqueue(t.db, { to: 'skewed-clocks@example.test', subject: 'Once', text: 'only once' });
+
+    const passA = a.deliverPending();
+    await eventually('instance A is sending', async () => held.waiting.length === 1);
+    expect(await b.deliverPending()).toBe(0);
+    held.waiting[0]!.settle();
+    expect(await passA).toBe(1);
+    expect({ sentByB, row: await outboxRow(id) }).toEqual({ sentByB: [], row: expect.objectContaining({ status: 'sent', attempts: 1 }) });
+  });
 });

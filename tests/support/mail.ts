@@ -33,6 +33,15 @@ export async function lastMailTo(t: TestApp, email: string): Promise<OutboxMail>
   return last;
 }
 
+/**
+ * The leases of the mails claimed now run out, as LEASE_MS passing would (a holder frozen, or gone). Leases are in the
+ * database's clock (platform/lease.ts), which a test cannot move: moving the test clock leaves them as they are.
+ */
+export async function expireMailLeases(t: TestApp): Promise<void> {
+  await sql`update mail_outbox set next_attempt_at = now() - interval '1 millisecond'
+             where status = 'pending' and claim_id is not null`.execute(t.db);
+}
+
 /** Runs one delivery pass of the outbox (SMTP when the app has SMTP_URL, else the log). */
 export function deliverMail(t: TestApp): Promise<number> {
   return t.deps.mailer.deliverPending();

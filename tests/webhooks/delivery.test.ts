@@ -3,7 +3,8 @@ import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../functions/platform/db.ts';
-import { createWebhookWorker, RETRY_WINDOW_MS } from '../../functions/webhooks/drain.ts';
+import { TestClock } from '../../functions/platform/clock.ts';
+import { createWebhookWorker, drainWebhookOutbox, RETRY_WINDOW_MS } from '../../functions/webhooks/drain.ts';
 import { reqId, meteredAgent, meter, setQuota, type MeteredAgent } from '../metering/support.ts';
 import { getReservation, reserve } from '../metering/reservation-support.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
@@ -284,6 +285,71 @@ describe('delivery', () => {
       slow.release();
       await loop.stop();
     }
+  });
+
+  it('a stopped Node loop starts no attempt after stop(); the attempt in flight finishes and is recorded (review 25)', async () => {
+    // The loop's stop() only cleared its timer: a drain under way went on claiming and sending after it (while the
+    // process shut down and closed the database), so what it sent went unrecorded and out again after the lease.
+    const slowAgent = await agentWithTiers();
+    const laterAgent = await agentWithTiers();
+    const slow = await receiver();
+    const later = await receiver();
+    const slowEndpoint = await addEndpoint(t, admin, slowAgent.agentId, slow, ['subscription.created']);
+    const laterEndpoint = await addEndpoint(t, admin, laterAgent.agentId, later, ['subscription.created']);
+    slow.mode = 'hang';
+    await startFree(await signUp(t), slowAgent.tierId);
+    const loop = createWebhookWorker(t.deps, { pollMs: 50 });
+    loop.start();
+    await slow.arrived(1);
+    const stopped = loop.stop();
+    // Due once the slot waiting for the slow receiver is free again: before, that slot claimed and sent it.
+    await startFree(await signUp(t), laterAgent.tierId);
+    slow.release();
+    await stopped;
+    expect(later.received).toHaveLength(0);
+    expect((await deliveries(t, admin, slowAgent.agentId, slowEndpoint.id))[0]).toMatchObject({ status: 'delivered' });
+    expect((await deliveries(t, admin, laterAgent.agentId, laterEndpoint.id))[0]).toMatchObject({ status: 'pending', attempts: 0 });
+    // Left for the next drain (another instance's), at once.
+    expect(await drain(t)).toMatchObject({ attempted: 1, delivered: 1 });
+    expect(later.accepted().map((p) => p.type)).toEqual(['subscription.created']);
+  });
+
+  it('a claim that fails ends its slot only: the drain still reports what it did, and logs a warning (review 25)', async () => {
+    const agent = await agentWithTiers();
+    const hook = await receiver();
+    await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created']);
+    hook.mode = 'hang';
+    await startFree(await signUp(t), agent.tierId);
+    const draining = drain(t);
+    await hook.arrived(1);
+    // The database refuses the slot's next claim. The stand-in: the claim reads webhook_endpoints.enabled, renamed
+    // away for the moment; the attempt's record does not read it. Before, the claim's error rejected the whole drain.
+    await sql`alter table public.webhook_endpoints rename column enabled to enabled_for_a_moment`.execute(t.db);
+    try {
+      hook.release();
+      expect(await draining).toMatchObject({ attempted: 1, delivered: 1 });
+    } finally {
+      await sql`alter table public.webhook_endpoints rename column enabled_for_a_moment to enabled`.execute(t.db);
+    }
+    expect(t.logs.filter((l) => l.msg === 'webhook drain: claiming the next delivery failed; this slot stops, the others go on')).toEqual([
+      expect.objectContaining({ level: 'warn' }),
+    ]);
+  });
+
+  it('two drains whose clocks differ by 3 minutes never both send a delivery: the lease is in the database clock (review 25)', async () => {
+    const agent = await agentWithTiers();
+    const hook = await receiver();
+    await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created']);
+    hook.mode = 'hang';
+    await startFree(await signUp(t), agent.tierId);
+    const first = drain(t);
+    await hook.arrived(1);
+    // Another instance, its clock 3 minutes ahead: past the 60 s lease by its own clock, not by the database's.
+    const ahead = new TestClock(new Date(t.clock.now().getTime() + 3 * 60_000));
+    expect(await drainWebhookOutbox({ ...t.deps, clock: ahead })).toMatchObject({ attempted: 0 });
+    hook.release();
+    expect(await first).toMatchObject({ attempted: 1, delivered: 1 });
+    expect(hook.received).toHaveLength(1);
   });
 
   it('counts only a 2xx: a redirect is not followed and is retried like any failure', async () => {

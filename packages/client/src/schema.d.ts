@@ -2188,7 +2188,7 @@ export interface paths {
         put?: never;
         /**
          * For the scheduler: runs one bounded batch of background work (housekeeping, mail and webhook outboxes, unclaimed purchases, deleted agents' renewals, overdue paid subscriptions)
-         * @description Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails, webhook deliveries and unclaimed purchases to undo are claimed with FOR UPDATE SKIP LOCKED, so none is sent or undone twice by concurrent calls. The body may be absent or `{}`; `limit` bounds the batch. 404 when DRAIN_TOKEN is not configured.
+         * @description Authorization: `Bearer <DRAIN_TOKEN>`. Safe to call at any rate and from any number of callers at once: mails, webhook deliveries and unclaimed purchases to undo are claimed with FOR UPDATE SKIP LOCKED, so none is sent or undone twice by concurrent calls. The body may be absent or `{}`; `limit` bounds the batch. 404 when DRAIN_TOKEN is not configured. The parts run side by side, each on its own: when one fails (logged with its name), the others still run, and the call answers 503 UNAVAILABLE with `details.reason` "part_failed", `details.failed` (the parts that failed) and `details.report` (this report, null for each failed part); drained again later, nothing is done twice.
          */
         post: operations["drainBackgroundWork"];
         delete?: never;
@@ -3140,6 +3140,8 @@ export interface components {
                 renewalsStopped: number;
             };
             durationMs: number;
+            /** @description Parts that failed: always empty in a 200 (a call where one failed answers 503, the report in `details.report`) */
+            failed: ("housekeeping" | "mail" | "webhooks" | "purchases" | "deletedAgents" | "overdueSubscriptions")[];
             housekeeping: {
                 /** @description mails done (sent, logged or failed for good) more than 7 days ago, deleted */
                 mailPruned: number;
