@@ -5,8 +5,8 @@ import { ApiError } from '../http/errors.ts';
  * Whether a browser request was made by the user rather than by a page of another site riding on their cookie, read
  * from the fetch metadata browsers send (Sec-Fetch-Site, -Mode, -Dest): a request of the marketplace's own origin or
  * site, one the user typed or bookmarked (`none`), a CORS fetch from a trusted origin (a front end on FRONTEND_URL),
- * and, where a page is meant to be navigated to from elsewhere (`crossSiteNavigation`: the authorize endpoint, the
- * /admin page), a top-level navigation (a link followed, a redirect: the user sees where they land). A JSON API is
+ * and, where a page is meant to be navigated to from elsewhere (`crossSiteNavigation`: the authorize and end-session
+ * endpoints, the /admin page), a top-level navigation (a link followed, a redirect: the user sees where they land). A JSON API is
  * not navigated to from other sites: there a page of another site could navigate a popup it opened again and again
  * without a click (found by a review of the admin reads), so a cross-site navigation is not the user's there (nor
  * does a page opened that way act on load: review 22). Anything else

@@ -43,15 +43,30 @@ export function signInOnlyWithAStandingPassword() {
     const email = await signInEmail(c.req.raw);
     const before = email === undefined ? null : await credentialVersion(db, email);
     await next();
-    if (c.res.status !== 200) return;
-    // (A 200 with no version before it, an account that got its credential meanwhile, is not let through either.)
+    // A sign-in made a session when its answer sets the session cookie, whatever its status and body: with an
+    // `oauth_query` the OAuth plugin answers 302 (a navigation) or 200 { redirect, url } (a fetch), neither with the
+    // token in a body (the read-through of review 24's mend found both passing the check).
+    const token = sessionTokenSet(c.res, (await c.var.deps.auth.$context).authCookies.sessionToken.name);
+    if (token === undefined) return;
+    // (A session with no version before it, an account that got its credential meanwhile, is not let through either.)
     if (before !== null && email !== undefined && (await credentialVersion(db, email)) === before) return;
+    await sql`delete from "session" where token = ${token}`.execute(db);
     const made = c.res;
-    const token = ((await made.clone().json().catch(() => null)) as { token?: unknown } | null)?.token;
-    if (typeof token === 'string') await sql`delete from "session" where token = ${token}`.execute(db);
     c.res = undefined;
     c.res = wrongPassword(made);
   };
+}
+
+/** The session token an answer's Set-Cookie gives the browser (`<token>.<signature>`, URL-encoded), if any. */
+function sessionTokenSet(response: Response, cookieName: string): string | undefined {
+  for (const cookie of response.headers.getSetCookie()) {
+    const [pair] = cookie.split(';');
+    const at = pair!.indexOf('=');
+    if (at < 0 || pair!.slice(0, at).trim() !== cookieName) continue;
+    const token = decodeURIComponent(pair!.slice(at + 1).trim()).split('.')[0];
+    if (token) return token;
+  }
+  return undefined;
 }
 
 /**

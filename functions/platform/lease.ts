@@ -66,10 +66,18 @@ export async function recordWithinLease<T>(
       return await write();
     } catch (err) {
       const left = endsAt - RECORD_MARGIN_MS - performance.now();
-      if (left <= 0 || !(isConnectionLost(err) || isTransientConflict(err))) throw err;
+      if (left <= 0 || poolClosed(err) || !(isConnectionLost(err) || isTransientConflict(err))) throw err;
       retrying(err, attempt);
       await new Promise((resolve) => setTimeout(resolve, Math.min(pause, left)));
       pause = Math.min(pause * 2, MAX_PAUSE_MS);
     }
   }
+}
+
+/**
+ * postgres.js's answer once this process closed its pool (shutdown): no later try can succeed, so trying on only
+ * kept timers alive for the rest of the lease after the stop (the read-through of review 25's mends).
+ */
+function poolClosed(err: unknown): boolean {
+  return String((err as { code?: unknown } | null)?.code) === 'CONNECTION_ENDED';
 }

@@ -271,7 +271,7 @@ export const mutations: Mutation[] = [
     file: 'supabase/migrations/20261127003600_session_refuses_banned.sql',
     find: '    from "user" u where u.id = new."userId"\n     for share;',
     replace: '    from "user" u where u.id = new."userId";',
-    tests: ['tests/identity/sign-in-beside-ban.pg-only.test.ts'],
+    tests: ['tests/identity/sign-in-races.pg-only.test.ts'],
   },
   {
     rule: 9,
@@ -279,7 +279,15 @@ export const mutations: Mutation[] = [
     file: 'functions/auth/sign-in-password-stands.ts',
     find: "    if (before !== null && email !== undefined && (await credentialVersion(db, email)) === before) return;",
     replace: '    return;',
-    tests: ['tests/identity/sign-in-beside-password-change.test.ts', 'tests/identity/sign-in-beside-password-change.pg-only.test.ts'],
+    tests: ['tests/identity/sign-in-beside-password-change.test.ts', 'tests/identity/sign-in-races.pg-only.test.ts'],
+  },
+  {
+    rule: 9,
+    name: "a sign-in answered with a redirect (an oauth_query) keeps its session through the password's change (review 24's read-through)",
+    file: 'functions/auth/sign-in-password-stands.ts',
+    find: '    if (token === undefined) return;',
+    replace: '    if (token === undefined || c.res.status !== 200) return;',
+    tests: ['tests/identity/sign-in-beside-password-change.test.ts'],
   },
   {
     rule: 9,

@@ -21,8 +21,8 @@
 -- The audience is read as functions/auth/authenticator.ts's tokenAgent reads it (the API's base URL is the issuer's,
 -- `{base}/api/auth`, which PostgREST has verified with the signature), the revocation keys as revocationKeys
 -- (functions/auth/oauth/token-records.ts) makes them. Usage counters and addons have no user or agent of their own:
--- they are read when their subscription is, by the subscription's user and agent, found once per statement (an
--- initplan over the user's subscriptions) so the counters' and addons' subscription_id indexes serve the read.
+-- they are read when their subscription is (the subscriptions the caller may read, found once per statement: an
+-- initplan) so the counters' and addons' subscription_id indexes serve the read.
 -- The catalog's anon/authenticated reads are unchanged.
 
 create function public.data_api_token_reaches(p_agent uuid) returns boolean
@@ -107,9 +107,9 @@ alter policy agent_installs_owner_read on public.agent_installs
   using (public.data_api_token_may_read(user_id, agent_id));
 alter policy waitlist_entries_owner_read on public.waitlist_entries
   using (public.data_api_token_may_read(user_id, agent_id));
+-- A counter or an addon is read with its subscription: the subquery reads public.subscriptions as the caller, through
+-- subscriptions_owner_read above (asking data_api_token_may_read again here ran the token's check twice per row).
 alter policy usage_counters_owner_read on public.usage_counters
-  using (subscription_id = any (array(select s.id from public.subscriptions s
-                                       where public.data_api_token_may_read(s.user_id, s.agent_id))));
+  using (subscription_id = any (array(select s.id from public.subscriptions s)));
 alter policy usage_addons_owner_read on public.usage_addons
-  using (subscription_id = any (array(select s.id from public.subscriptions s
-                                       where public.data_api_token_may_read(s.user_id, s.agent_id))));
+  using (subscription_id = any (array(select s.id from public.subscriptions s)));

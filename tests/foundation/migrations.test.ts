@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openPostgres, rows, sql, type Database } from '../../functions/platform/db.ts';
-import { openPGlite } from '../../functions/platform/pglite.ts';
+import { rows, sql, type Database } from '../../functions/platform/db.ts';
 import { loadMigrations, migrate, splitStatements, type Migration } from '../../functions/platform/migrations.ts';
-import { createEmptyPostgresDatabase, testTier } from '../support/databases.ts';
+import { emptyDatabase } from '../support/databases.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 
 /**
@@ -23,22 +22,6 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
-/** A database with nothing in it, on this test's tier. */
-async function emptyDatabase(): Promise<{ database: Database; drop(): Promise<void> }> {
-  if (testTier() === 'pglite') {
-    const database = await openPGlite(undefined);
-    return { database, drop: () => database.close() };
-  }
-  const empty = await createEmptyPostgresDatabase();
-  const database = openPostgres(empty.url, { max: 2 });
-  return {
-    database,
-    drop: async () => {
-      await database.close();
-      await empty.drop();
-    },
-  };
-}
 
 describe('migrating an empty database', () => {
   it('applies every migration in file order, records each, and applies nothing the second time', async () => {

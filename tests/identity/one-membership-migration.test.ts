@@ -1,8 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { openPostgres, rows, sql, type Database } from '../../functions/platform/db.ts';
-import { openPGlite } from '../../functions/platform/pglite.ts';
+import { rows, sql } from '../../functions/platform/db.ts';
 import { loadMigrations, migrate } from '../../functions/platform/migrations.ts';
-import { createEmptyPostgresDatabase, testTier } from '../support/databases.ts';
+import { emptyDatabase } from '../support/databases.ts';
 
 /**
  * Migration 20261127004100 (review 24, finding 3) makes a membership unique per (organization, account) and a pending
@@ -12,21 +11,6 @@ import { createEmptyPostgresDatabase, testTier } from '../support/databases.ts';
  */
 const VERSION = '20261127004100';
 
-async function emptyDatabase(): Promise<{ database: Database; drop(): Promise<void> }> {
-  if (testTier() === 'pglite') {
-    const database = await openPGlite(undefined);
-    return { database, drop: () => database.close() };
-  }
-  const empty = await createEmptyPostgresDatabase();
-  const database = openPostgres(empty.url, { max: 2 });
-  return {
-    database,
-    drop: async () => {
-      await database.close();
-      await empty.drop();
-    },
-  };
-}
 
 describe(`migration ${VERSION}: one membership per account, one pending invitation per address`, () => {
   it('merges the duplicates earlier races left: the highest role stays, the newest pending invitation stays', async () => {

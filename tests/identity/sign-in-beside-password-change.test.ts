@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { browserRequest } from '../support/http.ts';
+import { authorizeUrl, createFirstPartyClient, followAuthorize, pkcePair } from '../support/oauth.ts';
 import { linkIn, mailsTo } from '../support/mail.ts';
 import { sessionCookie, signIn, signUp } from '../support/users.ts';
 
@@ -11,7 +13,7 @@ import { sessionCookie, signIn, signUp } from '../support/users.ts';
  * not the one inserted just after, which nothing made wait. Here the library's password check of the thief's sign-in is
  * held (the hash already read) while the change runs whole and commits; the session is then refused
  * (functions/auth/sign-in-password-stands.ts). The insert waiting on the change's lock instead is
- * sign-in-beside-password-change.pg-only.test.ts.
+ * sign-in-races.pg-only.test.ts.
  */
 let t: TestApp;
 beforeAll(async () => {
@@ -96,6 +98,41 @@ describe('a sign-in with the old password while the password changes', () => {
     // The new password signs in (control).
     expect((await signIn(t, { email: owner.email, password: 'the reset password 1' })).cookie).toBeTruthy();
   });
+
+  // The read-through of this mend: a sign-in carrying an `oauth_query` (any signed-out authorize gives one) ends in the
+  // OAuth plugin, which answers 302 with the cookie to a navigation and 200 { redirect, url } to a fetch: the check
+  // looked only at a 200 with the token in its body, so the thief kept a session through the change.
+  for (const mode of ['navigate', 'cors'] as const) {
+    it(`attack: the same with an oauth_query, answered as a ${mode === 'navigate' ? '302' : 'fetch'} by the OAuth plugin: 401, no session left`, async () => {
+      const owner = await signUp(t);
+      const client = await createFirstPartyClient(t);
+      const toSignIn = await followAuthorize(t, authorizeUrl(client, { challenge: pkcePair().challenge }));
+      const body = JSON.stringify({ email: owner.email, password: owner.password, oauth_query: toSignIn.search.slice(1) });
+      const held = await holdNextPasswordCheck();
+      const signingIn = browserRequest(
+        t.baseUrl,
+        'POST',
+        '/api/auth/sign-in/email',
+        { 'content-type': 'application/json', origin: t.baseUrl, accept: 'text/html', 'sec-fetch-mode': mode, 'sec-fetch-site': 'same-origin' },
+        body,
+      );
+      await held.reached;
+      try {
+        const change = await t.http.post('/api/auth/change-password', {
+          cookie: owner.cookie,
+          headers: { origin: t.baseUrl },
+          json: { currentPassword: owner.password, newPassword: 'the owner new password 1' },
+        });
+        expect(change.status, change.text).toBe(200);
+      } finally {
+        held.letGo();
+      }
+      const thief = await signingIn;
+      expect({ status: thief.status, cookies: thief.setCookies.filter((c) => /session_token=[^;]/.test(c)) }).toEqual({ status: 401, cookies: [] });
+      // only the session change-password gave the owner is left
+      expect(await sessionsOf(owner.userId)).toBe(1);
+    });
+  }
 
   it('a sign-in held the same way with nothing changed meanwhile keeps its session (control)', async () => {
     const owner = await signUp(t);

@@ -139,6 +139,23 @@ export async function createEmptyPostgresDatabase(): Promise<{ url: string; drop
   };
 }
 
+/** A database with nothing in it (not migrated), on this test's tier; `drop()` closes and removes it. */
+export async function emptyDatabase(): Promise<{ database: Database; drop(): Promise<void> }> {
+  if (testTier() === 'pglite') {
+    const database = await openPGlite(undefined);
+    return { database, drop: () => database.close() };
+  }
+  const empty = await createEmptyPostgresDatabase();
+  const database = openPostgres(empty.url, { max: 2 });
+  return {
+    database,
+    drop: async () => {
+      await database.close();
+      await empty.drop();
+    },
+  };
+}
+
 /**
  * Runs `take` in a transaction of `on` (a connection of the test's own, beside the app's pool) and keeps that
  * transaction open, with the locks `take` took, until release(): how the race and fault tests hold a row or a table

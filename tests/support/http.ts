@@ -68,18 +68,27 @@ export class HttpClient {
 }
 
 /**
- * A GET with exactly the headers given, as a browser sends them: Node's fetch adds its own `Sec-Fetch-Mode: cors`,
+ * A request with exactly the headers given, as a browser sends them: Node's fetch adds its own `Sec-Fetch-Mode: cors`,
  * which hides the image, frame or navigation a test means to send. Raw node:http, so fetch metadata arrive as set.
  */
-export function browserGet(baseUrl: string, path: string, headers: Record<string, string>): Promise<{ status: number; location?: string; text: string }> {
+export function browserRequest(
+  baseUrl: string,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body?: string,
+): Promise<{ status: number; location?: string; setCookies: string[]; text: string }> {
   return new Promise((resolve, reject) => {
-    const req = httpRequest(new URL(path, baseUrl), { method: 'GET', headers }, (res) => {
+    const req = httpRequest(new URL(path, baseUrl), { method, headers }, (res) => {
       let text = '';
       res.setEncoding('utf8');
       res.on('data', (d: string) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, location: res.headers.location, text }));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, location: res.headers.location, setCookies: res.headers['set-cookie'] ?? [], text }));
     });
     req.on('error', reject);
-    req.end();
+    req.end(body);
   });
 }
+
+/** A GET with exactly the headers given (browserRequest). */
+export const browserGet = (baseUrl: string, path: string, headers: Record<string, string>) => browserRequest(baseUrl, 'GET', path, headers);
