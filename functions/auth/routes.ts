@@ -1,5 +1,5 @@
 import { createRoute, z } from '@hono/zod-openapi';
-import { requireAdmin, requireUser } from '../http/access.ts';
+import { requireAdmin, requireUser, seesEmail } from '../http/access.ts';
 import { envelopeOf, ok } from '../http/envelope.ts';
 import { errors, jsonBody, jsonResponse, newRouter, SECURITY } from '../http/router.ts';
 import { accountPages } from './account-pages.ts';
@@ -108,7 +108,7 @@ export function identityRoutes(options: { onUserBanned: OnUserBanned }) {
     const principal = await requireUser(c);
     if (principal.agentId) {
       const { userId: id, email, name, scopes = [] } = principal;
-      return c.json(ok({ id, ...(scopes.includes('email') ? { email } : {}), ...(scopes.includes('profile') ? { name } : {}) }), 200);
+      return c.json(ok({ id, ...(seesEmail(principal) ? { email } : {}), ...(scopes.includes('profile') ? { name } : {}) }), 200);
     }
     // The authenticator read the user row already (banned users never get this far).
     if (principal.createdAt) {

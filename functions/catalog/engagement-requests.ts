@@ -54,6 +54,12 @@ export interface Requester {
   userId: string;
   email: string;
   name: string;
+  /**
+   * The agent whose backend sent the request with the user's access token (the principal's agentId), undefined when
+   * the user sent it on the marketplace. The contract lets an agent's token ask within its agent; staff must still
+   * tell the user's own words from the agent's (review 27: the mail read as the user's own request).
+   */
+  agentId?: string | undefined;
 }
 
 /** The requester as the "user" row has them now: the address with whether its owner proved it. */
@@ -77,8 +83,11 @@ async function checkedRequester(db: Db, requester: Requester): Promise<CheckedRe
     sql`select email, name, "emailVerified" as "emailVerified" from "user" where id = ${requester.userId} for key share`,
   );
   if (!row) throw accountGone();
-  return { userId: requester.userId, ...row, emailVerified: row.emailVerified === true };
+  return { userId: requester.userId, agentId: requester.agentId, ...row, emailVerified: row.emailVerified === true };
 }
+
+/** What the feed records of who sent a request: the user, or the agent's backend with the user's token. */
+const sentBy = (requester: CheckedRequester) => (requester.agentId ? { sentByAgentBackend: true } : {});
 
 /**
  * '"Dana" <dana@example.test>', with "(address not verified)" after an address its owner never proved. The name is
@@ -87,7 +96,8 @@ async function checkedRequester(db: Db, requester: Requester): Promise<CheckedRe
  */
 function requesterLine(requester: CheckedRequester): string {
   const who = requester.name ? `${quotedText(requester.name)} <${requester.email}>` : `<${requester.email}>`;
-  return requester.emailVerified ? who : `${who} (address not verified)`;
+  const proved = requester.emailVerified ? who : `${who} (address not verified)`;
+  return requester.agentId ? `${proved}, as sent by the agent's own backend with this user's sign-in (not by the user on the marketplace),` : proved;
 }
 
 export async function requestDemo(
@@ -109,6 +119,7 @@ export async function requestDemo(
           email: requester.email,
           name: requester.name,
           emailVerified: requester.emailVerified,
+          ...sentBy(requester),
           ...(input.message ? { message: input.message } : {}),
         },
       },
@@ -148,6 +159,7 @@ export async function createEnterpriseInquiry(
           email: requester.email,
           name: requester.name,
           emailVerified: requester.emailVerified,
+          ...sentBy(requester),
           ...(input.message ? { message: input.message } : {}),
           ...(input.companySize ? { companySize: input.companySize } : {}),
         },

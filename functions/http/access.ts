@@ -62,6 +62,15 @@ export async function isAdmin(c: Context<AppEnv>): Promise<boolean> {
 
 const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/**
+ * Whether the caller may learn the user's email address: the user's own session, or an agent's token the user granted
+ * the `email` scope (contract.md: GET /me with a bearer token answers what its scopes allow). Every answer that would
+ * tell an agent the address asks this (review 27: the waitlist status confirmed guessed addresses to an agent denied it).
+ */
+export function seesEmail(principal: Principal): boolean {
+  return !principal.agentId || (principal.scopes ?? []).includes('email');
+}
+
 /** Refusal of a bearer token outside its agent (contract.md, Trust boundaries). */
 export function otherAgent(): ApiError {
   return new ApiError('FORBIDDEN', "This access token acts only within its own agent; this request names another agent");

@@ -1835,6 +1835,14 @@ export const mutations: Mutation[] = [
     replace: '    if (false) {',
     tests: ['tests/identity/admin-email-change.test.ts'],
   },
+  {
+    rule: 5,
+    name: "the waitlist status tells an agent denied the email whether the user's address is on its list (review 27)",
+    file: 'functions/catalog/routes/engagement.ts',
+    find: '    const reader = principal && seesEmail(principal) ? principal.userId : null;',
+    replace: '    const reader = principal?.userId ?? null;',
+    tests: ['tests/catalog/engagement-by-agents.test.ts'],
+  },
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {

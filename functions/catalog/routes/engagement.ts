@@ -1,5 +1,5 @@
 import { createRoute, z } from '@hono/zod-openapi';
-import { requireUser } from '../../http/access.ts';
+import { requireUser, seesEmail } from '../../http/access.ts';
 import { viewer } from './viewer.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
 import { ApiError } from '../../http/errors.ts';
@@ -110,12 +110,14 @@ export function engagementRoutes() {
   });
 
   router.openapi(waitlistStatusRoute, async (c) => {
-    // Public: anonymous callers get `notified: false`; a signed-in caller learns about their own email only, once verified.
+    // Public: anonymous callers get `notified: false`; a signed-in caller learns about their own email only, once
+    // verified; an agent's token only when the user granted it the email (seesEmail: else answered as anonymous).
     const { deps } = c.var;
     const { agentId } = c.req.valid('param');
     const principal = await viewer(c);
     await requireAgent(deps.database.db, agentId, principal?.role === 'platform_admin');
-    return c.json(ok(await waitlistStatus(deps.database.db, agentId, principal?.userId ?? null)), 200);
+    const reader = principal && seesEmail(principal) ? principal.userId : null;
+    return c.json(ok(await waitlistStatus(deps.database.db, agentId, reader)), 200);
   });
 
   router.openapi(joinWaitlistRoute, async (c) => {
