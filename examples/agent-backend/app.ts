@@ -1,13 +1,30 @@
 import { randomBytes } from 'node:crypto';
 import { Hono, type Context } from 'hono';
-import { getCookie, setCookie } from 'hono/cookie';
+import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
 import { html } from 'hono/html';
-import { ApiError, createMeter, createOAuth, QuotaExceededError, type TokenSet } from '@agent-marketplace/client';
+import {
+  ApiError,
+  createMeter,
+  createOAuth,
+  NotFoundError,
+  QuotaExceededError,
+  SubscriptionRequiredError,
+  type TokenSet,
+} from '@agent-marketplace/client';
 
 /**
  * A small agent backend on the SDK: "Sign in with the marketplace" (OAuth 2.1, code + PKCE), then one metered call
  * per click ("Summarize"), showing the quota left. Sessions live in memory (a real backend keeps them, and the
  * refresh token, in its own store). Run it: examples/agent-backend/README.md.
+ *
+ * What it does about its own users' safety, since backends copy it (review 28 found each missing):
+ *  - a session exists only once a user signed in, under a new id made then (an id known before sign-in, planted in the
+ *    victim's browser, never becomes theirs), in a cookie that is HttpOnly, SameSite=Lax and, on https, Secure with the
+ *    `__Host-` prefix; sessions end after a day unused, and at most MAX_SESSIONS are kept (a visitor costs nothing);
+ *  - each sign-in in progress is kept by its `state`, bound to the browser that started it (its own short cookie), so
+ *    two tabs signing in at once both finish, and a callback of another browser's sign-in (login CSRF) is refused;
+ *  - a denied consent, a sign-in that can no longer finish and a subscription that ended are pages, not 500s;
+ *  - the forms that act (summarize, sign out) are refused when another site posts them (Origin, Sec-Fetch-Site).
  */
 
 export interface AgentBackendOptions {
@@ -23,8 +40,29 @@ export interface AgentBackendOptions {
 }
 
 interface Session {
-  pending?: { state: string; codeVerifier: string };
-  tokens?: TokenSet;
+  tokens: TokenSet;
+  lastSeen: number;
+}
+
+interface SignInInProgress {
+  /** The id of the browser that started it (the sign-in cookie). */
+  browser: string;
+  codeVerifier: string;
+  startedAt: number;
+}
+
+const SESSION_IDLE_MS = 24 * 3600_000;
+const SIGN_IN_MS = 10 * 60_000;
+const MAX_SESSIONS = 10_000;
+const MAX_SIGN_INS = 10_000;
+
+const newId = () => randomBytes(24).toString('base64url');
+
+/** Sets `key` as the newest entry of `map`, forgetting the oldest beyond `max` (a Map keeps insertion order). */
+function bounded<V>(map: Map<string, V>, max: number, key: string, value: V): void {
+  map.delete(key);
+  map.set(key, value);
+  while (map.size > max) map.delete(map.keys().next().value!);
 }
 
 export function agentBackend(options: AgentBackendOptions) {
@@ -35,17 +73,38 @@ export function agentBackend(options: AgentBackendOptions) {
     redirectUri: `${options.publicUrl}/callback`,
     allowInsecureHttp: options.marketplaceUrl.startsWith('http://'),
   });
+  const ownOrigin = new URL(options.publicUrl).origin;
+  const secure = ownOrigin.startsWith('https:');
+  const SESSION_COOKIE = secure ? '__Host-agent_session' : 'agent_session';
+  const SIGN_IN_COOKIE = secure ? '__Host-agent_sign_in' : 'agent_sign_in';
+  const cookieOptions = { httpOnly: true, sameSite: 'Lax', path: '/', secure } as const;
   const sessions = new Map<string, Session>();
+  const signIns = new Map<string, SignInInProgress>();
   const app = new Hono();
 
-  const session = (c: Context): Session => {
-    let id = getCookie(c, 'agent_session');
-    if (!id || !sessions.has(id)) {
-      id = randomBytes(24).toString('base64url');
-      sessions.set(id, {});
-      setCookie(c, 'agent_session', id, { httpOnly: true, sameSite: 'Lax', path: '/' });
+  /** The signed-in user's session, or undefined (none, unknown, or a day unused). */
+  const sessionOf = (c: Context): Session | undefined => {
+    const id = getCookie(c, SESSION_COOKIE);
+    const s = id ? sessions.get(id) : undefined;
+    if (!id || !s) return undefined;
+    if (Date.now() - s.lastSeen > SESSION_IDLE_MS) {
+      sessions.delete(id);
+      return undefined;
     }
-    return sessions.get(id)!;
+    s.lastSeen = Date.now();
+    bounded(sessions, MAX_SESSIONS, id, s);
+    return s;
+  };
+  const signOut = (c: Context) => {
+    const id = getCookie(c, SESSION_COOKIE);
+    if (id) sessions.delete(id);
+    deleteCookie(c, SESSION_COOKIE, cookieOptions);
+  };
+  /** A form post of this backend's own pages; another site's is refused (its Origin, or the browser's fetch metadata). */
+  const fromOwnPage = (c: Context) => {
+    const origin = c.req.header('origin');
+    const site = c.req.header('sec-fetch-site');
+    return (origin === undefined || origin === ownOrigin) && (site === undefined || site === 'same-origin');
   };
 
   /**
@@ -54,47 +113,79 @@ export function agentBackend(options: AgentBackendOptions) {
    * refreshing at once share one refresh (createOAuth), so neither presents a rotated refresh token.
    */
   const accessToken = async (s: Session, rejected?: string): Promise<string> => {
-    const stale = rejected === s.tokens!.accessToken || s.tokens!.expiresAt.getTime() - Date.now() < 60_000;
-    if (stale && s.tokens!.refreshToken) s.tokens = await signIn.refresh(s.tokens!.refreshToken);
-    return s.tokens!.accessToken;
+    const stale = rejected === s.tokens.accessToken || s.tokens.expiresAt.getTime() - Date.now() < 60_000;
+    if (stale && s.tokens.refreshToken) s.tokens = await signIn.refresh(s.tokens.refreshToken);
+    return s.tokens.accessToken;
   };
   const meterFor = (s: Session) =>
     createMeter({ baseUrl: options.marketplaceUrl, agentId: options.agentId, accessToken: ({ rejected }) => accessToken(s, rejected) });
 
   const page = (body: ReturnType<typeof html>) =>
     html`<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Summarizer (example agent)</title></head><body>${body}</body></html>`;
+  const signInPage = (note = '') =>
+    page(html`<h1>Summarizer</h1>${note ? html`<p id="note">${note}</p>` : ''}<p><a id="sign-in" href="/login">Sign in with the marketplace</a></p>`);
+  const signOutForm = html`<form method="post" action="/logout"><button id="sign-out" type="submit">Sign out</button></form>`;
+  // The marketplace answers 402 (increment) or 404 (usage) once the user's subscription to the agent has ended.
+  const noSubscription = (err: unknown) => err instanceof SubscriptionRequiredError || err instanceof NotFoundError;
+  const subscribePage = () =>
+    page(html`<h1>Summarizer</h1><p id="status">Signed in, with no active subscription to this agent: subscribe at
+      <a href="${options.marketplaceUrl}/agents/${options.agentId}">the marketplace</a>, then come back.</p>${signOutForm}`);
 
   app.get('/', async (c) => {
-    const s = session(c);
-    if (!s.tokens) return c.html(page(html`<h1>Summarizer</h1><p><a id="sign-in" href="/login">Sign in with the marketplace</a></p>`));
-    const usage = await meterFor(s).usage(options.metric);
-    return c.html(
-      page(html`<h1>Summarizer</h1>
-        <p id="status">Signed in. <span id="quota">${usage.remaining ?? 'unlimited'} of ${usage.limit ?? 'unlimited'} left</span></p>
-        <form method="post" action="/summarize"><button id="summarize" type="submit">Summarize</button></form>`),
-    );
+    const s = sessionOf(c);
+    if (!s) return c.html(signInPage());
+    try {
+      const usage = await meterFor(s).usage(options.metric);
+      return c.html(
+        page(html`<h1>Summarizer</h1>
+          <p id="status">Signed in. <span id="quota">${usage.remaining ?? 'unlimited'} of ${usage.limit ?? 'unlimited'} left</span></p>
+          <form method="post" action="/summarize"><button id="summarize" type="submit">Summarize</button></form>${signOutForm}`),
+      );
+    } catch (err) {
+      if (noSubscription(err)) return c.html(subscribePage());
+      throw err;
+    }
   });
 
   app.get('/login', async (c) => {
-    const s = session(c);
+    const browser = getCookie(c, SIGN_IN_COOKIE) ?? newId();
+    setCookie(c, SIGN_IN_COOKIE, browser, { ...cookieOptions, maxAge: SIGN_IN_MS / 1000 });
     const { url, state, codeVerifier } = await signIn.authorizationUrl();
-    s.pending = { state, codeVerifier };
+    bounded(signIns, MAX_SIGN_INS, state, { browser, codeVerifier, startedAt: Date.now() });
     return c.redirect(url);
   });
 
   app.get('/callback', async (c) => {
-    const s = session(c);
-    if (!s.pending) return c.text('No sign-in in progress', 400);
-    const callback = new URL(c.req.url);
-    const landed = new URL(`${options.publicUrl}/callback${callback.search}`);
-    s.tokens = await signIn.exchangeCode(landed, s.pending);
-    s.pending = undefined;
+    const landed = new URL(`${options.publicUrl}/callback${new URL(c.req.url).search}`);
+    const state = landed.searchParams.get('state') ?? '';
+    const started = signIns.get(state);
+    signIns.delete(state); // a state is used once, whatever comes of it
+    if (!started || started.browser !== getCookie(c, SIGN_IN_COOKIE) || Date.now() - started.startedAt > SIGN_IN_MS) {
+      return c.html(signInPage('This sign-in can no longer finish here (it was started in another browser, or too long ago): start again.'), 400);
+    }
+    if (landed.searchParams.has('error')) {
+      const denied = landed.searchParams.get('error') === 'access_denied';
+      return c.html(signInPage(denied ? 'Sign-in cancelled: you did not allow the Summarizer.' : 'The marketplace could not sign you in: start again.'));
+    }
+    let tokens: TokenSet;
+    try {
+      tokens = await signIn.exchangeCode(landed, { state, codeVerifier: started.codeVerifier });
+    } catch (err) {
+      console.error('sign-in failed', (err as Error).message);
+      return c.html(signInPage('The marketplace could not sign you in: start again.'), 400);
+    }
+    // A new session id at sign-in: whatever id this browser held before is not the signed-in user's (fixation).
+    signOut(c);
+    const id = newId();
+    bounded(sessions, MAX_SESSIONS, id, { tokens, lastSeen: Date.now() });
+    setCookie(c, SESSION_COOKIE, id, cookieOptions);
     return c.redirect('/');
   });
 
   app.post('/summarize', async (c) => {
-    const s = session(c);
-    if (!s.tokens) return c.redirect('/');
+    if (!fromOwnPage(c)) return c.text('Forbidden: send this from the Summarizer page', 403);
+    const s = sessionOf(c);
+    if (!s) return c.redirect('/');
     try {
       const { data, quota } = await meterFor(s).increment(options.metric);
       return c.html(
@@ -102,17 +193,24 @@ export function agentBackend(options: AgentBackendOptions) {
           <p id="quota">${quota.remaining ?? 'unlimited'} of ${quota.limit ?? 'unlimited'} left</p><p><a href="/">Back</a></p>`),
       );
     } catch (err) {
+      if (noSubscription(err)) return c.html(subscribePage(), 402);
       if (!(err instanceof QuotaExceededError)) throw err;
       const when = err.periodEnd ? `It resets on ${err.periodEnd.toISOString().slice(0, 10)}.` : 'It does not reset by itself.';
       return c.html(page(html`<h1>Summarizer</h1><p id="result">Your plan's quota is used up (${err.used} of ${err.limit}). ${when}</p>`), 429);
     }
   });
 
+  app.post('/logout', (c) => {
+    if (!fromOwnPage(c)) return c.text('Forbidden: send this from the Summarizer page', 403);
+    signOut(c);
+    return c.redirect('/');
+  });
+
   // The grant ended (the user withdrew consent or signed out everywhere, an admin banned them): a refresh is refused
   // (invalid_grant) or the marketplace answers 401 after the meter's one renewal. The user signs in again.
   app.onError((err, c) => {
     if ((err as { error?: unknown }).error === 'invalid_grant' || (err instanceof ApiError && err.status === 401)) {
-      delete session(c).tokens;
+      signOut(c);
       return c.redirect('/login');
     }
     console.error(err);

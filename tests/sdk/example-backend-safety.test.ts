@@ -1,0 +1,159 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { agentBackend } from '../../examples/agent-backend/app.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { clientOfAgent, followAuthorize, type TestOAuthClient } from '../support/oauth.ts';
+import { signUp, type TestUser } from '../support/users.ts';
+import { meteredAgent, subscribe, type MeteredAgent } from '../metering/support.ts';
+
+/**
+ * The example agent backend (examples/agent-backend/app.ts) keeps its own users safe, since backends copy it (review
+ * 28): driven in process (app.fetch) at its public URL, against the real service. The browser walk-through of the same
+ * app is tests/browser/example-agent-backend.test.ts.
+ */
+let t: TestApp;
+let agent: MeteredAgent;
+let oauthClient: TestOAuthClient;
+const PUBLIC_URL = 'http://127.0.0.1:9'; // the test clients' registered callback origin
+
+beforeAll(async () => {
+  t = await startTestApp();
+  agent = await meteredAgent(t.db, [{ slug: 'summaries', kind: 'rolling', quota: 5 }]);
+  oauthClient = await clientOfAgent(t, agent.agentId);
+});
+afterAll(() => t?.close());
+
+const backend = (publicUrl = PUBLIC_URL) =>
+  agentBackend({ marketplaceUrl: t.baseUrl, agentId: agent.agentId, clientId: oauthClient.clientId, clientSecret: oauthClient.clientSecret, publicUrl, metric: 'summaries' });
+type App = ReturnType<typeof backend>;
+
+/** A request to the example; `cookies` is the browser's cookie jar (updated from the answer's Set-Cookie). */
+async function call(app: App, path: string, cookies: Map<string, string>, init: { method?: string; headers?: Record<string, string> } = {}) {
+  const cookie = [...cookies].map(([k, v]) => `${k}=${v}`).join('; ');
+  const res = await app.fetch(
+    new Request(new URL(path, PUBLIC_URL), { method: init.method ?? 'GET', headers: { ...(cookie ? { cookie } : {}), ...init.headers }, redirect: 'manual' }),
+  );
+  for (const set of res.headers.getSetCookie()) {
+    const [pair] = set.split(';');
+    const [name, value] = [pair!.slice(0, pair!.indexOf('=')), pair!.slice(pair!.indexOf('=') + 1)];
+    if (value && !/max-age=0/i.test(set)) cookies.set(name, value);
+    else cookies.delete(name);
+  }
+  return res;
+}
+
+/** The marketplace side of a sign-in: authorize with the user's cookie, consent (or deny); the callback URL. */
+async function marketplace(authorizeUrl: string, user: TestUser, accept = true): Promise<URL> {
+  const target = new URL(authorizeUrl);
+  let landing = await followAuthorize(t, `${target.pathname}${target.search}`, user.cookie);
+  if (landing.pathname === '/consent') {
+    const consent = await t.http.post('/api/auth/oauth2/consent', {
+      cookie: user.cookie,
+      headers: { origin: t.baseUrl },
+      json: { accept, consent_code: landing.searchParams.get('consent_code') },
+    });
+    landing = new URL(consent.body.url);
+  }
+  return landing;
+}
+
+async function subscribedUser(): Promise<TestUser> {
+  const user = await signUp(t);
+  await subscribe(t, user.userId, agent.tierId);
+  return user;
+}
+
+async function signInAt(app: App, jar: Map<string, string>, user: TestUser) {
+  const login = await call(app, '/login', jar);
+  expect(login.status).toBe(302);
+  const landing = await marketplace(login.headers.get('location')!, user);
+  return call(app, `${landing.pathname}${landing.search}`, jar);
+}
+
+describe('its sessions', () => {
+  it("attack: cookies the backend hands an attacker, planted in the victim's browser before sign-in, do not become the victim's session", async () => {
+    const app = backend();
+    const attacker = new Map<string, string>();
+    await call(app, '/', attacker);
+    await call(app, '/login', attacker); // whatever the backend gives a visitor before sign-in
+    const victim = new Map(attacker); // planted (a sibling subdomain, plain http)
+    expect((await signInAt(app, victim, await subscribedUser())).status).toBe(302);
+    expect(await (await call(app, '/', victim)).text()).toContain('Signed in');
+    expect(await (await call(app, '/', attacker)).text()).not.toContain('Signed in');
+  });
+
+  it('a visitor gets no session (nothing kept per request), and on https the cookies are Secure with the __Host- prefix', async () => {
+    const app = backend();
+    for (let i = 0; i < 3; i++) expect((await call(app, '/', new Map())).headers.getSetCookie()).toEqual([]);
+    const onHttps = backend('https://agent.example');
+    const login = await onHttps.fetch(new Request('https://agent.example/login', { redirect: 'manual' }));
+    const [signInCookie] = login.headers.getSetCookie();
+    expect(signInCookie).toMatch(/^__Host-agent_sign_in=[^;]+;.*HttpOnly/);
+    expect(signInCookie).toMatch(/;\s*Secure/);
+  });
+
+  it("attack: another browser's callback (login CSRF) is refused, and a state is used once", async () => {
+    const app = backend();
+    const attacker = new Map<string, string>();
+    const login = await call(app, '/login', attacker);
+    const landing = await marketplace(login.headers.get('location')!, await subscribedUser());
+    const victim = new Map<string, string>();
+    const forced = await call(app, `${landing.pathname}${landing.search}`, victim);
+    expect(forced.status).toBe(400);
+    expect(victim.has('agent_session')).toBe(false);
+    // the attacker's own browser cannot use that state any more either
+    expect((await call(app, `${landing.pathname}${landing.search}`, attacker)).status).toBe(400);
+  });
+
+  it("attack: another site's form cannot spend the user's quota or sign them out", async () => {
+    const app = backend();
+    const jar = new Map<string, string>();
+    await signInAt(app, jar, await subscribedUser());
+    for (const headers of [{ origin: 'https://evil.example' }, { 'sec-fetch-site': 'same-site' }] as Array<Record<string, string>>) {
+      expect((await call(app, '/summarize', jar, { method: 'POST', headers })).status).toBe(403);
+      expect((await call(app, '/logout', jar, { method: 'POST', headers })).status).toBe(403);
+    }
+    expect(await (await call(app, '/', jar)).text()).toContain('5 of 5 left');
+    const own = await call(app, '/summarize', jar, { method: 'POST', headers: { origin: 'http://127.0.0.1:9', 'sec-fetch-site': 'same-origin' } });
+    expect(await own.text()).toContain('Summary written (call 1)');
+  });
+});
+
+describe('what a user meets', () => {
+  it('a denied consent is a page saying so, not a 500', async () => {
+    const app = backend();
+    const jar = new Map<string, string>();
+    const login = await call(app, '/login', jar);
+    const landing = await marketplace(login.headers.get('location')!, await subscribedUser(), false);
+    expect(landing.searchParams.get('error')).toBe('access_denied');
+    const callback = await call(app, `${landing.pathname}${landing.search}`, jar);
+    expect([callback.status, await callback.text()]).toEqual([200, expect.stringContaining('Sign-in cancelled')]);
+  });
+
+  it('a sign-in started in two tabs: both finish', async () => {
+    const app = backend();
+    const jar = new Map<string, string>();
+    const user = await subscribedUser();
+    const first = await call(app, '/login', jar);
+    const second = await call(app, '/login', jar);
+    for (const login of [first, second]) {
+      const landing = await marketplace(login.headers.get('location')!, user);
+      expect((await call(app, `${landing.pathname}${landing.search}`, jar)).status).toBe(302);
+    }
+    expect(await (await call(app, '/', jar)).text()).toContain('Signed in');
+  });
+
+  it('a user whose subscription ended is told to subscribe, not answered 500, and can sign out', async () => {
+    const app = backend();
+    const jar = new Map<string, string>();
+    const user = await subscribedUser();
+    expect((await signInAt(app, jar, user)).status).toBe(302);
+    const cancel = await t.http.post(`/me/subscriptions/${agent.agentId}/cancel`, { cookie: user.cookie, headers: { origin: t.baseUrl } });
+    expect(cancel.status, cancel.text).toBe(200);
+    const home = await call(app, '/', jar);
+    expect([home.status, await home.text()]).toEqual([200, expect.stringContaining('no active subscription')]);
+    const summarize = await call(app, '/summarize', jar, { method: 'POST' });
+    expect([summarize.status, await summarize.text()]).toEqual([402, expect.stringContaining('no active subscription')]);
+    expect((await call(app, '/logout', jar, { method: 'POST' })).status).toBe(302);
+    expect(await (await call(app, '/', jar)).text()).toContain('Sign in with the marketplace');
+  });
+});
