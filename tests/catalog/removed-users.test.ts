@@ -84,6 +84,19 @@ describe('a removed user', () => {
     expect(await rows(t.db, sql`select user_id from waitlist_entries where email = ${person.email.toLowerCase()}`)).toEqual([{ user_id: null }]);
   });
 
+  it("attack: a waitlist join made signed out with the user's proved address leaves the feed with them (review 29)", async () => {
+    const soon = await createAgent(t, admin, { status: 'coming_soon' });
+    const person = await signUp(t, { verified: true });
+    expect((await t.http.post(`/agents/${soon.id}/waitlist`, { json: { email: person.email } })).status).toBe(201);
+    const feed = async () =>
+      (await walk(t, '/admin/interactions', { cookie: admin.cookie, limit: 100 })).filter((i: any) => JSON.stringify(i.metadata).includes(person.email.toLowerCase()));
+    expect((await feed()).map((i: any) => i.type)).toContain('waitlist_signup');
+    expect((await removeUser(person.userId)).status).toBe(200);
+    expect(await feed()).toEqual([]);
+    const kept = await rows<{ metadata: Record<string, unknown> }>(t.db, sql`select metadata from interactions where type = 'waitlist_signup' and agent_id = ${soon.id}`);
+    expect(kept).toEqual([{ metadata: {} }]);
+  });
+
   it("attack: removing an account that never proved its address leaves the address owner's waitlist entries", async () => {
     // The removal erased every entry of the account's address, whoever made it: an account squatting someone's address
     // (sign-up needs no verified address), once removed, took that person's own entries with it (found by a review).
