@@ -99,14 +99,17 @@ export async function runBackgroundWork(deps: Deps, options: { limit?: number } 
     overdueSubscriptions: () => rereadOverdueSubscriptions(deps),
   };
   const outcomes = await Promise.allSettled(BACKGROUND_PARTS.map((part) => parts[part]()));
-  const reports = Object.fromEntries(BACKGROUND_PARTS.map((part, i) => [part, outcomes[i]!.status === 'fulfilled' ? outcomes[i]!.value : null]));
-  const failed = BACKGROUND_PARTS.filter((_, i) => outcomes[i]!.status === 'rejected');
-  for (const part of failed) {
-    const err = (outcomes[BACKGROUND_PARTS.indexOf(part)] as PromiseRejectedResult).reason;
+  const reports: Record<string, unknown> = {};
+  const failed: BackgroundPart[] = [];
+  BACKGROUND_PARTS.forEach((part, i) => {
+    const outcome = outcomes[i]!;
+    reports[part] = outcome.status === 'fulfilled' ? outcome.value : null;
+    if (outcome.status === 'fulfilled') return;
+    failed.push(part);
     // A database away or too slow (a lock wait past statement_timeout) is the operator's to see, not a bug of ours.
-    if (isConnectionLost(err)) deps.logger.warn(`background work: ${part} failed; the other parts ran`, { part, err });
-    else deps.logger.error(`background work: ${part} failed; the other parts ran`, { part, err });
-  }
+    const log = isConnectionLost(outcome.reason) ? deps.logger.warn : deps.logger.error;
+    log.call(deps.logger, `background work: ${part} failed; the other parts ran`, { part, err: outcome.reason });
+  });
   return { ...reports, failed, durationMs: Math.round(performance.now() - started) } as BackgroundWorkReport;
 }
 

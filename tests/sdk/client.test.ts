@@ -14,7 +14,7 @@ import {
 } from '@agent-marketplace/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { clientOfAgent, followAuthorize, type TestOAuthClient } from '../support/oauth.ts';
+import { clientOfAgent, landingAfterConsent, type TestOAuthClient } from '../support/oauth.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { ledgerAgreesWithCounters, meteredAgent, subscribe, type MeteredAgent } from '../metering/support.ts';
 import { addEndpoint, drain, Receiver } from '../webhooks/support.ts';
@@ -51,19 +51,7 @@ const signInFor = () =>
   });
 
 /** The user's browser between authorize and the callback: signed in, consents, lands with a code. */
-async function browser(url: string, as: TestUser = user): Promise<URL> {
-  const target = new URL(url);
-  let landing = await followAuthorize(t, `${target.pathname}${target.search}`, as.cookie);
-  if (landing.pathname === '/consent') {
-    const consent = await t.http.post('/api/auth/oauth2/consent', {
-      cookie: as.cookie,
-      headers: { origin: t.baseUrl },
-      json: { accept: true, consent_code: landing.searchParams.get('consent_code') },
-    });
-    landing = new URL(consent.body.url);
-  }
-  return landing;
-}
+const browser = (url: string, as: TestUser = user): Promise<URL> => landingAfterConsent(t, url, as);
 
 async function signedIn(as: TestUser = user, signIn = signInFor()): Promise<TokenSet> {
   const { url, state, codeVerifier } = await signIn.authorizationUrl();

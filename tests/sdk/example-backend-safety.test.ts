@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentBackend } from '../../examples/agent-backend/app.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { clientOfAgent, followAuthorize, type TestOAuthClient } from '../support/oauth.ts';
+import { clientOfAgent, landingAfterConsent, type TestOAuthClient } from '../support/oauth.ts';
 import { signUp, type TestUser } from '../support/users.ts';
 import { meteredAgent, subscribe, type MeteredAgent } from '../metering/support.ts';
 
@@ -42,19 +42,7 @@ async function call(app: App, path: string, cookies: Map<string, string>, init: 
 }
 
 /** The marketplace side of a sign-in: authorize with the user's cookie, consent (or deny); the callback URL. */
-async function marketplace(authorizeUrl: string, user: TestUser, accept = true): Promise<URL> {
-  const target = new URL(authorizeUrl);
-  let landing = await followAuthorize(t, `${target.pathname}${target.search}`, user.cookie);
-  if (landing.pathname === '/consent') {
-    const consent = await t.http.post('/api/auth/oauth2/consent', {
-      cookie: user.cookie,
-      headers: { origin: t.baseUrl },
-      json: { accept, consent_code: landing.searchParams.get('consent_code') },
-    });
-    landing = new URL(consent.body.url);
-  }
-  return landing;
-}
+const marketplace = (authorizeUrl: string, user: TestUser, accept = true): Promise<URL> => landingAfterConsent(t, authorizeUrl, user, accept);
 
 async function subscribedUser(): Promise<TestUser> {
   const user = await signUp(t);

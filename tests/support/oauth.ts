@@ -162,21 +162,27 @@ export async function authorizeInBrowser(
   client: TestOAuthClient,
   params: { challenge: string; scope?: string; state?: string; nonce?: string },
 ): Promise<{ code: string; state: string; landing: URL }> {
-  let landing = await followAuthorize(t, authorizeUrl(client, params), user.cookie);
-  if (landing.pathname === '/consent') {
-    const consent = await t.http.post('/api/auth/oauth2/consent', {
-      cookie: user.cookie,
-      headers: { origin: t.baseUrl },
-      json: { accept: true, consent_code: landing.searchParams.get('consent_code') },
-    });
-    if (consent.status !== 200 || typeof consent.body?.url !== 'string') {
-      throw new Error(`consent answered ${consent.status} ${consent.text}`);
-    }
-    landing = new URL(consent.body.url);
-  }
+  const landing = await landingAfterConsent(t, authorizeUrl(client, params), user);
   const code = landing.searchParams.get('code');
   if (!code) throw new Error(`the flow ended at ${landing} without a code`);
   return { code, state: landing.searchParams.get('state') ?? '', landing };
+}
+
+/**
+ * Where the user's browser lands at the client after an authorize URL (a path or a whole URL): signed in, it consents
+ * (or denies, `accept` false) when asked, and lands at the redirect URI with a code or an error.
+ */
+export async function landingAfterConsent(t: TestApp, url: string, user: TestUser, accept = true): Promise<URL> {
+  const target = new URL(url, t.baseUrl);
+  const landing = await followAuthorize(t, `${target.pathname}${target.search}`, user.cookie);
+  if (landing.pathname !== '/consent') return landing;
+  const consent = await t.http.post('/api/auth/oauth2/consent', {
+    cookie: user.cookie,
+    headers: { origin: t.baseUrl },
+    json: { accept, consent_code: landing.searchParams.get('consent_code') },
+  });
+  if (consent.status !== 200 || typeof consent.body?.url !== 'string') throw new Error(`consent answered ${consent.status} ${consent.text}`);
+  return new URL(consent.body.url);
 }
 
 /**
