@@ -21,7 +21,7 @@ import { enforceDailyAllowance } from '../http/rate-limit.ts';
  */
 export const CHECKOUTS_PER_DAY = 50;
 export const PORTAL_SESSIONS_PER_DAY = 50;
-/** Reads of one's checkout sessions (GET /me/checkout/{sessionId}); a success page polls a few times. */
+/** Reads of one's checkout sessions (GET /me/checkout/{sessionId}) of one agent's tiers; a success page polls a few times. */
 export const CHECKOUT_READS_PER_DAY = 100;
 /** Cancels of one's paid subscriptions (POST /me/subscriptions/{agentId}/cancel): each reads Stripe, a repeat too. */
 export const CANCELS_PER_DAY = 50;
@@ -47,10 +47,20 @@ export interface Asker {
   agentId?: string | undefined;
 }
 
-/** Counts one request of `kind` for this user and credential, or throws 429 RATE_LIMITED when the day's allowance is used up. */
-export async function takeBillingAllowance(deps: Pick<AppDeps, 'database' | 'clock'>, asker: Asker, kind: keyof typeof allowances): Promise<void> {
+/**
+ * Counts one request of `kind` for this user and credential (and, when given, the agent whose object it is asked of:
+ * checkout reads are counted per agent whose tier the session sells), or throws 429 RATE_LIMITED when the day's
+ * allowance is used up.
+ */
+export async function takeBillingAllowance(
+  deps: Pick<AppDeps, 'database' | 'clock'>,
+  asker: Asker,
+  kind: keyof typeof allowances,
+  ofAgent?: string,
+): Promise<void> {
   const { limit, message } = allowances[kind];
-  await enforceDailyAllowance(deps, `billing-${kind}|${asker.userId}|${asker.agentId ?? 'own'}`, limit, message);
+  const of = ofAgent ? `|of:${ofAgent}` : '';
+  await enforceDailyAllowance(deps, `billing-${kind}|${asker.userId}|${asker.agentId ?? 'own'}${of}`, limit, message);
 }
 
 const anonymousAllowances = {

@@ -8,7 +8,7 @@ import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { purchaseAbandoned } from './purchase-claims.ts';
 import { ensureCustomer } from './customers.ts';
 import { askStripe, callStripe, isStripeMissing, requirePayments } from './payments.ts';
-import { applyStripeRead, readPurchaseToPlace } from './subscription-state.ts';
+import { applyStripeRead, readPurchaseToPlace, undoPurchaseOfDeletedAgent } from './subscription-state.ts';
 import { startFreeSubscription, type SubscriptionDto } from './subscriptions.ts';
 import { findSubscriptionByStripeId, liveSubscription } from './subscription-queries.ts';
 import { requireWithinAgent } from '../http/access.ts';
@@ -81,7 +81,7 @@ async function createSubscriptionCheckout(
   // Who and what travel in the session and the subscription it creates, so the webhook can place the
   // subscription without trusting anything else. The tier itself is later read from the price, never from here.
   const metadata = { userId: buyer.userId, tierId: tier.id, agentId: tier.agentId };
-  return askStripe('the checkout', () =>
+  const session = await askStripe('the checkout', () =>
     stripe.checkout.sessions.create({
       mode: 'subscription',
       customer,
@@ -91,6 +91,31 @@ async function createSubscriptionCheckout(
       subscription_data: { metadata },
       ...returnUrls,
     }),
+  );
+  await recordSessionMade(deps, session.id, buyer.userId, tier.agentId);
+  return session;
+}
+
+/**
+ * The Checkout Sessions we made, and for whom (migration 20261127004400): a read or an anonymous completion of an id
+ * not made here, or made for someone else, is refused before it spends an allowance or asks Stripe. Another site could
+ * otherwise navigate a popup through the built-in success page with made-up ids, whose same-origin read is the user's
+ * own doing, and spend the user's reads of the day.
+ */
+async function recordSessionMade(deps: BillingDeps, sessionId: string, userId: string | null, agentId: string): Promise<void> {
+  await sql`insert into public.checkout_sessions (session_id, user_id, agent_id) values (${sessionId}, ${userId}, ${agentId})
+             on conflict (session_id) do nothing`.execute(deps.database.db);
+}
+
+async function agentDeleted(deps: BillingDeps, agentId: string): Promise<boolean> {
+  return !!(await first(deps.database.db, sql`select 1 as gone from public.agents where id = ${agentId} and status = 'inactive'`));
+}
+
+/** The session as we made it: `userId` null for an anonymous checkout; undefined when we never made it (or it was pruned). */
+async function sessionMade(deps: BillingDeps, sessionId: string): Promise<{ userId: string | null; agentId: string } | undefined> {
+  return first<{ userId: string | null; agentId: string }>(
+    deps.database.db,
+    sql`select user_id as "userId", agent_id as "agentId" from public.checkout_sessions where session_id = ${sessionId}`,
   );
 }
 
@@ -114,6 +139,7 @@ export async function startAnonymousCheckout(
       ...returnUrls,
     }),
   );
+  await recordSessionMade(deps, session.id, null, tier.agentId);
   return { checkoutUrl: session.url!, sessionId: session.id };
 }
 
@@ -138,6 +164,10 @@ export type CompletedAnonymousCheckout =
   | { kind: 'claim' };
 
 export async function completeAnonymousCheckout(deps: BillingDeps, sessionId: string): Promise<CompletedAnonymousCheckout> {
+  requirePayments(deps);
+  // Only an anonymous checkout we made: a made-up id asks Stripe nothing.
+  const made = await sessionMade(deps, sessionId);
+  if (!made || made.userId !== null) throw notFound('Checkout session', { sessionId });
   const session = await retrieveSession(deps, sessionId);
   // Sessions of signed-in buyers are theirs: this public endpoint would otherwise reveal who bought what.
   if (session.metadata?.anonymous !== 'true') throw notFound('Checkout session', { sessionId });
@@ -152,6 +182,14 @@ export async function completeAnonymousCheckout(deps: BillingDeps, sessionId: st
   // A subscription Stripe no longer has is 422 `gone` before an account is made or a mail sent (it was a 500 after both).
   // The same read is written once the purchase is placed (placing it asks Stripe nothing): one Stripe read, not two.
   const read = await readPurchaseToPlace(deps, stripeSubscriptionId);
+  // Its agent deleted since the checkout began: refunded and canceled (if the webhook has not done it yet), and no
+  // account is made or attached for it.
+  if (await agentDeleted(deps, made.agentId)) {
+    await undoPurchaseOfDeletedAgent(deps, read);
+    throw invalidState('This agent was removed from the marketplace before your purchase went through: your payment is refunded in full', {
+      reason: 'agent_deleted',
+    });
+  }
   const placement = await placeAnonymousPurchase(
     deps,
     {
@@ -189,8 +227,14 @@ export interface CheckoutSessionView {
 
 /** Read-through to Stripe for the signed-in buyer's own session; writes nothing (the webhook owns writes). */
 export async function verifyCheckoutSession(deps: BillingDeps, principal: Principal, sessionId: string): Promise<CheckoutSessionView> {
-  // Counted before the read: whose session it is, only Stripe can say (a made-up id costs Stripe a read too).
-  await takeBillingAllowance(deps, principal, 'checkout-read');
+  // Whose session it is, we say (a made-up id, someone else's or an anonymous one: 404, nothing spent, Stripe not
+  // asked), and then count the read: per agent whose tier it sells, so the sessions one agent's backend started for the
+  // user (it knows their ids) can use up the user's reads of that agent's sessions only.
+  requirePayments(deps); // without Stripe, 503 PAYMENTS_NOT_CONFIGURED for any id, as every paid path answers
+  const made = await sessionMade(deps, sessionId);
+  if (!made || made.userId !== principal.userId) throw notFound('Checkout session', { sessionId });
+  requireWithinAgent(principal, made.agentId);
+  await takeBillingAllowance(deps, principal, 'checkout-read', made.agentId);
   const session = await retrieveSession(deps, sessionId);
   const owner = session.client_reference_id ?? session.metadata?.userId;
   if (owner !== principal.userId) throw notFound('Checkout session', { sessionId });

@@ -137,17 +137,31 @@ export async function readToApply(deps: BillingDeps, stripeSubscriptionId: strin
  * once another period began with that renewal still open: the row then shows `incomplete`, and paying the open
  * invoices (the portal shows them) makes Stripe's state active again, which the next event writes. Only renewal
  * invoices count (billing_reason subscription_cycle): an open upgrade proration never made a subscription past_due.
- * One Stripe call, for past_due subscriptions only.
+ * One Stripe call, for past_due subscriptions, and active ones coming back from unpaid (comingBackFromUnpaid).
  */
 async function lapsedUnpaid(deps: BillingDeps, sub: Stripe.Subscription): Promise<boolean> {
   const periodStart = sub.items.data[0]?.current_period_start;
-  if (sub.status !== 'past_due' || periodStart === undefined) return false;
+  if (periodStart === undefined || !(sub.status === 'past_due' || (await comingBackFromUnpaid(deps, sub)))) return false;
   const { stripe } = requirePayments(deps);
   const open = await callStripe(() => stripe.invoices.list({ subscription: sub.id, status: 'open', limit: 100 }));
   // A day's margin: the current period's own renewal invoice is made at its start (never a day before it), and
   // tiers renew monthly or yearly, so an earlier period's renewal is weeks older.
   const earlierPeriod = periodStart - 24 * 60 * 60;
   return open.data.some((invoice) => invoice.billing_reason === 'subscription_cycle' && invoice.created < earlierPeriod);
+}
+
+/**
+ * An active subscription whose row here is past_due or incomplete: Stripe's status follows the latest invoice only, so
+ * paying the newest one (or the card working again at the next renewal) made it active with an earlier period's
+ * renewal still open, and access came back: the buyer paid every other period and was served every period (review
+ * 30). So the open renewals are looked at then too: one more Stripe call, only on the way back from unpaid.
+ */
+async function comingBackFromUnpaid(deps: BillingDeps, sub: Stripe.Subscription): Promise<boolean> {
+  if (sub.status !== 'active' && sub.status !== 'trialing') return false;
+  return !!(await first(
+    deps.database.db,
+    sql`select 1 as behind from public.subscriptions where stripe_subscription_id = ${sub.id} and status in ('past_due', 'incomplete')`,
+  ));
 }
 
 /**
@@ -306,6 +320,7 @@ export async function syncStripeSubscription(
  * is as safe here as a fresh one.
  */
 export async function applyStripeRead(deps: BillingDeps, read: StripeRead, event?: { id: string; type: string }): Promise<ApplyResult> {
+  read = await undoPurchaseOfDeletedAgent(deps, read);
   const subscriber = await subscriberOf(deps, read.subscription);
   if (subscriber?.removed) return endPurchaseOfRemovedUser(deps, read.subscription, subscriber.userId, event);
   return writeStripeRead(deps, read, subscriber?.userId, event);
@@ -398,6 +413,36 @@ async function newPurchaseOfBannedUser(deps: BillingDeps, userId: string, subscr
           from "user" u where u.id = ${userId}`,
   );
   return !!row?.banned && !row.served;
+}
+
+/**
+ * A purchase of an agent an admin deleted (status `inactive`) that has not served yet: a checkout opened while the
+ * agent was live and paid after its deletion (Stripe keeps the page payable for a day; anonymous ones too), or a row
+ * written `incomplete` before the deletion whose first payment went through after it. Nothing of the agent can be used
+ * any more (its client is disabled, its tokens revoked), so the purchase is refunded in full and canceled at Stripe
+ * before anything is written or placed (no account is made for an anonymous buyer), and the read after that is what
+ * gets written. Before, it was written live and the deletion's round only stopped its renewal: the buyer paid a whole
+ * period nobody could use (review 30). One that has served is the deletion's round's (deleted-agents.ts: it runs to
+ * its period's end, no automatic refund). A failure leaves the event unrecorded, so Stripe's redelivery runs this again.
+ */
+export async function undoPurchaseOfDeletedAgent(deps: BillingDeps, read: StripeRead): Promise<StripeRead> {
+  const { subscription } = read;
+  const priceId = subscription.items.data[0]?.price.id;
+  if (!isLive(subscription) || !priceId) return read;
+  const found = await first<{ agentId: string }>(
+    deps.database.db,
+    sql`select a.id as "agentId" from public.tiers t join public.agents a on a.id = t.agent_id
+         where t.stripe_price_id = ${priceId} and a.status = 'inactive'
+           and not exists (select 1 from public.subscriptions s where s.stripe_subscription_id = ${subscription.id} and s.granted_access)`,
+  );
+  if (!found) return read;
+  const refunds = await refundAndCancel(deps, subscription, { metadata: { deletedAgentId: found.agentId } });
+  deps.logger.warn('paid subscription of a deleted agent canceled and refunded before it served', {
+    stripeSubscriptionId: subscription.id,
+    agentId: found.agentId,
+    refunds,
+  });
+  return readToApply(deps, subscription.id);
 }
 
 /** Whether an event id was already processed (a cheap pre-check; the SQL function is the real guard). */

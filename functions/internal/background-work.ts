@@ -14,10 +14,10 @@ import { drainWebhookOutbox, type DrainResult } from '../webhooks/index.ts';
 /**
  * The service's background work, as one bounded call that any process may make at any time, any number at once:
  *   - housekeeping, in SQL (public.background_housekeeping, migrations 20261123000700, 20261125000600,
- *     20261125000800 and 20261125000900): expired revocation-list rows, ended rate-limit windows, expired usage
- *     reservations (whose ledger rows and reservation.expired webhooks otherwise wait for the next read of their
- *     counter), mails done a week ago, agent-webhook deliveries and events 30 days after they ended, expired
- *     sessions, verification rows and refresh tokens;
+ *     20261125000800, 20261125000900 and 20261127004400): expired revocation-list rows, ended rate-limit windows,
+ *     expired usage reservations (whose ledger rows and reservation.expired webhooks otherwise wait for the next read
+ *     of their counter), mails done a week ago, agent-webhook deliveries and events 30 days after they ended, expired
+ *     sessions, verification rows and refresh tokens, records of Checkout Sessions made 30 days ago;
  *   - the mail outbox (platform/mailer.ts) and the agent-webhook outbox (webhooks/drain.ts), each claiming what it
  *     sends with FOR UPDATE SKIP LOCKED under a lease, so concurrent drains never send the same mail or delivery;
  *   - when payments are configured, anonymous purchases nobody claimed, canceled and refunded at Stripe
@@ -48,6 +48,8 @@ export interface HousekeepingReport {
   verificationsPruned: number;
   /** expired OAuth refresh tokens, deleted */
   refreshTokensPruned: number;
+  /** records of Checkout Sessions made more than 30 days ago, deleted (their reads answer 404 since) */
+  checkoutSessionsPruned: number;
 }
 
 /** The parts of one round of background work, each run and reported on its own. */

@@ -45,6 +45,7 @@ const drainReport = z
         .int()
         .openapi({ description: 'expired verification links, password-reset tokens and authorization codes, deleted' }),
       refreshTokensPruned: z.int().openapi({ description: 'expired OAuth refresh tokens, deleted' }),
+      checkoutSessionsPruned: z.int().openapi({ description: 'records of Checkout Sessions made more than 30 days ago, deleted' }),
     }),
     mail: z.object({ handled: z.int().openapi({ description: 'mails sent, logged or rescheduled after a failed attempt' }) }),
     webhooks: z.object({ attempted: z.int(), delivered: z.int(), retrying: z.int(), failed: z.int() }),

@@ -84,19 +84,89 @@ describe("an agent's token has an allowance of its own for the user, and spends 
 });
 
 describe('checkout-session reads', () => {
-  it(`attack: reading made-up checkout sessions in a loop stops reaching Stripe after ${CHECKOUT_READS_PER_DAY} a day`, async () => {
-    // The read asks Stripe before it can tell whose session it is: each made-up id cost the marketplace's shared Stripe
-    // rate limit a call (found by a review).
+  it(`attack: reading made-up, anonymous or other users' checkout sessions asks Stripe nothing and spends nothing; one's own read in a loop stops reaching Stripe after ${CHECKOUT_READS_PER_DAY} a day`, async () => {
+    // The read asked Stripe before it could tell whose session it was: each made-up id cost the marketplace's shared
+    // Stripe rate limit a call and one of the user's reads (found by a review). Now the sessions we made are recorded
+    // with their buyer (migration 20261127004400), and only the buyer's own are read at Stripe, and counted.
     const user = await signUp(w.t);
+    const other = await signUp(w.t);
+    const tier = await paidTier(w, (await activeAgent(w)).id);
+    const othersSession = await w.t.http.post('/me/checkout', { cookie: other.cookie, json: { tierId: tier.id } });
+    expect(othersSession.status, othersSession.text).toBe(200);
+    const anonymousSession = await w.t.http.post('/checkout/anonymous', { json: { tierId: tier.id } });
+    expect(anonymousSession.status, anonymousSession.text).toBe(200);
     const reads = () => w.fake.requests.filter((r) => r.method === 'GET' && r.path.startsWith('/v1/checkout/sessions/')).length;
     const before = reads();
+    const notMine = [othersSession.body.data.sessionId, anonymousSession.body.data.sessionId];
+    const refused = new Set<string>();
+    for (let i = 0; i < CHECKOUT_READS_PER_DAY + 10; i++) {
+      const id = i < notMine.length ? notMine[i] : `cs_test_${randomBytes(12).toString('hex')}`;
+      const res = await w.t.http.get(`/me/checkout/${id}`, { cookie: user.cookie });
+      refused.add(`${res.status} ${res.body.error?.code}`);
+    }
+    expect({ refused: [...refused], stripeReads: reads() - before }).toEqual({ refused: ['404 NOT_FOUND'], stripeReads: 0 });
+
+    const mine = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+    expect(mine.status, mine.text).toBe(200);
     const statuses: number[] = [];
     for (let i = 0; i < CHECKOUT_READS_PER_DAY + 10; i++) {
-      statuses.push((await w.t.http.get(`/me/checkout/cs_test_${randomBytes(12).toString('hex')}`, { cookie: user.cookie })).status);
+      statuses.push((await w.t.http.get(`/me/checkout/${mine.body.data.sessionId}`, { cookie: user.cookie })).status);
     }
-    expect(statuses.slice(0, CHECKOUT_READS_PER_DAY).every((s) => s === 404)).toBe(true);
+    expect(statuses.slice(0, CHECKOUT_READS_PER_DAY).every((s) => s === 200)).toBe(true);
     expect(statuses.slice(CHECKOUT_READS_PER_DAY).every((s) => s === 429)).toBe(true);
     expect(reads() - before).toBe(CHECKOUT_READS_PER_DAY);
+  });
+
+  it('attack: another site navigates a popup through the built-in success page with made-up session ids; its same-origin reads spend nothing, the user\'s own success page still reads their checkout', async () => {
+    // The page at /checkout/success?session_id=... reads the id with a same-origin fetch on load, which is the
+    // user's own doing by its fetch metadata (rule 29 cannot refuse it: Stripe's redirect to the page is a cross-site
+    // navigation too). A page the user opened navigated a popup through it again and again, each load one of the
+    // user's reads and a Stripe read, until their own success page was refused 429 for the day.
+    const user = await signUp(w.t);
+    const tier = await paidTier(w, (await activeAgent(w)).id);
+    const reads = () => w.fake.requests.filter((r) => r.method === 'GET' && r.path.startsWith('/v1/checkout/sessions/')).length;
+    const before = reads();
+    const navigation = { cookie: user.cookie, 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' };
+    const pageRead = { cookie: user.cookie, 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty' };
+    const answers = new Set<string>();
+    for (let i = 0; i < CHECKOUT_READS_PER_DAY + 5; i++) {
+      const id = `cs_test_${randomBytes(12).toString('hex')}`;
+      const page = await browserGet(w.t.baseUrl, `/checkout/success?session_id=${id}`, navigation);
+      expect(page.status).toBe(200);
+      const res = await browserGet(w.t.baseUrl, `/me/checkout/${id}`, pageRead);
+      answers.add(`${res.status} ${JSON.parse(res.text).error?.code}`);
+    }
+    expect({ answers: [...answers], stripeReads: reads() - before }).toEqual({ answers: ['404 NOT_FOUND'], stripeReads: 0 });
+
+    const started = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+    expect(started.status, started.text).toBe(200);
+    const own = await browserGet(w.t.baseUrl, `/me/checkout/${started.body.data.sessionId}`, pageRead);
+    expect(own.status, own.text).toBe(200);
+    expect(JSON.parse(own.text).data.sessionId).toBe(started.body.data.sessionId);
+  });
+
+  it("attack: agent X's backend knows the checkout it started for the user and has the user's browser read it all day; the user's reads of other agents' checkouts are untouched", async () => {
+    const x = await activeAgent(w);
+    const xTier = await paidTier(w, x.id);
+    const y = await activeAgent(w);
+    const yTier = await paidTier(w, y.id);
+    const user = await signUp(w.t);
+    const tokenX = (await accessTokenFor(w.t, user, { agentId: x.id })).accessToken;
+    const byX = await w.t.http.post('/me/checkout', { bearer: tokenX, json: { tierId: xTier.id } });
+    expect(byX.status, byX.text).toBe(200);
+    const ownY = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: yTier.id } });
+    expect(ownY.status, ownY.text).toBe(200);
+    // X's token may not read the user's checkout of Y (and spends nothing trying).
+    expect((await w.t.http.get(`/me/checkout/${ownY.body.data.sessionId}`, { bearer: tokenX })).status).toBe(403);
+
+    const pageRead = { cookie: user.cookie, 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty' };
+    const statuses: number[] = [];
+    for (let i = 0; i < CHECKOUT_READS_PER_DAY + 3; i++) {
+      statuses.push((await browserGet(w.t.baseUrl, `/me/checkout/${byX.body.data.sessionId}`, pageRead)).status);
+    }
+    expect(statuses.slice(CHECKOUT_READS_PER_DAY)).toEqual([429, 429, 429]);
+    const y1 = await browserGet(w.t.baseUrl, `/me/checkout/${ownY.body.data.sessionId}`, pageRead);
+    expect(y1.status, y1.text).toBe(200);
   });
 
   it(`attack: another site's page loads /me/checkout/... ${CHECKOUT_READS_PER_DAY} times with the user's cookie; nothing is spent, Stripe is not asked, the user's own read still works`, async () => {

@@ -143,3 +143,51 @@ describe('past_due grants access in the period whose renewal failed, not in the 
     expect(await access(user, agent.id)).toMatchObject({ status: 'active' });
   });
 });
+
+describe('paying only the newest invoice does not bring access back with an earlier renewal still open', () => {
+  const openInvoicesOf = (stripeSubscriptionId: string) =>
+    [...w.fake.invoices.values()].filter((i) => i.parent?.subscription_details?.subscription === stripeSubscriptionId && i.status === 'open');
+
+  it('attack: the buyer pays only the newest invoice; the skipped period stays unpaid, no access until it is paid too', async () => {
+    // Review 30: Stripe's status follows the latest invoice only, so paying the current period's invoice (or the card
+    // simply working again at the next renewal) makes the subscription active with the earlier renewal still open,
+    // and the service looked at open renewals for past_due subscriptions only: the buyer paid every other period and
+    // was served every period.
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
+
+    // Period 2: the renewal fails; past_due, served while Stripe retries.
+    w.fake.setPaymentMode('fails');
+    w.fake.advancePeriod(stripeSubscriptionId);
+    await deliverPending(w);
+    expect(await access(user, agent.id)).toMatchObject({ status: 'past_due' });
+    const skipped = w.fake.subscriptions.get(stripeSubscriptionId)!.latest_invoice as string;
+
+    // Period 3 begins with period 2's renewal still open: no access.
+    w.fake.advancePeriod(stripeSubscriptionId);
+    await deliverPending(w);
+    expect(await access(user, agent.id)).toBeNull();
+
+    // The buyer pays period 3's invoice only: Stripe says active; the service keeps it incomplete.
+    w.fake.setPaymentMode('succeeds');
+    w.fake.payInvoice(w.fake.subscriptions.get(stripeSubscriptionId)!.latest_invoice);
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.status).toBe('active');
+    expect(openInvoicesOf(stripeSubscriptionId).map((i) => i.id)).toEqual([skipped]);
+    expect({ access: (await access(user, agent.id))?.status ?? null, row: await rowStatus(stripeSubscriptionId) }).toEqual({
+      access: null,
+      row: 'incomplete',
+    });
+
+    // Paying the skipped renewal too brings access back.
+    w.fake.payInvoice(skipped);
+    await deliverPending(w);
+    expect(openInvoicesOf(stripeSubscriptionId)).toEqual([]);
+    expect({ access: (await access(user, agent.id))?.status ?? null, row: await rowStatus(stripeSubscriptionId) }).toEqual({
+      access: 'active',
+      row: 'active',
+    });
+  });
+});

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sha256Base64Url } from '../../functions/auth/oauth/token-records.ts';
 import { first, rows, sql } from '../../functions/platform/db.ts';
@@ -309,6 +310,19 @@ describe('what a drain does', () => {
     expect((await t.http.get('/me', { bearer: refreshed.body.access_token })).status).toBe(200);
     // and the admin, whose session is live, is still signed in
     expect((await t.http.get('/me', { cookie: admin.cookie })).status).toBe(200);
+  });
+
+  it('deletes the records of Checkout Sessions made more than 30 days ago, and keeps younger ones', async () => {
+    const day = 24 * 60 * 60_000;
+    const at = (daysAgo: number) => new Date(Date.now() - daysAgo * day);
+    const agentId = randomUUID();
+    await sql`insert into public.checkout_sessions (session_id, user_id, agent_id, created_at)
+              values ('cs_test_prune_old', null, ${agentId}, ${at(31)}), ('cs_test_prune_young', null, ${agentId}, ${at(29)})`.execute(t.db);
+    const res = await drain(t);
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data.housekeeping.checkoutSessionsPruned).toBeGreaterThanOrEqual(1);
+    const left = await rows<{ id: string }>(t.db, sql`select session_id as id from public.checkout_sessions where agent_id = ${agentId}`);
+    expect(left.map((r) => r.id)).toEqual(['cs_test_prune_young']);
   });
 
   it('keeps a mail the server refuses pending for a later drain (the outbox survives an SMTP outage)', async () => {

@@ -3143,6 +3143,8 @@ export interface components {
             /** @description Parts that failed: always empty in a 200 (a call where one failed answers 503, the report in `details.report`) */
             failed: ("housekeeping" | "mail" | "webhooks" | "purchases" | "deletedAgents" | "overdueSubscriptions")[];
             housekeeping: {
+                /** @description records of Checkout Sessions made more than 30 days ago, deleted */
+                checkoutSessionsPruned: number;
                 /** @description mails done (sent, logged or failed for good) more than 7 days ago, deleted */
                 mailPruned: number;
                 rateLimitsPruned: number;
