@@ -417,6 +417,36 @@ export type Database = {
         };
         Relationships: [];
       };
+      "checkout_sessions": {
+        Row: {
+          "agent_id": string;
+          "created_at": string;
+          "session_id": string;
+          "user_id": string | null;
+        };
+        ComputedFields: never;
+        Insert: {
+          "agent_id": string;
+          "created_at"?: string;
+          "session_id": string;
+          "user_id"?: string | null;
+        };
+        Update: {
+          "agent_id"?: string;
+          "created_at"?: string;
+          "session_id"?: string;
+          "user_id"?: string | null;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "checkout_sessions_user_id_fkey";
+            columns: ["user_id"];
+            isOneToOne: false;
+            referencedRelation: "user";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
       "first_party_clients": {
         Row: {
           "client_id": string;
@@ -2358,12 +2388,11 @@ export type Database = {
         Row: {
           "agent_id": string;
           "created_at": string;
+          "earlier_secrets": NonNullable<Json>;
           "enabled": boolean;
           "events": (string)[];
           "failing_since": string | null;
           "id": string;
-          "previous_secret_encrypted": string | null;
-          "previous_secret_expires_at": string | null;
           "secret_encrypted": string;
           "updated_at": string;
           "url": string;
@@ -2372,12 +2401,11 @@ export type Database = {
         Insert: {
           "agent_id": string;
           "created_at": string;
+          "earlier_secrets"?: NonNullable<Json>;
           "enabled"?: boolean;
           "events": (string)[];
           "failing_since"?: string | null;
           "id"?: string;
-          "previous_secret_encrypted"?: string | null;
-          "previous_secret_expires_at"?: string | null;
           "secret_encrypted": string;
           "updated_at": string;
           "url": string;
@@ -2385,12 +2413,11 @@ export type Database = {
         Update: {
           "agent_id"?: string;
           "created_at"?: string;
+          "earlier_secrets"?: NonNullable<Json>;
           "enabled"?: boolean;
           "events"?: (string)[];
           "failing_since"?: string | null;
           "id"?: string;
-          "previous_secret_encrypted"?: string | null;
-          "previous_secret_expires_at"?: string | null;
           "secret_encrypted"?: string;
           "updated_at"?: string;
           "url"?: string;
@@ -2739,6 +2766,10 @@ export type Database = {
           "period_end": string;
           "period_start": string;
         }[];
+      };
+      "checkout_sessions_prune": {
+        Args: { "p_limit": number; "p_now": string };
+        Returns: number;
       };
       "data_api_token_may_read": {
         Args: { "p_agent": string; "p_owner": string };

@@ -103,20 +103,31 @@ export async function getDelivery(deps: Pick<AppDeps, 'database'>, deliveryId: s
 /**
  * Sends a delivered or failed delivery again: it becomes pending, due at once, with a fresh 24-hour retry window
  * (its attempt log stays). It goes out on the next drain, after any earlier pending delivery to the same endpoint.
- * A pending delivery is already on its way: 422 INVALID_STATE. A delivered one shows no deliveredAt while pending
- * again (the attempt log keeps when it was delivered); redelivered_at is when it was queued again.
+ * A pending delivery is already on its way: 422 INVALID_STATE. So is one whose event type its endpoint no longer
+ * lists: the drain never sends those (docs/webhooks.md), and it answered 200 `pending` and then failed it again unsent
+ * (review 31); list the type again first. A delivered one shows no deliveredAt while pending again (the attempt log
+ * keeps when it was delivered); redelivered_at is when it was queued again.
  */
 export async function redeliver(deps: Pick<AppDeps, 'database' | 'clock'>, deliveryId: string): Promise<Delivery> {
   const row = await first<{ id: string }>(
     deps.database.db,
-    sql`update public.webhook_deliveries
+    sql`update public.webhook_deliveries d
            set status = 'pending', attempts = 0, next_attempt_at = '-infinity', first_attempt_at = null, claim_id = null,
                delivered_at = null, redelivered_at = ${deps.clock.now()}
-         where id = ${deliveryId} and status <> 'pending'
-         returning id`,
+          from public.webhook_events ev, public.webhook_endpoints e
+         where d.id = ${deliveryId} and d.status <> 'pending'
+           and ev.id = d.event_id and e.id = d.endpoint_id and ev.type = any (e.events)
+         returning d.id`,
   );
   if (!row) {
     const existing = await getDelivery(deps, deliveryId);
+    if (existing.status !== 'pending') {
+      throw new ApiError('INVALID_STATE', "The endpoint no longer lists this delivery's event type: add it to the endpoint's events, then redeliver", {
+        deliveryId,
+        reason: 'type_not_listed',
+        eventType: existing.eventType,
+      });
+    }
     throw new ApiError('INVALID_STATE', 'The delivery is already pending: it will be attempted again on its own', {
       deliveryId,
       status: existing.status,

@@ -100,8 +100,8 @@ interface Claimed {
   data: Record<string, unknown>;
   url: string;
   secret: string;
-  previousSecret: string | null;
-  previousSecretExpiresAt: Date | string | null;
+  /** secrets rotations replaced, each signing until its `until` (migration 20261127004500) */
+  earlierSecrets: Array<{ secret: string; until: string }>;
 }
 
 type Outcome = 'delivered' | 'retrying' | 'failed';
@@ -223,8 +223,7 @@ async function claimRound(deps: WebhookDrainDeps, claimId: string, n: number): P
            where d.id = due.id and ev.id = d.event_id and e.id = d.endpoint_id and ev.type = any (e.events)
           returning d.id, d.endpoint_id as "endpointId", d.event_id as "eventId", d.attempts,
                     ev.type, ev.occurred_at as "occurredAt", ev.data, e.url,
-                    e.secret_encrypted as secret, e.previous_secret_encrypted as "previousSecret",
-                    e.previous_secret_expires_at as "previousSecretExpiresAt"
+                    e.secret_encrypted as secret, e.earlier_secrets as "earlierSecrets"
         )
         select claimed.*, u.unsent
           from (select count(*)::int as unsent from unlisted) u
@@ -333,6 +332,8 @@ async function attempt(
                    else 'not sent: its endpoint had been failing for 24 hours since it was queued, behind an earlier delivery' end
             from endpoint, recorded
            where w.endpoint_id = endpoint.id and w.status = 'pending' and w.claim_id is null
+             -- implied by both rules below; lets webhook_deliveries_endpoint_queued_idx find only these (review 31)
+             and coalesce(w.redelivered_at, w.created_at) <= ${cutoff}
              and ((recorded.status = 'failed'
                    and public.webhook_retries_over(coalesce(w.redelivered_at, w.created_at), endpoint.failing_since, ${cutoff}))
                   or public.webhook_delivery_outlived(coalesce(w.redelivered_at, w.created_at), ${cutoff}))
@@ -357,13 +358,14 @@ async function attempt(
   return { outcome, failedBehind: behind };
 }
 
-/** The current secret, and the previous one while its grace period after a rotation lasts. */
+/** The current secret, and each one a rotation replaced while its 24 hours after that last. */
 async function signingSecrets(deps: WebhookDrainDeps, d: Claimed, at: Date): Promise<string[]> {
   const box = secretBox(deps.config.authSecret);
   const secrets = [await box.open(d.secret, d.endpointId)];
-  if (d.previousSecret && d.previousSecretExpiresAt && new Date(d.previousSecretExpiresAt) > at) {
-    const previous = await box.open(d.previousSecret, d.endpointId).catch(() => null);
-    if (previous) secrets.push(previous);
+  for (const earlier of d.earlierSecrets) {
+    if (new Date(earlier.until) <= at) continue;
+    const opened = await box.open(earlier.secret, d.endpointId).catch(() => null);
+    if (opened) secrets.push(opened);
   }
   return secrets;
 }

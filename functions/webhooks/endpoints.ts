@@ -14,6 +14,8 @@ type Deps = Pick<AppDeps, 'database' | 'clock' | 'config'>;
 
 /** How long the previous secret keeps signing (as a second signature) after a rotation. */
 export const PREVIOUS_SECRET_GRACE_MS = 24 * 60 * 60 * 1000;
+/** Replaced secrets that still sign, at most: a header of at most four signatures, however often an admin rotates. */
+export const EARLIER_SECRETS_KEPT = 3;
 
 interface Row {
   id: string;
@@ -170,8 +172,10 @@ export async function deleteWebhook(deps: Deps, agentId: string, webhookId: stri
 }
 
 /**
- * A new secret, shown once. The previous one keeps signing as a second `v1,` signature for 24 hours, so a receiver
- * that has not switched yet still verifies (Standard Webhooks receivers accept any listed signature).
+ * A new secret, shown once. The one it replaces keeps signing as a further `v1,` signature for 24 hours, so a receiver
+ * that has not switched yet still verifies (Standard Webhooks receivers accept any listed signature); so do the ones
+ * earlier rotations replaced, each until its own 24 hours end (a second rotation within the day cut the original
+ * secret off at once: review 31), at most the EARLIER_SECRETS_KEPT latest.
  */
 export async function rotateWebhookSecret(deps: Deps, agentId: string, webhookId: string): Promise<WebhookWithSecret> {
   const secret = newWebhookSecret();
@@ -180,8 +184,16 @@ export async function rotateWebhookSecret(deps: Deps, agentId: string, webhookId
   const row = await first<Row>(
     deps.database.db,
     sql`update public.webhook_endpoints e set
-          previous_secret_encrypted = e.secret_encrypted,
-          previous_secret_expires_at = ${new Date(now.getTime() + PREVIOUS_SECRET_GRACE_MS)},
+          earlier_secrets = (
+            select coalesce(jsonb_agg(kept.x order by kept.until desc), '[]'::jsonb)
+              from (select x, (x ->> 'until')::timestamptz as until
+                      from jsonb_array_elements(
+                             jsonb_build_array(jsonb_build_object('secret', e.secret_encrypted,
+                                                                  'until', ${new Date(now.getTime() + PREVIOUS_SECRET_GRACE_MS)}::timestamptz))
+                             || e.earlier_secrets) as replaced(x)
+                     where (x ->> 'until')::timestamptz > ${now}::timestamptz
+                     order by until desc
+                     limit ${EARLIER_SECRETS_KEPT}) kept),
           secret_encrypted = ${sealed},
           updated_at = ${now}
         where e.id = ${webhookId} and e.agent_id = ${agentId}

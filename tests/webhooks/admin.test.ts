@@ -268,10 +268,18 @@ describe('deliveries', () => {
       await passBackoff(t, webhookId);
       await drain(t);
       expect(receiver.accepted().map((p) => p.type)).toEqual(['subscription.canceled']);
-      // Listing the type again brings back nothing of before; an admin may still redeliver one by id.
+      // Redelivering one whose type the endpoint does not list is refused (the drain would end it unsent again: review 31)
+      const unlisted = after.body.data[1];
+      const refused = await t.http.post(`/admin/webhook-deliveries/${unlisted.id}/redeliver`, { cookie: admin.cookie });
+      expect([refused.status, refused.body.error?.code, refused.body.error?.details?.reason]).toEqual([422, 'INVALID_STATE', 'type_not_listed']);
+      // Listing the type again brings back nothing of before; an admin may then redeliver one by id, and it is sent.
       await t.http.patch(`${base(agent.agentId)}/${webhookId}`, { cookie: admin.cookie, json: { events: ['subscription.created', 'subscription.canceled'] } });
       await drain(t);
       expect(receiver.accepted().map((p) => p.type)).toEqual(['subscription.canceled']);
+      const again = await t.http.post(`/admin/webhook-deliveries/${unlisted.id}/redeliver`, { cookie: admin.cookie });
+      expect([again.status, again.body.data?.status]).toEqual([200, 'pending']);
+      await drain(t);
+      expect(receiver.accepted().map((p) => p.type)).toEqual(['subscription.canceled', 'subscription.created']);
     } finally {
       t.clock.set(new Date());
       await receiver.close();
@@ -328,9 +336,11 @@ describe('deliveries', () => {
         ['subscription.created', 'failed', 0, 'not sent: its event type was taken off the endpoint before it went out'],
         ['subscription.canceled', 'delivered', 1, null],
       ]);
-      // an admin may still redeliver one by id
-      const again = await t.http.post(`/admin/webhook-deliveries/${listed.at(-1)!.id}/redeliver`, { cookie: admin.cookie });
+      // one of a type still listed may be redelivered; one of the type taken off only once it is listed again
+      const again = await t.http.post(`/admin/webhook-deliveries/${listed[0]!.id}/redeliver`, { cookie: admin.cookie });
       expect(again.status, again.text).toBe(200);
+      const unlisted = await t.http.post(`/admin/webhook-deliveries/${listed.at(-1)!.id}/redeliver`, { cookie: admin.cookie });
+      expect([unlisted.status, unlisted.body.error?.details?.reason]).toEqual([422, 'type_not_listed']);
     } finally {
       t.clock.set(new Date());
       await receiver.close();

@@ -718,6 +718,54 @@ describe('delivery', () => {
     expect(header).toBe(new Webhook(fresh).sign(late.headers['webhook-id'] as string, sentAt, late.body));
   });
 
+  it('a second rotation within the day: every replaced secret signs until its own 24 hours end, at most the 3 latest', async () => {
+    // Review 31: one "previous secret" was kept, so a second rotation within the day (a double click; each new secret
+    // is shown once) cut off the secret the receiver still verified with, and every delivery failed at once.
+    const agent = await agentWithTiers();
+    const hook = await receiver();
+    const endpoint = await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created']);
+    const rotate = async () => {
+      const res = await t.http.post(`/admin/agents/${agent.agentId}/webhooks/${endpoint.id}/rotate-secret`, { cookie: admin.cookie });
+      expect(res.status, res.text).toBe(200);
+      return res.body.data.secret as string;
+    };
+    const signatures = () => (hook.received.at(-1)!.headers['webhook-signature'] as string).split(' ').length;
+    const first = await rotate();
+    t.clock.advance(60_000);
+    const second = await rotate();
+
+    // the original secret, the first rotation's and the second's: each verifies
+    t.clock.set(new Date());
+    for (const secret of [endpoint.secret, first, second]) {
+      hook.secrets = [secret];
+      await startFree(await signUp(t), agent.tierId);
+      expect(await drain(t)).toMatchObject({ delivered: 1 });
+      expect(hook.received.at(-1)!.error).toBeUndefined();
+      expect(signatures()).toBe(3);
+    }
+    // Just over 24 hours after the first rotation the original stops; a minute later the first rotation's too. (The
+    // header is compared with the library's sign on the message as sent: its verify compares webhook-timestamp with the
+    // real clock, and the test clock is a day ahead, so the receiver refuses these and each is set aside after.)
+    const signedBy = async (secrets: string[]) => {
+      await startFree(await signUp(t), agent.tierId);
+      await drain(t);
+      const last = hook.received.at(-1)!;
+      const sentAt = new Date(Number(last.headers['webhook-timestamp']) * 1000);
+      const id = last.headers['webhook-id'] as string;
+      expect(last.headers['webhook-signature']).toBe(secrets.map((secret) => new Webhook(secret).sign(id, sentAt, last.body)).join(' '));
+      await sql`update public.webhook_deliveries set status = 'delivered', delivered_at = now() where endpoint_id = ${endpoint.id} and status = 'pending'`.execute(t.db);
+    };
+    t.clock.advance(24 * 60 * 60 * 1000 + 30_000);
+    await signedBy([second, first]);
+    t.clock.advance(60_000);
+    await signedBy([second]);
+
+    // However often an admin rotates, at most the 3 latest replaced secrets sign beside the current one.
+    const rotated = [second];
+    for (let i = 0; i < 5; i++) rotated.push(await rotate());
+    await signedBy(rotated.reverse().slice(0, 4));
+  });
+
   it('a rotation addressed with the ids in upper case signs with the new secret too', async () => {
     // A UUID is the same id in either case; the secret is sealed to its endpoint's id, so before ids in the path were
     // normalised, this rotation sealed it to the upper-case text and every later delivery failed to open it.
