@@ -46,6 +46,28 @@ export function groupedTag(tag: string): string {
 
 const METHODS = new Set(['get', 'put', 'post', 'delete', 'patch', 'head', 'options', 'trace']);
 
+const errorContent = (schema: Json) => ({ 'application/json': { schema } });
+/** The error shapes (docs/errors.md): our envelope (http/envelope.ts) and the auth library's `{ code, message }`. */
+const ENVELOPE_ERROR = errorContent({ $ref: '#/components/schemas/Error' });
+const LIBRARY_ERROR = errorContent({ type: 'object', properties: { code: { type: 'string' }, message: { type: 'string' } } });
+
+/**
+ * Statuses an operation answers by the shape of its request, whatever its route lists: 415 UNSUPPORTED_MEDIA_TYPE to
+ * a body sent as another type where it takes JSON (the route's validator, http/text-guard.ts, the auth library), and
+ * 400 VALIDATION_ERROR to a malformed path or query value (an id that is not a UUID). Derived here from every
+ * operation, ours and the auth library's, so that no route can forget them (docs/errors.md: every operation lists
+ * its error statuses); a route that lists one itself keeps its own description.
+ */
+function addRequestStatuses(op: Json, content: Json): void {
+  const responses: Json = (op.responses ??= {});
+  if (op.requestBody?.content?.['application/json']) {
+    responses['415'] ??= { description: 'UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json`', content };
+  }
+  if (op.parameters?.some((p: Json) => p.in === 'path' || p.in === 'query')) {
+    responses['400'] ??= { description: 'VALIDATION_ERROR: a path or query value is malformed (e.g. an id that is not a UUID)', content };
+  }
+}
+
 /** The served document: the app's, with the auth library's operations merged in and every tag grouped. */
 export async function openApiDocument(appDocument: Json, auth: Auth): Promise<Json> {
   const library = await authOpenApi(auth);
@@ -66,9 +88,11 @@ export async function openApiDocument(appDocument: Json, auth: Auth): Promise<Js
     },
   };
   const used = new Set<string>();
-  for (const item of Object.values<Json>(doc.paths)) {
+  for (const [path, item] of Object.entries<Json>(doc.paths)) {
     for (const [method, op] of Object.entries<Json>(item)) {
-      if (!METHODS.has(method) || !Array.isArray(op.tags)) continue;
+      if (!METHODS.has(method)) continue;
+      addRequestStatuses(op, path in library.paths ? LIBRARY_ERROR : ENVELOPE_ERROR);
+      if (!Array.isArray(op.tags)) continue;
       op.tags = op.tags.map(groupedTag);
       for (const tag of op.tags) used.add(tag);
     }

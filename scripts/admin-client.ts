@@ -1,5 +1,6 @@
 import { provisionFirstPartyClient } from '../functions/auth/agent-clients.ts';
 import { ConfigError, loadConfig } from '../functions/platform/config.ts';
+import { exitIfDatabaseInUse } from '../functions/platform/embedded-database-lock.ts';
 import { systemClock } from '../functions/platform/clock.ts';
 import { migrate } from '../functions/platform/migrations.ts';
 import { openConfiguredDatabase, withPersistedSecret } from '../functions/platform/node-runtime.ts';
@@ -47,6 +48,7 @@ async function main() {
 }
 
 main().catch((err) => {
+  exitIfDatabaseInUse(err); // `npm start` holds the embedded database: stop it first (docs/oauth.md, Admin automation)
   console.error(err instanceof Error ? err.message : err);
   process.exit(1);
 });

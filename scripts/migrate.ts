@@ -1,4 +1,5 @@
 import { ConfigError, loadConfig } from '../functions/platform/config.ts';
+import { exitIfDatabaseInUse } from '../functions/platform/embedded-database-lock.ts';
 import { appliedVersions, loadMigrations, migrate } from '../functions/platform/migrations.ts';
 import { openConfiguredDatabase, withPersistedSecret } from '../functions/platform/node-runtime.ts';
 
@@ -39,6 +40,7 @@ function redact(url: string): string {
 }
 
 main().catch((err) => {
+  exitIfDatabaseInUse(err);
   console.error(err);
   process.exit(1);
 });

@@ -325,7 +325,8 @@ async function main() {
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main().catch((err) => {
+  main().catch(async (err) => {
+    (await import('../functions/platform/embedded-database-lock.ts')).exitIfDatabaseInUse(err);
     console.error(err);
     process.exit(1);
   });

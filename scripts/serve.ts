@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { startingHandler } from '../functions/health/starting.ts';
 import { ConfigError, loadConfig, type Config } from '../functions/platform/config.ts';
 import type { Database } from '../functions/platform/db.ts';
+import { exitIfDatabaseInUse } from '../functions/platform/embedded-database-lock.ts';
 import { createLogger } from '../functions/platform/logger.ts';
 import { STOP_WAIT_MS } from '../functions/platform/mailer.ts';
 import { envelopeHttpServer, localDocsScript, openConfiguredDatabase, surviveLostDatabaseConnections, withPersistedSecret } from '../functions/platform/node-runtime.ts';
@@ -107,6 +108,7 @@ async function main() {
 }
 
 main().catch((err) => {
+  exitIfDatabaseInUse(err); // another process has the embedded database open (a second `npm start` on one DATA_DIR)
   console.error(err);
   process.exit(1);
 });

@@ -2,7 +2,7 @@ import { serve } from '@hono/node-server';
 import { agentBackend } from './app.ts';
 
 /**
- * node examples/agent-backend/server.ts, with the agent's details in the environment (examples/agent-backend/README.md).
+ * npx node examples/agent-backend/server.ts, with the agent's details in the environment (examples/agent-backend/README.md).
  */
 const need = (name: string) => {
   const value = process.env[name];

@@ -6,8 +6,8 @@
  *   3. the agent's backend: code exchange, check-and-increment with idempotency keys, a replay, the quota's 429,
  *      token refresh (rotation) and revocation.
  *
- *   npm start                                   # another terminal: the service on http://127.0.0.1:8000
- *   node examples/quickstart/quickstart.ts      # MARKETPLACE_URL, ADMIN_EMAIL, ADMIN_PASSWORD to override
+ *   npm start                                    # another terminal: the service on http://127.0.0.1:8000
+ *   npx node examples/quickstart/quickstart.ts   # MARKETPLACE_URL, ADMIN_EMAIL, ADMIN_PASSWORD to override
  *
  * With nothing set it signs in as the demo admin that `npm start` created (.data/admin-credentials.json).
  * The test suite runs this file against the real service (tests/foundation/quickstart.test.ts), so it cannot rot.

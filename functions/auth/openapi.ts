@@ -135,6 +135,17 @@ const METADATA_PATHS: Json = {
 const stringSchema = (description: string) => ({ type: 'string', description });
 const queryParam = (name: string, description: string, required = false) => ({ name, in: 'query', required, schema: stringSchema(description) });
 
+/** A 200 answer of one of the library's models (its component, prefixed), or of a list of them. */
+const modelAnswer = (description: string, model: string, list = false) => {
+  const ref = { $ref: `#/components/schemas/Auth${model}` };
+  return { description, content: { 'application/json': { schema: list ? { type: 'array', items: ref } : ref } } };
+};
+/**
+ * The 200 of an operation the library describes by its errors alone (the consent calls docs/oauth.md gives a front end:
+ * a generated client had no type for their answers, review 32).
+ */
+const withAnswer = (answer: Json) => (op: Json) => ({ ...op, responses: { ...op.responses, 200: answer } });
+
 /**
  * Where the library's description is not what this service does (contract.md, OAuth 2.1 / OIDC), ours replaces it,
  * so that a client generated from /openapi.json calls these the way the contract says (found by review 11: the
@@ -210,6 +221,10 @@ const CORRECTIONS: Record<string, (op: Json) => Json> = {
       queryParam('client_id', 'The client, when no id_token_hint names it'),
     ],
   }),
+  'get /oauth2/get-consents': withAnswer(modelAnswer("The signed-in user's consents, one per client", 'OauthConsent', true)),
+  'get /oauth2/get-consent': withAnswer(modelAnswer('The consent (of the signed-in user)', 'OauthConsent')),
+  'post /oauth2/update-consent': withAnswer(modelAnswer('The consent with its new scopes', 'OauthConsent')),
+  'post /oauth2/delete-consent': withAnswer({ description: 'Withdrawn (an empty body)' }),
   // RFC 7662: `aud` is a string or an array of strings; this service answers the array (the agent's resource URL and
   // the userinfo URL).
   'post /oauth2/introspect': (op) => {

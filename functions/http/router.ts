@@ -65,7 +65,9 @@ type ErrorStatusCode = 400 | 401 | 402 | 403 | 404 | 409 | 413 | 415 | 422 | 429
  * definition per rule, named in `errors(...)` (e.g. `errors(400, 404, 'agentPath')`) by the routes it holds for, so
  * that /openapi.json and the generated client list them. Named at least wherever it adds a status the route's own
  * list lacks; tests/foundation/openapi-statuses.test.ts sends each rule's request to every operation and fails on a
- * status the operation does not list.
+ * status the operation does not list. Two statuses need no naming, as they follow from the request's shape: 415 where
+ * a route takes a JSON body, 400 where it has path or query parameters (added to every operation by
+ * openapi-document.ts).
  */
 const RULES = {
   /**

@@ -11,6 +11,7 @@ import { failure } from '../http/envelope.ts';
 import { isConnectionLost, openPostgres, type Database } from './db.ts';
 import type { Config } from './config.ts';
 import type { Logger } from './logger.ts';
+import { lockEmbeddedDatabase } from './embedded-database-lock.ts';
 
 /**
  * Node-only start-up pieces (never imported by the Deno edge entry): the data directory, the generated
@@ -34,7 +35,11 @@ export function withPersistedSecret(env: Record<string, string | undefined>): Re
   return { ...env, AUTH_SECRET: readFileSync(file, 'utf8').trim() };
 }
 
-/** DATABASE_URL when set, else the embedded database kept in `<dataDir>/pglite`. */
+/**
+ * DATABASE_URL when set, else the embedded database kept in `<dataDir>/pglite`, which one process at a time may open:
+ * it is locked (`<dataDir>/pglite.lock`, embedded-database-lock.ts) until closed, and refused (EmbeddedDatabaseInUse)
+ * while another process holds it.
+ */
 export async function openConfiguredDatabase(config: Config): Promise<Database> {
   if (config.databaseUrl) return openPostgres(config.databaseUrl, { max: config.databasePoolSize });
   let openPGlite: typeof import('./pglite.ts').openPGlite;
@@ -50,7 +55,23 @@ export async function openConfiguredDatabase(config: Config): Promise<Database> 
   }
   const dir = join(config.dataDir, 'pglite');
   mkdirSync(dir, { recursive: true });
-  return openPGlite(dir);
+  const release = await lockEmbeddedDatabase(join(config.dataDir, 'pglite.lock'));
+  try {
+    const database = await openPGlite(dir);
+    return {
+      ...database,
+      close: async (options) => {
+        try {
+          await database.close(options);
+        } finally {
+          release();
+        }
+      },
+    };
+  } catch (err) {
+    release();
+    throw err;
+  }
 }
 
 /**

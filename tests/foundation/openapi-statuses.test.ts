@@ -15,6 +15,9 @@ import { agentToken, meteredAgent, subscribe, type MeteredAgent } from '../meter
  *   - agent A's access token on a path that names agent B (an id or a slug);
  *   - a signed-in user's session cookie with a foreign `Origin` on a write;
  *   - a signed-in user's session cookie on a read another site's page sent (`Sec-Fetch-Site: cross-site`).
+ * And by the requests a front end gets wrong (review 32), as a signed-in admin from a trusted origin, so that the
+ * request reaches the route: a JSON body sent as text/plain (every operation taking JSON, the auth library's too), and a
+ * malformed path or query value (an id that is not a UUID).
  */
 
 type Json = Record<string, any>;
@@ -29,6 +32,7 @@ interface Operation {
 let t: TestApp;
 let doc: Json;
 let user: TestUser;
+let admin: TestUser;
 /** Agent A: its token is the hostile one. Agent B: the agent every path names. */
 let a: MeteredAgent;
 let b: MeteredAgent;
@@ -39,7 +43,7 @@ let tokenA: string;
 beforeAll(async () => {
   // With DRAIN_TOKEN the /internal routes exist (without it they answer 404 to everyone).
   t = await startTestApp({ env: { DRAIN_TOKEN: 'drain-token-drain-token-drain-token-0123' } });
-  await createAdmin(t);
+  admin = await createAdmin(t);
   user = await signUp(t, { verified: true });
   a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
   b = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
@@ -53,10 +57,10 @@ afterAll(() => t?.close());
 
 const METHODS = ['get', 'post', 'put', 'patch', 'delete'];
 
-function operations(): Operation[] {
+function operations({ library = false } = {}): Operation[] {
   const out: Operation[] = [];
   for (const [path, item] of Object.entries<Json>(doc.paths)) {
-    if (path.startsWith('/api/auth/')) continue; // the auth library's own operations
+    if (!library && path.startsWith('/api/auth/')) continue; // the auth library's own operations
     for (const [method, op] of Object.entries<Json>(item)) {
       if (!METHODS.includes(method)) continue;
       out.push({ method: method.toUpperCase(), path, operationId: op.operationId ?? `${method} ${path}`, op });
@@ -116,6 +120,17 @@ function sample(raw: Json, depth = 0): unknown {
   }
 }
 
+/** A value the schema refuses (an id that is not a UUID, a value past its bounds), or undefined where it takes any text. */
+function malformed(raw: Json): string | undefined {
+  const schema = resolve(raw);
+  if (schema.format === 'uuid') return 'not-a-uuid';
+  if (Array.isArray(schema.enum)) return 'none-of-these';
+  if (schema.pattern) return '!';
+  if (schema.type === 'integer' || schema.type === 'number') return 'one';
+  if (schema.maxLength !== undefined) return 'x'.repeat(schema.maxLength + 1);
+  return undefined;
+}
+
 /** Path values that exist: agent B and its tier, metric and subscription; anything else a well-formed unknown. */
 function pathValue(name: string, param: Json | undefined): string {
   const known: Record<string, string> = {
@@ -169,6 +184,74 @@ const callers: Caller[] = [
     auth: () => ({ cookie: user.cookie, headers: { origin: 'https://evil.example', 'sec-fetch-site': 'cross-site' } }),
   },
 ];
+
+const listed = (op: Operation, status: number) => String(status) in op.op.responses;
+const describeAnswer = (op: Operation, url: string, res: { status: number; body?: Json; text: string }) =>
+  `${op.operationId} (${op.method} ${url}): ${res.status} ${res.body?.error?.code ?? res.body?.code ?? res.text.slice(0, 80)}; lists ${Object.keys(op.op.responses).join(',')}`;
+
+describe('/openapi.json lists the statuses a wrongly sent request gets (review 32)', () => {
+  it('a JSON body sent as text/plain: every operation taking JSON, ours and the auth library\'s, lists the 415 it answers', async () => {
+    // The auth library's operations get a user of their own: were one to act on the body anyway (a sign-out), the
+    // admin's session stays for the tests below.
+    const libraryUser = await signUp(t, { verified: true });
+    const ops = operations({ library: true }).filter((op) => op.op.requestBody?.content?.['application/json']);
+    expect(ops.length).toBeGreaterThan(60);
+    const unlisted: string[] = [];
+    const statuses = new Map<number, number>();
+    for (const op of ops) {
+      const { url } = request(op);
+      const res = await t.http.call(op.method, url, {
+        cookie: op.path.startsWith('/api/auth/') ? libraryUser.cookie : admin.cookie,
+        headers: { origin: t.baseUrl, 'content-type': 'text/plain' },
+        body: '{}',
+      });
+      statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+      if (!listed(op, res.status)) unlisted.push(describeAnswer(op, url, res));
+    }
+    expect(unlisted).toEqual([]);
+    // The requests did reach the rule: nearly every one was refused for its type.
+    expect(statuses.get(415)).toBeGreaterThan(ops.length - 5);
+  }, 120_000);
+
+  it('a malformed path or query value (an id that is not a UUID): every operation lists the status it answers', async () => {
+    const unlisted: string[] = [];
+    let refused = 0;
+    let calls = 0;
+    for (const op of operations()) {
+      const params: Json[] = op.op.parameters ?? [];
+      const { url: valid, json, body } = request(op);
+      const urls: string[] = [];
+      const badPath = params.filter((p) => p.in === 'path' && malformed(p.schema ?? {}) !== undefined);
+      if (badPath.length) {
+        urls.push(op.path.replace(/\{([^}]+)\}/g, (_, name: string) => {
+          const param = params.find((p) => p.in === 'path' && p.name === name);
+          return encodeURIComponent(malformed(param?.schema ?? {}) ?? pathValue(name, param));
+        }));
+      }
+      const badQuery = params.find((p) => p.in === 'query' && malformed(p.schema ?? {}) !== undefined);
+      if (badQuery) {
+        const url = new URL(valid, t.baseUrl);
+        url.searchParams.set(badQuery.name, malformed(badQuery.schema)!);
+        urls.push(url.pathname + url.search);
+      }
+      for (const url of urls) {
+        calls++;
+        const res = await t.http.call(op.method, url, {
+          cookie: admin.cookie,
+          headers: { origin: t.baseUrl },
+          ...(json !== undefined ? { json } : {}),
+          ...(body !== undefined ? { body } : {}),
+        });
+        if (res.status === 400) refused++;
+        if (!listed(op, res.status)) unlisted.push(describeAnswer(op, url, res));
+      }
+    }
+    expect(calls).toBeGreaterThan(60);
+    expect(unlisted).toEqual([]);
+    // The requests did reach the validation: most were refused as malformed (the rest by a rule that runs first).
+    expect(refused).toBeGreaterThan(calls * 0.8);
+  }, 120_000);
+});
 
 describe('/openapi.json lists every status an operation answers to the standard hostile callers', () => {
   it('for every operation and every caller that applies, the answer is a listed status in the error envelope', async () => {

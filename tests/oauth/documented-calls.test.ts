@@ -70,6 +70,39 @@ describe('/openapi.json describes the OAuth calls as the service answers them', 
     expect(names).toEqual(expect.arrayContaining(['id_token_hint', 'post_logout_redirect_uri', 'state']));
   });
 
+  it('consents: the four calls docs/oauth.md gives a front end list the 200 they answer, with the fields it carries', async () => {
+    // Review 32: they listed no 200, so a client generated from the document had no type for their answers.
+    const user = await signUp(t, { verified: true });
+    const client = await defaultOAuthClient(t);
+    await accessTokenFor(t, user, { client });
+    const op = (path: string, method: string) => doc.paths[`/api/auth/oauth2/${path}`][method];
+    const model = doc.components.schemas.AuthOauthConsent;
+    const answerOf = (path: string, method: string) => op(path, method).responses[200]?.content?.['application/json']?.schema;
+    const withCookie = { cookie: user.cookie, headers: { origin: t.baseUrl } };
+
+    const list = await t.http.get('/api/auth/oauth2/get-consents', withCookie);
+    expect(list.status).toBe(200);
+    expect(answerOf('get-consents', 'get')).toEqual({ type: 'array', items: { $ref: '#/components/schemas/AuthOauthConsent' } });
+    const consent = list.body.find((c: { clientId: string }) => c.clientId === client.clientId);
+    for (const name of Object.keys(consent)) expect(Object.keys(model.properties), name).toContain(name);
+    for (const name of model.required) expect(consent[name], name).toBeDefined();
+
+    const one = await t.http.get(`/api/auth/oauth2/get-consent?id=${consent.id}`, withCookie);
+    expect(one.status).toBe(200);
+    expect(answerOf('get-consent', 'get')).toEqual({ $ref: '#/components/schemas/AuthOauthConsent' });
+    expect(one.body.id).toBe(consent.id);
+
+    const narrowed = await t.http.post('/api/auth/oauth2/update-consent', { ...withCookie, json: { id: consent.id, update: { scopes: ['openid'] } } });
+    expect(narrowed.status).toBe(200);
+    expect(answerOf('update-consent', 'post')).toEqual({ $ref: '#/components/schemas/AuthOauthConsent' });
+    expect({ id: narrowed.body.id, scopes: narrowed.body.scopes }).toEqual({ id: consent.id, scopes: ['openid'] });
+
+    const withdrawn = await t.http.post('/api/auth/oauth2/delete-consent', { ...withCookie, json: { id: consent.id } });
+    expect(withdrawn.status).toBe(200);
+    expect(withdrawn.text).toBe('');
+    expect(op('delete-consent', 'post').responses[200]).toEqual({ description: expect.any(String) }); // no content
+  });
+
   it("the library's models: a field the model does not require is nullable, as the service answers it", async () => {
     const user = await signUp(t);
     const res = await t.http.get('/api/auth/get-session', { cookie: user.cookie });

@@ -4532,6 +4532,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Not allowed in the current state */
             422: {
                 headers: {
@@ -5222,6 +5231,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Not allowed in the current state */
             422: {
                 headers: {
@@ -5303,6 +5321,15 @@ export interface operations {
             };
             /** @description Resource not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5734,6 +5761,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Not allowed in the current state */
             422: {
                 headers: {
@@ -5813,6 +5849,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Not allowed in the current state */
             422: {
                 headers: {
@@ -5847,6 +5892,15 @@ export interface operations {
                         /** @enum {string} */
                         status: "success";
                     };
+                };
+            };
+            /** @description VALIDATION_ERROR: a path or query value is malformed (e.g. an id that is not a UUID) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description Not signed in, or credentials invalid/expired/revoked */
@@ -7816,6 +7870,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Feature not configured or dependency unavailable */
             503: {
                 headers: {
@@ -7854,6 +7917,15 @@ export interface operations {
                         /** @enum {string} */
                         status: "success";
                     };
+                };
+            };
+            /** @description VALIDATION_ERROR: a path or query value is malformed (e.g. an id that is not a UUID) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description Not signed in, or credentials invalid/expired/revoked */
@@ -8961,6 +9033,15 @@ export interface operations {
                     };
                 };
             };
+            /** @description VALIDATION_ERROR: a path or query value is malformed (e.g. an id that is not a UUID) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description An invalid, expired or revoked bearer token (checked on every path that names an agent, even where none is needed) */
             401: {
                 headers: {
@@ -9105,6 +9186,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -9203,6 +9296,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -9393,6 +9498,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -9484,6 +9601,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -9685,6 +9814,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -9780,6 +9921,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -9871,6 +10024,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -9972,6 +10137,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -10063,6 +10240,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -10162,6 +10351,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -10266,6 +10467,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -10398,6 +10611,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -10499,6 +10724,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -10681,6 +10918,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -11317,6 +11566,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -11418,6 +11679,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -11457,6 +11730,13 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Withdrawn (an empty body) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
@@ -11497,6 +11777,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -11705,6 +11997,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -11789,6 +12093,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -11824,6 +12140,15 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description The consent (of the signed-in user) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthOauthConsent"];
+                };
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
@@ -11901,6 +12226,15 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description The signed-in user's consents, one per client */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthOauthConsent"][];
+                };
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
@@ -12077,6 +12411,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -12286,6 +12632,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -12442,6 +12800,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -12484,6 +12854,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description The consent with its new scopes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthOauthConsent"];
+                };
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
@@ -12524,6 +12903,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -12762,6 +13153,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -12858,6 +13261,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -12942,6 +13357,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -13022,6 +13449,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -13131,6 +13570,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -13220,6 +13671,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -13764,6 +14227,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -13873,6 +14348,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -13953,6 +14440,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -14392,6 +14891,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -14494,6 +15005,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -14585,6 +15108,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -14694,6 +15229,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -14798,6 +15345,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -14896,6 +15455,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -14989,6 +15560,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -15180,6 +15763,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -15276,6 +15871,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -15365,6 +15972,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -15480,6 +16099,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -15586,6 +16217,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -15685,6 +16328,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -15823,6 +16478,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Unprocessable Entity. User already exists or failed to create user. */
             422: {
                 headers: {
@@ -15928,6 +16595,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
+                        message?: string;
+                    };
+                };
+            };
             /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
             429: {
                 headers: {
@@ -16021,6 +16700,18 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        message?: string;
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        code?: string;
                         message?: string;
                     };
                 };
@@ -16202,6 +16893,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Not allowed in the current state */
             422: {
                 headers: {
@@ -16274,6 +16974,15 @@ export interface operations {
             };
             /** @description Resource not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -16367,6 +17076,15 @@ export interface operations {
             };
             /** @description Resource not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -16477,6 +17195,15 @@ export interface operations {
             };
             /** @description Resource not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -16660,6 +17387,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Not allowed in the current state */
             422: {
                 headers: {
@@ -16783,6 +17519,15 @@ export interface operations {
             };
             /** @description Conflicts with an existing resource */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
