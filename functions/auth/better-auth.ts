@@ -185,7 +185,9 @@ export function authOptions(deps: AuthDeps) {
       enabled: true,
       // Sign-up does not sign in, and answers an address that already has an account exactly as a new one
       // (200, `token: null`, a user record with a fresh id; the library's enumeration protection, on because
-      // autoSignIn is false); the owner of that address gets a mail instead. The new user signs in next.
+      // autoSignIn is false); the owner of that address gets a mail instead (at most one an hour, counted apart from
+      // the reset and verification links, which strangers' sign-ups must not use up: recipient-allowance.ts). The new
+      // user signs in next.
       autoSignIn: false,
       requireEmailVerification: false,
       onExistingUserSignUp: ({ user }) =>

@@ -4,7 +4,7 @@ import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Db } from '../platform/db.ts';
 import { refundToken, takeToken } from '../platform/rate-limits.ts';
 import { libraryRateLimited } from './library-errors.ts';
-import { sha256Hex } from './recipient-allowance.ts';
+import { mailboxKey } from './recipient-allowance.ts';
 
 type RulesDeps = { database: { db: Db }; clock: Clock };
 
@@ -37,9 +37,10 @@ const WINDOW_MS = 24 * 60 * 60 * 1000;
  * first, many verified accounts mailed one address without end; with only the first, one account re-inviting an
  * address to its own organization used up the address's hour, and a real organization's invitation went unmailed
  * with the same 200). Past either, the invitation is refused before it is made, 429 RATE_LIMITED with Retry-After,
- * so its inviter knows it did not go. Counted in PostgreSQL (public.rate_limits) under the address's SHA-256, never
- * the address; apart from the address's account mails (recipient-allowance.ts), so invitations cannot use up the hour
- * in which its owner asks for a password reset.
+ * so its inviter knows it did not go. Counted in PostgreSQL (public.rate_limits) per mailbox (mailboxOf in
+ * recipient-allowance.ts: `victim+1@`, `victim+2@`, ... are one inbox; review 33), under its SHA-256, never the
+ * address; apart from the mailbox's account mails, so invitations cannot use up the hour in which its owner asks for a
+ * password reset.
  */
 export const INVITATIONS_PER_ADDRESS_PER_HOUR = 10;
 export const INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR = 2;
@@ -118,7 +119,7 @@ export async function giveBackRefusedInvitation(deps: RulesDeps): Promise<void> 
 
 /** The address's two hourly allowances; returns the keys taken (none is kept when either refuses). */
 async function takeAddressAllowance(deps: RulesDeps, inviterId: string, email: string): Promise<string[]> {
-  const address = await sha256Hex(email.trim().toLowerCase());
+  const address = await mailboxKey(email);
   const fromInviterKey = `invite-from|${inviterId}|${address}`;
   const fromInviter = await takeToken(deps, fromInviterKey, INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR, HOUR_MS);
   const verdict = fromInviter.allowed ? await takeToken(deps, `invite-to|${address}`, INVITATIONS_PER_ADDRESS_PER_HOUR, HOUR_MS) : fromInviter;

@@ -59,8 +59,11 @@ const MAX_IN_FLIGHT = 2;
 const MAX_BATCH = 500;
 /** Sends of one batch that PostgreSQL ended to be run again (40001, 40P01), the first included. */
 const ATTEMPTS = 3;
-/** How long a counter found held is remembered without a call on it (then its next call goes in a batch again). */
-const HELD_FOR_MS = 60_000;
+/**
+ * How long an agent and user found held are remembered after the last lock timeout on them (then their calls go in
+ * batches again, also while their calls keep coming). A property only so tests need not wait a minute.
+ */
+export const heldCounters = { forMs: 60_000 };
 /** At most this many held counters remembered (more: the memory starts over; a forgotten one costs one more wait). */
 const MAX_HELD = 10_000;
 
@@ -79,7 +82,7 @@ interface HeldCounter {
   since: number;
   /** While a probe (one call, alone) is out: the calls on this counter waiting for its answer. */
   waiting: Pending[] | undefined;
-  /** A call timed out alone on it (kept HELD_FOR_MS); false: only suspected, from a batch that timed out. */
+  /** A call timed out alone on it (kept heldCounters.forMs); false: only suspected, from a batch that timed out. */
   confirmed: boolean;
 }
 
@@ -129,7 +132,7 @@ class UsageBatcher {
   /**
    * A call of an agent and user with a counter found held lately goes alone, beside the batches, or waits for the one
    * that went; true when it was taken care of here, false when nothing of theirs is known as held (it goes in a batch).
-   * While a counter of theirs is known held (a call of theirs timed out on it within HELD_FOR_MS), their calls go
+   * While a counter of theirs is known held (a call of theirs timed out on it within heldCounters.forMs), their calls go
    * alone one after another, never in a batch slot: which of their counters a commit or read locks is not known here,
    * so one that got through says nothing of the next. Merely suspected (they were in a batch that timed out), the
    * first call that gets through clears them and the rest go back to the batches.
@@ -138,7 +141,7 @@ class UsageBatcher {
     const key = counterKey(pending.call);
     const held = this.#held.get(key);
     if (!held) return false;
-    if (performance.now() - held.since > HELD_FOR_MS && !held.waiting) {
+    if (performance.now() - held.since > heldCounters.forMs && !held.waiting) {
       this.#held.delete(key);
       return false;
     }
@@ -160,7 +163,10 @@ class UsageBatcher {
         for (const p of waiting) p.reject(counterBusy());
         return;
       }
-      if (held.confirmed) {
+      // Still within its time since the last timeout: the next waiting call goes alone. Past it, the rest go back to
+      // the batches (review 36: only an empty queue ended the alone mode, so a backend keeping two calls in flight
+      // stayed one call at a time for as long as its traffic lasted, long after the counter was free).
+      if (held.confirmed && performance.now() - held.since <= heldCounters.forMs) {
         const next = waiting.shift();
         if (next) this.#probe(key, held, next);
         else held.waiting = undefined;

@@ -146,15 +146,20 @@ class RollbackSafePostgresJSDialect extends PostgresJSDialect {
 }
 
 /**
- * Socket errors, postgres.js connection errors, PostgreSQL's "terminating connection" (class 57P), and a statement the server ended for taking too long:
- * statement_timeout (or an operator's cancel, 57014) and lock_timeout (55P03). The last two are bounds of
- * CONNECTION_BOUNDS and of the usage batches (review 31): the database did not serve the statement in time, which a
- * retry may well get past.
+ * Socket and name-resolution errors (a database host that does not resolve during a failover, or its container down),
+ * postgres.js connection errors, PostgreSQL's connection exceptions (class 08) and "terminating connection" (class
+ * 57P), a server out of connection slots or memory (53300, 53200: many instances, or a deploy briefly doubling them,
+ * reach max_connections; review 36 found every usage call then answered 500, which the SDK does not retry), and a
+ * statement the server ended for taking too long: statement_timeout (or an operator's cancel, 57014) and lock_timeout
+ * (55P03). The last two are bounds of CONNECTION_BOUNDS and of the usage batches (review 31): the database did not
+ * serve the statement in time, which a retry may well get past.
  */
 const lostConnectionCodes = new Set([
-  'ECONNRESET', 'EPIPE', 'ECONNREFUSED', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH',
+  'ECONNRESET', 'EPIPE', 'ECONNREFUSED', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENETDOWN', 'EHOSTDOWN',
+  'ENOTFOUND', 'EAI_AGAIN',
   'CONNECTION_CLOSED', 'CONNECTION_DESTROYED', 'CONNECTION_ENDED', 'CONNECT_TIMEOUT',
-  '57P01', '57P02', '57P03', '57014', '55P03',
+  '08000', '08001', '08003', '08004', '08006',
+  '57P01', '57P02', '57P03', '53300', '53200', '57014', '55P03',
 ]);
 
 /**

@@ -55,6 +55,28 @@ describe('the bounds of a pooled connection', () => {
     expect(await first(db, sql`select 1 as one`)).toEqual({ one: 1 });
   });
 
+  it('a server with no connection slot left (53300) counts as the database not answering (503), which the SDK retries', async () => {
+    // Review 36: many instances each opening their pool, or a deploy briefly doubling them, reach max_connections;
+    // PostgreSQL then refuses a new connection with 53300 and every usage call answered 500 INTERNAL (never retried by
+    // the SDK). A role allowed no connection gets the same refusal from the real server, without filling it.
+    const role = `no_slot_${Math.random().toString(36).slice(2, 10)}`;
+    const admin = postgres(test.url!, { max: 1, onnotice: () => {} });
+    await admin.unsafe(`create role ${role} login password 'x' connection limit 0`);
+    try {
+      const u = new URL(test.url!);
+      u.username = role;
+      u.password = 'x';
+      const full = openPostgres(u.toString(), { max: 1 });
+      opened.push(full);
+      const err = await sql`select 1`.execute(full.db).then(() => undefined, (e: unknown) => e);
+      expect((err as { code?: string }).code).toBe('53300');
+      expect(isConnectionLost(err)).toBe(true);
+    } finally {
+      await admin.unsafe(`drop role ${role}`);
+      await admin.end({ timeout: 1 });
+    }
+  });
+
   it('migrations (runScript) and start-up turns (inTurn) are not bound by statement_timeout', async () => {
     const database = open({ statement_timeout: '300' });
     await database.runScript('select pg_sleep(1)');

@@ -1,5 +1,6 @@
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { batchSizes, heldCounters } from '../../functions/metering/group-commit.ts';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { eventually, holdOpen, statementsWaitingForLock } from '../support/databases.ts';
@@ -199,4 +200,54 @@ describe('a held counter, named by its reservations', () => {
     expect([200, 422]).toContain(again.status);
     for (const counter of await ledgerAgreesWithCounters(t.db, aliceSubscriptionId)) expect(counter.used).toBe(counter.sum);
   }, 60_000);
+});
+
+describe('an agent and user once found held', () => {
+  it('go back into the batches once their time since the last lock timeout is over, also while their calls keep coming', async () => {
+    // Review 36: only an empty queue ended the one-call-at-a-time mode, so an agent backend keeping two or more of the
+    // user's calls in flight stayed in it for as long as its traffic lasted (measured: 65 s after the last timeout,
+    // 1,652 calls answered in 5 s, none in a batch). The time is shortened from a minute to 3 s here.
+    const forMs = heldCounters.forMs;
+    heldCounters.forMs = 3_000;
+    // an agent without a quota, so the loop below is never refused
+    const agentC = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: null }]);
+    const subscriptionId = (await subscribe(t, alice.userId, agentC.tierId)).id;
+    await agentToken(t, alice, agentC.agentId);
+    expect((await meter(t, alice, agentC.agentId, 'calls', 'increment', { clientReqId: reqId() })).status).toBe(200);
+    try {
+      const holder = await holdOpen(locker, async (tx) => {
+        await tx`select public.metering_lock_counters(array[${subscriptionId}]::uuid[], ${agentC.metrics.calls!}::uuid, ${t.clock.now()})`;
+        await tx`select set_config('idle_in_transaction_session_timeout', '0', true)`;
+      });
+      const timedOut = await meter(t, alice, agentC.agentId, 'calls', 'increment', { clientReqId: reqId() });
+      await holder.release();
+      const lastTimeout = performance.now();
+      expect(timedOut.status, timedOut.text).toBe(503);
+
+      // Alice's agent backend keeps 4 of her calls in flight (a closed loop) from now on.
+      let stop = false;
+      let answered = 0;
+      const statuses = new Set<number>();
+      const workers = Array.from({ length: 4 }, async () => {
+        while (!stop) {
+          const r = await meter(t, alice, agentC.agentId, 'calls', 'increment', { clientReqId: reqId() });
+          statuses.add(r.status);
+          answered++;
+        }
+      });
+      const batches = () => [...batchSizes(t.db).entries()].reduce((n, [size, count]) => n + (size > 1 ? count : 0), 0);
+      // Past the time (with a margin), watch 1.5 s of her calls: some go in batches of more than one again.
+      await new Promise((r) => setTimeout(r, Math.max(0, lastTimeout + heldCounters.forMs + 1_000 - performance.now())));
+      const before = { batches: batches(), answered };
+      await new Promise((r) => setTimeout(r, 1_500));
+      const window = { batches: batches() - before.batches, answered: answered - before.answered };
+      stop = true;
+      await Promise.all(workers);
+      expect([...statuses]).toEqual([200]);
+      expect(window.batches, `batches of more than one call in the window; ${window.answered} calls answered`).toBeGreaterThan(0);
+      for (const counter of await ledgerAgreesWithCounters(t.db, subscriptionId)) expect(counter.used).toBe(counter.sum);
+    } finally {
+      heldCounters.forMs = forMs;
+    }
+  });
 });
