@@ -1502,9 +1502,81 @@ export type Database = {
         };
         Relationships: [];
       };
+      "review_holds": {
+        Row: {
+          "agent_id": string;
+          "held_until": string;
+          "rating_sum": number;
+          "reviews": number;
+        };
+        ComputedFields: never;
+        Insert: {
+          "agent_id": string;
+          "held_until": string;
+          "rating_sum": number;
+          "reviews": number;
+        };
+        Update: {
+          "agent_id"?: string;
+          "held_until"?: string;
+          "rating_sum"?: number;
+          "reviews"?: number;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "review_holds_agent_id_fkey";
+            columns: ["agent_id"];
+            isOneToOne: false;
+            referencedRelation: "agents";
+            referencedColumns: ["id"];
+          },
+          {
+            foreignKeyName: "review_holds_agent_id_fkey";
+            columns: ["agent_id"];
+            isOneToOne: false;
+            referencedRelation: "catalog_agents";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
+      "review_tallies": {
+        Row: {
+          "agent_id": string;
+          "rating_sum": number;
+          "reviews": number;
+        };
+        ComputedFields: never;
+        Insert: {
+          "agent_id": string;
+          "rating_sum": number;
+          "reviews": number;
+        };
+        Update: {
+          "agent_id"?: string;
+          "rating_sum"?: number;
+          "reviews"?: number;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "review_tallies_agent_id_fkey";
+            columns: ["agent_id"];
+            isOneToOne: true;
+            referencedRelation: "agents";
+            referencedColumns: ["id"];
+          },
+          {
+            foreignKeyName: "review_tallies_agent_id_fkey";
+            columns: ["agent_id"];
+            isOneToOne: true;
+            referencedRelation: "catalog_agents";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
       "reviews": {
         Row: {
           "agent_id": string;
+          "author_banned_for_good": boolean;
           "body": string | null;
           "created_at": string;
           "id": string;
@@ -1516,6 +1588,7 @@ export type Database = {
         ComputedFields: never;
         Insert: {
           "agent_id": string;
+          "author_banned_for_good"?: boolean;
           "body"?: string | null;
           "created_at"?: string;
           "id"?: string;
@@ -1526,6 +1599,7 @@ export type Database = {
         };
         Update: {
           "agent_id"?: string;
+          "author_banned_for_good"?: boolean;
           "body"?: string | null;
           "created_at"?: string;
           "id"?: string;
@@ -2695,6 +2769,10 @@ export type Database = {
         Returns: string;
       };
       "background_housekeeping": { Args: { "p_now": string }; Returns: Json };
+      "ban_ends": {
+        Args: { "p_ban_expires": string; "p_banned": boolean };
+        Returns: string;
+      };
       "banned_at": {
         Args: { "p_at": string; "p_ban_expires": string; "p_banned": boolean };
         Returns: boolean;
@@ -3221,6 +3299,24 @@ export type Database = {
         Returns: undefined;
       };
       "review_shown": { Args: { "p_review_id": string }; Returns: boolean };
+      "review_tallies_add": {
+        Args: {
+          "p_agent_ids": (string)[];
+          "p_ban_ends": (string)[];
+          "p_rating_sums": (number)[];
+          "p_reviews": (number)[];
+        };
+        Returns: undefined;
+      };
+      "review_tallies_count": {
+        Args: {
+          "p_agent_ids": (string)[];
+          "p_ratings": (number)[];
+          "p_signs": (number)[];
+          "p_user_ids": (string)[];
+        };
+        Returns: undefined;
+      };
       "revoke_user_credentials": {
         Args: { "p_user_id": string };
         Returns: undefined;
@@ -3228,6 +3324,13 @@ export type Database = {
       "schedule_background_jobs": {
         Args: Record<PropertyKey, never>;
         Returns: (string)[];
+      };
+      "shown_review_totals": {
+        Args: { "p_agent_id": string };
+        Returns: {
+          "average_rating": number;
+          "review_count": number;
+        }[];
       };
       "sign_in_records_prune": {
         Args: { "p_limit": number; "p_now": string };

@@ -299,7 +299,8 @@ export function authOptions(deps: AuthDeps) {
         // The plugin looks for the pending one, then writes, with nothing between: the database replaces it under a
         // lock per (organization, address), so two sent at once leave one pending (review 24, migration 20261127004100).
         cancelPendingInvitationsOnReInvite: true,
-        // At most OWNED_ORGANIZATIONS owned and ORGANIZATIONS_PER_DAY created per account (organization-limits.ts).
+        // At most OWNED_ORGANIZATIONS owned and ORGANIZATIONS_PER_DAY created per account, ORGANIZATIONS_PER_ADDRESS_PER_DAY
+        // per client address (organization-limits.ts).
         organizationLimit: (user) => ownsMostOrganizations(database, user),
         organizationHooks: {
           beforeCreateOrganization: async ({ user }) => {

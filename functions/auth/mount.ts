@@ -1,6 +1,7 @@
 import { Hono, type Context, type Next } from 'hono';
 import type { AppDeps, AppEnv } from '../platform/app-types.ts';
-import { enforceRateLimit } from '../http/rate-limit.ts';
+import { clientSubject, enforceRateLimit } from '../http/rate-limit.ts';
+import { creatingFrom } from './organization-limits.ts';
 import { verifyOnlyInTheAccountsSession } from './email-verification.ts';
 import { crossSiteRequest } from './fetch-metadata.ts';
 import { userExists } from './oauth/token-records.ts';
@@ -11,7 +12,8 @@ import { signInOnlyWithAStandingPassword } from './sign-in-password-stands.ts';
 /**
  * /api/auth/*: the Better Auth handler, behind the rules the library does not have:
  * - rate limits per client IP on sign-in, sign-up, resending the verification mail and the two password-reset
- *   steps, and on failed sign-ins per account (429 RATE_LIMITED);
+ *   steps, and on failed sign-ins per account (429 RATE_LIMITED); the client address of an organization's creation,
+ *   for its daily count per address (organization-limits.ts);
  * - a sign-in keeps its session only if the password it checked was not changed meanwhile (401 otherwise);
  * - no self-demotion through /admin/set-role or /admin/update-user (403 FORBIDDEN);
  * - an address is verified only in a browser signed in to its account (email-verification.ts);
@@ -34,6 +36,8 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
       await next();
     });
   }
+  // The organization plugin's creation hook counts the client address too (organization-limits.ts).
+  router.post('/api/auth/organization/create', (c, next) => creatingFrom(clientSubject(c), next));
   // After the per-address limit: failed sign-ins per account, from any address (auth/failed-sign-ins.ts).
   router.post('/api/auth/sign-in/email', limitFailedSignIns());
   // Inside the count, so a sign-in refused for a password changed while it was checked counts as a wrong password:

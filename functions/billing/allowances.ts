@@ -1,5 +1,6 @@
 import type { AppDeps } from '../platform/app-types.ts';
-import { enforceDailyAllowance } from '../http/rate-limit.ts';
+import { enforceDailyAllowance, enforceUserAndAddressAllowance, type Asker } from '../http/rate-limit.ts';
+import type { UserAndAddressAllowance } from '../platform/rate-limits.ts';
 
 /**
  * How often one caller may ask for what makes an object or a read at Stripe, or a subscription row here. Every paid
@@ -16,8 +17,12 @@ import { enforceDailyAllowance } from '../http/rate-limit.ts';
  *   - taken once the request is known to be allowed (the tier found and within the token's agent, the portal's
  *     subscription or customer found), so refused requests spend nothing (an agent's token asking for another agent's
  *     tier, 403, used to spend the user's allowance);
- *   - anonymous checkouts, and their completions, per client address (an IPv6 client's /64), beside the per-minute
- *     limit.
+ *   - per client address (an IPv6 client's /64), for requests made with the user's own credentials: several times the
+ *     per-user figure, since accounts cost nothing (sign-up needs no verified address) and three throwaway accounts
+ *     from one address made 150 Checkout Sessions (review 33); enough for an office or a household behind one address.
+ *     An agent's token is not counted per address: its address is the agent backend's, shared by all its users
+ *     (platform/rate-limits.ts `takeUserAndAddressAllowance`, which takes both counts or neither);
+ *   - anonymous checkouts, and their completions, per client address, beside the per-minute limit.
  */
 export const CHECKOUTS_PER_DAY = 50;
 export const PORTAL_SESSIONS_PER_DAY = 50;
@@ -25,6 +30,11 @@ export const PORTAL_SESSIONS_PER_DAY = 50;
 export const CHECKOUT_READS_PER_DAY = 100;
 /** Cancels of one's paid subscriptions (POST /me/subscriptions/{agentId}/cancel): each reads Stripe, a repeat too. */
 export const CANCELS_PER_DAY = 50;
+/** The same per client address, for requests with users' own credentials (all accounts from that address together). */
+export const CHECKOUTS_PER_ADDRESS_PER_DAY = 200;
+export const PORTAL_SESSIONS_PER_ADDRESS_PER_DAY = 200;
+export const CHECKOUT_READS_PER_ADDRESS_PER_DAY = 400;
+export const CANCELS_PER_ADDRESS_PER_DAY = 200;
 export const ANONYMOUS_CHECKOUTS_PER_DAY = 50;
 /**
  * Completions of anonymous checkouts (the success page's POST /checkout/anonymous/complete) per address: each reads
@@ -34,23 +44,50 @@ export const ANONYMOUS_CHECKOUTS_PER_DAY = 50;
  */
 export const ANONYMOUS_COMPLETIONS_PER_DAY = 100;
 
+/** The 429's message when the address's count refuses: all the accounts using that address together used it up. */
+const fromAddress = (perAddress: number, what: string) =>
+  `This address can ${what} ${perAddress} times a day, all its accounts together; try again later`;
 const allowances = {
-  checkout: { limit: CHECKOUTS_PER_DAY, message: `You can start ${CHECKOUTS_PER_DAY} checkouts a day; try again later` },
-  portal: { limit: PORTAL_SESSIONS_PER_DAY, message: `You can open the billing portal ${PORTAL_SESSIONS_PER_DAY} times a day; try again later` },
-  'checkout-read': { limit: CHECKOUT_READS_PER_DAY, message: `You can read checkout sessions ${CHECKOUT_READS_PER_DAY} times a day; try again later` },
-  cancel: { limit: CANCELS_PER_DAY, message: `You can cancel paid subscriptions ${CANCELS_PER_DAY} times a day; try again later` },
-} as const;
+  checkout: {
+    kind: 'billing-checkout',
+    perUser: CHECKOUTS_PER_DAY,
+    message: `You can start ${CHECKOUTS_PER_DAY} checkouts a day; try again later`,
+    perAddress: CHECKOUTS_PER_ADDRESS_PER_DAY,
+    addressMessage: fromAddress(CHECKOUTS_PER_ADDRESS_PER_DAY, 'start a checkout'),
+  },
+  portal: {
+    kind: 'billing-portal',
+    perUser: PORTAL_SESSIONS_PER_DAY,
+    message: `You can open the billing portal ${PORTAL_SESSIONS_PER_DAY} times a day; try again later`,
+    perAddress: PORTAL_SESSIONS_PER_ADDRESS_PER_DAY,
+    addressMessage: fromAddress(PORTAL_SESSIONS_PER_ADDRESS_PER_DAY, 'open the billing portal'),
+  },
+  'checkout-read': {
+    kind: 'billing-checkout-read',
+    perUser: CHECKOUT_READS_PER_DAY,
+    message: `You can read checkout sessions ${CHECKOUT_READS_PER_DAY} times a day; try again later`,
+    perAddress: CHECKOUT_READS_PER_ADDRESS_PER_DAY,
+    addressMessage: fromAddress(CHECKOUT_READS_PER_ADDRESS_PER_DAY, 'read checkout sessions'),
+  },
+  cancel: {
+    kind: 'billing-cancel',
+    perUser: CANCELS_PER_DAY,
+    message: `You can cancel paid subscriptions ${CANCELS_PER_DAY} times a day; try again later`,
+    perAddress: CANCELS_PER_ADDRESS_PER_DAY,
+    addressMessage: fromAddress(CANCELS_PER_ADDRESS_PER_DAY, 'cancel paid subscriptions'),
+  },
+} satisfies Record<string, UserAndAddressAllowance>;
 
-/** Who asks: the user, and the agent whose token asks for them (none for the user's own credentials). */
-export interface Asker {
-  userId: string;
-  agentId?: string | undefined;
-}
+/**
+ * Who asks: the user, the agent whose token asks for them (none for the user's own credentials), and the request's
+ * client address (`askerOf` in http/rate-limit.ts).
+ */
+export type { Asker };
 
 /**
  * Counts one request of `kind` for this user and credential (and, when given, the agent whose object it is asked of:
- * checkout reads are counted per agent whose tier the session sells), or throws 429 RATE_LIMITED when the day's
- * allowance is used up.
+ * checkout reads are counted per agent whose tier the session sells) and, for the user's own credentials, for the
+ * client address; or throws 429 RATE_LIMITED when either day's allowance is used up.
  */
 export async function takeBillingAllowance(
   deps: Pick<AppDeps, 'database' | 'clock'>,
@@ -58,9 +95,8 @@ export async function takeBillingAllowance(
   kind: keyof typeof allowances,
   ofAgent?: string,
 ): Promise<void> {
-  const { limit, message } = allowances[kind];
   const of = ofAgent ? `|of:${ofAgent}` : '';
-  await enforceDailyAllowance(deps, `billing-${kind}|${asker.userId}|${asker.agentId ?? 'own'}${of}`, limit, message);
+  await enforceUserAndAddressAllowance(deps, asker, allowances[kind], `billing-${kind}|${asker.userId}|${asker.agentId ?? 'own'}${of}`);
 }
 
 const anonymousAllowances = {

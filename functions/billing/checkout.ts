@@ -3,7 +3,7 @@ import type { BillingDeps } from './billing-deps.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import type { Principal } from '../http/context.ts';
 import { first, sql } from '../platform/db.ts';
-import { takeBillingAllowance } from './allowances.ts';
+import { takeBillingAllowance, type Asker } from './allowances.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { purchaseAbandoned } from './purchase-claims.ts';
 import { ensureCustomer } from './customers.ts';
@@ -35,7 +35,7 @@ export type StartCheckoutResult =
 
 export async function startCheckout(
   deps: BillingDeps,
-  principal: Principal,
+  principal: Principal & Asker,
   input: { tierId: string } & CheckoutUrls,
 ): Promise<StartCheckoutResult> {
   const tier = await purchasableTier(deps, input.tierId, 'buyer');
@@ -226,7 +226,7 @@ export interface CheckoutSessionView {
 }
 
 /** Read-through to Stripe for the signed-in buyer's own session; writes nothing (the webhook owns writes). */
-export async function verifyCheckoutSession(deps: BillingDeps, principal: Principal, sessionId: string): Promise<CheckoutSessionView> {
+export async function verifyCheckoutSession(deps: BillingDeps, principal: Principal & Asker, sessionId: string): Promise<CheckoutSessionView> {
   // Whose session it is, we say (a made-up id, someone else's or an anonymous one: 404, nothing spent, Stripe not
   // asked), and then count the read: per agent whose tier it sells, so the sessions one agent's backend started for the
   // user (it knows their ids) can use up the user's reads of that agent's sessions only.

@@ -3,7 +3,7 @@ import { tierSchema } from '../catalog/index.ts';
 import { otherAgent, requireAdmin, requireUser, requireWithinAgent } from '../http/access.ts';
 import { envelopeOf, ok } from '../http/envelope.ts';
 import { notFound } from '../http/errors.ts';
-import { clientSubject, enforceRateLimit } from '../http/rate-limit.ts';
+import { askerOf, clientSubject, enforceRateLimit } from '../http/rate-limit.ts';
 import { takeAnonymousAllowance } from './allowances.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../http/router.ts';
 import { cancelMySubscription, cancelSubscription } from './cancel-subscription.ts';
@@ -361,7 +361,7 @@ export function billingRoutes() {
 
   router.openapi(startCheckoutRoute, async (c) => {
     const user = await requireUser(c);
-    const result = await startCheckout(c.var.deps, user, c.req.valid('json'));
+    const result = await startCheckout(c.var.deps, askerOf(c, user), c.req.valid('json'));
     if (result.kind === 'free') return c.json(ok({ subscription: result.subscription }), 201);
     return c.json(ok({ checkoutUrl: result.checkoutUrl, sessionId: result.sessionId }), 200);
   });
@@ -369,13 +369,13 @@ export function billingRoutes() {
   router.openapi(verifyCheckoutRoute, async (c) => {
     const user = await requireUser(c);
     const { sessionId } = c.req.valid('param');
-    return c.json(ok(await verifyCheckoutSession(c.var.deps, user, sessionId)), 200);
+    return c.json(ok(await verifyCheckoutSession(c.var.deps, askerOf(c, user), sessionId)), 200);
   });
 
   router.openapi(cancelMySubscriptionRoute, async (c) => {
     const user = await requireUser(c);
     const { agentId } = c.req.valid('param');
-    return c.json(ok(await cancelMySubscription(c.var.deps, user, agentId)), 200);
+    return c.json(ok(await cancelMySubscription(c.var.deps, askerOf(c, user), agentId)), 200);
   });
 
   router.openapi(createPortalSessionRoute, async (c) => {
@@ -385,7 +385,7 @@ export function billingRoutes() {
     // payment method of the user.
     if (user.agentId && input.flow !== 'cancel') throw otherAgent();
     if (input.flow === 'cancel' && input.agentId) requireWithinAgent(user, input.agentId);
-    return c.json(ok(await createPortalSession(c.var.deps, user, input)), 200);
+    return c.json(ok(await createPortalSession(c.var.deps, askerOf(c, user), input)), 200);
   });
 
   router.openapi(startAnonymousCheckoutRoute, async (c) => {

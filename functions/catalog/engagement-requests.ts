@@ -1,6 +1,7 @@
 import { first, sql, type Db } from '../platform/db.ts';
 import type { AppDeps } from '../platform/app-types.ts';
-import { enforceDailyAllowance } from '../http/rate-limit.ts';
+import { enforceUserAndAddressAllowance, type Asker } from '../http/rate-limit.ts';
+import type { UserAndAddressAllowance } from '../platform/rate-limits.ts';
 import type { Interaction } from './interactions.ts';
 import { recordInteraction } from './interactions.ts';
 import { accountGone } from './held-user.ts';
@@ -27,23 +28,44 @@ export const DEMO_REQUESTS_PER_DAY = 10;
  * 216 MB) and buried every real inquiry (found by a review). A buyer asks about an agent's Enterprise tier once or twice.
  */
 export const ENTERPRISE_INQUIRIES_PER_DAY = 10;
+/**
+ * The same per client address (an IPv6 client's /64), for requests made with users' own credentials, all accounts
+ * from that address together. Accounts cost nothing (sign-up needs no verified address): a script moving to a fresh
+ * account whenever one's day was used up sent staff 60 demo-request mails from one address in two minutes, and would
+ * have gone on at the per-minute limit all day (review 33). Three times the per-user figure, for an office or a
+ * household behind one address. An agent's token is not counted per address: its address is the agent backend's,
+ * shared by every user of that agent (platform/rate-limits.ts `takeUserAndAddressAllowance`).
+ */
+export const DEMO_REQUESTS_PER_ADDRESS_PER_DAY = 30;
+export const ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY = 30;
 
 const engagementAllowances = {
-  'demo-request': { limit: DEMO_REQUESTS_PER_DAY, message: `You can request ${DEMO_REQUESTS_PER_DAY} demos a day; try again later` },
-  'enterprise-inquiry': {
-    limit: ENTERPRISE_INQUIRIES_PER_DAY,
-    message: `You can send ${ENTERPRISE_INQUIRIES_PER_DAY} enterprise inquiries a day; try again later`,
+  'demo-request': {
+    kind: 'demo-request',
+    perUser: DEMO_REQUESTS_PER_DAY,
+    message: `You can request ${DEMO_REQUESTS_PER_DAY} demos a day; try again later`,
+    perAddress: DEMO_REQUESTS_PER_ADDRESS_PER_DAY,
+    addressMessage: `This address can request ${DEMO_REQUESTS_PER_ADDRESS_PER_DAY} demos a day, all its accounts together; try again later`,
   },
-} as const;
+  'enterprise-inquiry': {
+    kind: 'enterprise-inquiry',
+    perUser: ENTERPRISE_INQUIRIES_PER_DAY,
+    message: `You can send ${ENTERPRISE_INQUIRIES_PER_DAY} enterprise inquiries a day; try again later`,
+    perAddress: ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY,
+    addressMessage: `This address can send ${ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY} enterprise inquiries a day, all its accounts together; try again later`,
+  },
+} satisfies Record<string, UserAndAddressAllowance>;
 
-/** Counts one demo request or enterprise inquiry for this user and credential, or throws 429 RATE_LIMITED. */
+/**
+ * Counts one demo request or enterprise inquiry for this user and credential and, for the user's own credentials, for
+ * the client address; or throws 429 RATE_LIMITED.
+ */
 export async function takeEngagementAllowance(
   deps: Pick<AppDeps, 'database' | 'clock'>,
   kind: keyof typeof engagementAllowances,
-  asker: { userId: string; agentId?: string | null | undefined },
+  asker: Asker,
 ): Promise<void> {
-  const { limit, message } = engagementAllowances[kind];
-  await enforceDailyAllowance(deps, `${kind}|${asker.userId}|${asker.agentId ?? 'own'}`, limit, message);
+  await enforceUserAndAddressAllowance(deps, asker, engagementAllowances[kind], `${kind}|${asker.userId}|${asker.agentId ?? 'own'}`);
 }
 
 export interface MailQueue {

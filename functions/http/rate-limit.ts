@@ -1,12 +1,12 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from './errors.ts';
-import { takeToken } from '../platform/rate-limits.ts';
+import { takeToken, takeUserAndAddressAllowance, type Asker, type UserAndAddressAllowance } from '../platform/rate-limits.ts';
 import { isInRanges, normalizeIp, rateLimitSubject } from '../platform/ip-ranges.ts';
 
 // The counting itself (one statement per check, and the refusal cache) is platform/rate-limits.ts, which limits
 // outside HTTP use too (failed password checks, account mails per recipient).
-export { refundToken, takeToken, type RateLimitVerdict } from '../platform/rate-limits.ts';
+export { refundToken, takeToken, type Asker, type RateLimitVerdict } from '../platform/rate-limits.ts';
 
 /**
  * Request rate limits per client address and endpoint (sign-in, sign-up, password reset, waitlist, public writes),
@@ -48,8 +48,8 @@ export async function enforceRateLimit(c: Context<AppEnv>, bucket: string, limit
 }
 
 /**
- * Counts one request against an allowance that is not per client address (per user, say: `key` names it) over
- * `windowMs`, in PostgreSQL; throws 429 RATE_LIMITED with Retry-After and `details.limitPerDay` when it is used up.
+ * Counts one request against a daily allowance that `key` names (the anonymous checkouts of a client address, say), in
+ * PostgreSQL; throws 429 RATE_LIMITED with Retry-After and `details.limitPerDay` when it is used up.
  */
 export async function enforceDailyAllowance(
   deps: Parameters<typeof takeToken>[0],
@@ -61,6 +61,26 @@ export async function enforceDailyAllowance(
   if (!verdict.allowed) throw rateLimited(verdict.retryAfterSec, message, { limitPerDay: limit });
 }
 const DAY_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * Counts one request against a per-user daily allowance and, for the user's own credentials, its client address's
+ * (platform/rate-limits.ts `takeUserAndAddressAllowance`); throws 429 RATE_LIMITED with Retry-After and
+ * `details.limitPerDay` (the bound that refused) when either is used up.
+ */
+export async function enforceUserAndAddressAllowance(
+  deps: Parameters<typeof takeToken>[0],
+  asker: Asker,
+  allowance: UserAndAddressAllowance,
+  userKey: string,
+): Promise<void> {
+  const refused = await takeUserAndAddressAllowance(deps, asker, allowance, userKey);
+  if (refused) throw rateLimited(refused.retryAfterSec, refused.message, { limitPerDay: refused.limitPerDay });
+}
+
+/** The caller as the per-user daily allowances count them: the principal, and this request's client address. */
+export function askerOf<P extends { userId: string; agentId?: string | undefined }>(c: Context<AppEnv>, principal: P): P & Asker {
+  return { ...principal, address: clientSubject(c) };
+}
 
 /** Whom a per-address limit counts for this request: its client address, or an IPv6 client's /64. */
 export function clientSubject(c: Context<AppEnv>): string {

@@ -39,14 +39,10 @@ export async function takeToken(
   const db = deps.database.db;
   const now = deps.clock.now();
   const nowMs = now.getTime();
-  let cache = refusals.get(deps);
-  if (!cache) refusals.set(deps, (cache = new Map()));
+  const known = refusedHere(deps, key, limit, windowMs);
+  if (known) return known;
+  const cache = refusals.get(deps)!;
   const cacheKey = `${key}|${limit}|${windowMs}`;
-  const refused = cache.get(cacheKey);
-  if (refused && nowMs >= refused.since && nowMs < refused.until) {
-    return { allowed: false, retryAfterSec: Math.max(1, Math.ceil((refused.until - nowMs) / 1000)) };
-  }
-  if (refused) cache.delete(cacheKey);
   const row = await first<{ allowed: boolean; retryAfterMs: string | number }>(
     db,
     sql`select allowed, retry_after_ms as "retryAfterMs" from public.rate_limit_hit(${key}, ${limit}, ${windowMs}, ${now})`,
@@ -58,7 +54,91 @@ export async function takeToken(
   return { allowed: false, retryAfterSec: Math.max(1, Math.ceil(retryAfterMs / 1000)) };
 }
 
+/** The refusal this app's cache holds for `key` (its window not over), if any; the database is not asked. */
+function refusedHere(deps: { clock: Clock }, key: string, limit: number, windowMs: number): RateLimitVerdict | undefined {
+  const nowMs = deps.clock.now().getTime();
+  let cache = refusals.get(deps);
+  if (!cache) refusals.set(deps, (cache = new Map()));
+  const cacheKey = `${key}|${limit}|${windowMs}`;
+  const refused = cache.get(cacheKey);
+  if (refused && nowMs >= refused.since && nowMs < refused.until) {
+    return { allowed: false, retryAfterSec: Math.max(1, Math.ceil((refused.until - nowMs) / 1000)) };
+  }
+  if (refused) cache.delete(cacheKey);
+  return undefined;
+}
+
 /** Gives one counted request back (it turned out not to count, e.g. a sign-in that did not fail). */
 export async function refundToken(deps: { database: { db: Db }; clock: Clock }, key: string): Promise<void> {
   await sql`select public.rate_limit_refund(${key}, ${deps.clock.now()})`.execute(deps.database.db);
+}
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * Who asks for something a per-user daily allowance bounds: the user; the agent whose token asks for them (none for the
+ * user's own credentials: a cookie session or the first-party token); and the request's client address as the
+ * per-address limits count it (`clientSubject` in http/rate-limit.ts: IPv4, or an IPv6 client's /64), undefined where
+ * no request tells it (a call from the service itself). Required, so no caller forgets to say where a request came from.
+ */
+export interface Asker {
+  userId: string;
+  agentId?: string | null | undefined;
+  address: string | undefined;
+}
+
+/**
+ * A per-user daily allowance with its per-address bound. Accounts cost nothing (sign-up needs no verified address),
+ * so a per-user count alone bounded nothing for a script that moves to a fresh account whenever one's day is used up:
+ * three throwaway accounts from one address made 150 Checkout Sessions, six sent staff 60 demo-request mails in two
+ * minutes (review 33). So requests made with the user's OWN credentials are also counted per client address, several
+ * times the per-user figure so an office or a household behind one address is not hindered. Requests with an agent's
+ * token are not: their address is the agent backend's, shared by every user of that agent.
+ */
+export interface UserAndAddressAllowance {
+  /** Names the kind: the address's count is kept under `<kind>|address|<address>`. */
+  kind: string;
+  perUser: number;
+  perAddress: number;
+  /** The 429's message when the user's count refuses, and when the address's does. */
+  message: string;
+  addressMessage: string;
+}
+
+/** Why a request was refused: its message, the bound it hit and when to try again. */
+export interface AllowanceRefusal {
+  message: string;
+  limitPerDay: number;
+  retryAfterSec: number;
+}
+
+/**
+ * Takes one request of the day from the user's count (`userKey`: per user and credential, as each kind keys it) and,
+ * for the user's own credentials from a known address, from the address's: both or neither, so a refusal spends
+ * nothing (the user's is given back when the address's refuses). A count this app already knows refused is refused
+ * before anything is taken, so a flood costs the database nothing, whichever of the two it used up. Returns the
+ * refusal, or undefined when the request may go on. The one place every kind's pair is taken (billing/allowances.ts,
+ * catalog/engagement-requests.ts, auth/organization-limits.ts).
+ */
+export async function takeUserAndAddressAllowance(
+  deps: { database: { db: Db }; clock: Clock },
+  asker: Asker,
+  allowance: UserAndAddressAllowance,
+  userKey: string,
+): Promise<AllowanceRefusal | undefined> {
+  const addressKey = asker.agentId || asker.address === undefined ? undefined : `${allowance.kind}|address|${asker.address}`;
+  const refusal = (verdict: RateLimitVerdict, ofAddress: boolean): AllowanceRefusal => ({
+    message: ofAddress ? allowance.addressMessage : allowance.message,
+    limitPerDay: ofAddress ? allowance.perAddress : allowance.perUser,
+    retryAfterSec: verdict.retryAfterSec,
+  });
+  const addressRefused = addressKey === undefined ? undefined : refusedHere(deps, addressKey, allowance.perAddress, DAY_MS);
+  if (addressRefused) return refusal(addressRefused, true);
+  const user = await takeToken(deps, userKey, allowance.perUser, DAY_MS);
+  if (!user.allowed) return refusal(user, false);
+  if (addressKey === undefined) return undefined;
+  const address = await takeToken(deps, addressKey, allowance.perAddress, DAY_MS);
+  if (address.allowed) return undefined;
+  await refundToken(deps, userKey);
+  return refusal(address, true);
 }

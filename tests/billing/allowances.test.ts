@@ -2,20 +2,26 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ANONYMOUS_CHECKOUTS_PER_DAY,
+  CANCELS_PER_ADDRESS_PER_DAY,
+  CANCELS_PER_DAY,
+  CHECKOUT_READS_PER_ADDRESS_PER_DAY,
   CHECKOUT_READS_PER_DAY,
+  CHECKOUTS_PER_ADDRESS_PER_DAY,
   CHECKOUTS_PER_DAY,
+  PORTAL_SESSIONS_PER_ADDRESS_PER_DAY,
   PORTAL_SESSIONS_PER_DAY,
 } from '../../functions/billing/allowances.ts';
 import { insertTier } from '../support/fixtures.ts';
 import { browserGet } from '../support/http.ts';
-import { accessTokenFor } from '../support/oauth.ts';
-import { signUp } from '../support/users.ts';
+import { accessTokenFor, createFirstPartyClient } from '../support/oauth.ts';
+import { signUp, type TestUser } from '../support/users.ts';
 import { activeAgent, buyPaidTier, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * The daily allowances of what reaches Stripe or writes a subscription (functions/billing/allowances.ts), against the
  * ways around them reviews found: an agent's token spending the allowance the user needs everywhere else (with
- * requests it may make, or ones refused 403), the anonymous checkout as a second door, and checkout-session reads.
+ * requests it may make, or ones refused 403), the anonymous checkout as a second door, checkout-session reads, and
+ * throwaway accounts from one address (review 33).
  * The plain case (a user scripting checkouts and portal sessions) is in checkout.test.ts.
  */
 
@@ -222,5 +228,110 @@ describe('the anonymous checkout is no way around the daily bound', () => {
     }
     expect(limited.fake.sessions.size - before).toBe(ANONYMOUS_CHECKOUTS_PER_DAY);
     expect(statuses.slice(ANONYMOUS_CHECKOUTS_PER_DAY)).toEqual(Array(20).fill(429));
+  });
+});
+
+describe('one address, many accounts (review 33)', () => {
+  // Accounts cost nothing (sign-up needs no verified address), so a script moving to a fresh account whenever one's
+  // day was used up made Stripe objects and reads without end from one address: three throwaway accounts made 150
+  // Checkout Sessions. Requests with users' own credentials (cookie, first-party token) are now counted per client
+  // address too; an agent backend's, with its users' tokens, are not (its address is shared by all the agent's users).
+  // The app believes X-Forwarded-For from the test's loopback proxy.
+  let p: BillingWorld;
+  beforeAll(async () => {
+    p = await startBillingWorld({ env: { TRUSTED_PROXIES: '127.0.0.1, ::1' } });
+  });
+  afterAll(() => p.close());
+  const from = (ip: string) => ({ 'x-forwarded-for': ip });
+  type Auth = { cookie: string } | { bearer: string };
+
+  it(`attack: fresh accounts from one address start at most ${CHECKOUTS_PER_ADDRESS_PER_DAY} Checkout Sessions a day; another address, and an agent's backend with its users' tokens, are not held back`, async () => {
+    const agent = await activeAgent(p);
+    const tier = await paidTier(p, agent.id);
+    const checkout = (auth: Auth, ip: string) => p.t.http.post('/me/checkout', { ...auth, headers: from(ip), json: { tierId: tier.id } });
+    const sessionsBefore = p.fake.sessions.size;
+
+    // The agent's backend at 203.0.113.30, for two of its users: not counted against the address.
+    const backend: string[] = [];
+    for (let u = 0; u < 2; u++) backend.push((await accessTokenFor(p.t, await signUp(p.t), { agentId: agent.id })).accessToken);
+    for (const bearer of backend) {
+      for (let i = 0; i < 5; i++) expect((await checkout({ bearer }, '203.0.113.30')).status).toBe(200);
+    }
+
+    // Throwaway accounts at the same address, the first with the marketplace's first-party token, the others their
+    // cookie: all the address's day is theirs, and no more.
+    const firstParty = await createFirstPartyClient(p.t);
+    for (let a = 0; a < CHECKOUTS_PER_ADDRESS_PER_DAY / CHECKOUTS_PER_DAY; a++) {
+      const account = await signUp(p.t);
+      const auth = a === 0 ? { bearer: (await accessTokenFor(p.t, account, { client: firstParty })).accessToken } : { cookie: account.cookie };
+      for (let i = 0; i < CHECKOUTS_PER_DAY; i++) expect((await checkout(auth, '203.0.113.30')).status).toBe(200);
+    }
+    const late = await signUp(p.t);
+    const made = p.fake.sessions.size;
+    const refused = await checkout({ cookie: late.cookie }, '203.0.113.30');
+    expect([refused.status, refused.body.error.code, refused.body.error.details.limitPerDay]).toEqual([429, 'RATE_LIMITED', CHECKOUTS_PER_ADDRESS_PER_DAY]);
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(p.fake.sessions.size).toBe(made);
+
+    // The agent's backend is still served at that address; the late account is, from another address.
+    for (const bearer of backend) expect((await checkout({ bearer }, '203.0.113.30')).status).toBe(200);
+    expect((await checkout({ cookie: late.cookie }, '198.51.100.30')).status).toBe(200);
+    expect(p.fake.sessions.size - sessionsBefore).toBe(backend.length * 6 + CHECKOUTS_PER_ADDRESS_PER_DAY + 1);
+  });
+
+  const reads = () => p.fake.requests.filter((r) => r.method === 'GET' && r.path.startsWith('/v1/checkout/sessions/')).length;
+  const kinds = [
+    {
+      what: 'billing-portal sessions',
+      perUser: PORTAL_SESSIONS_PER_DAY,
+      perAddress: PORTAL_SESSIONS_PER_ADDRESS_PER_DAY,
+      ask: (b: Buyer, ip: string) => p.t.http.post('/me/billing-portal', { cookie: b.user.cookie, headers: from(ip), json: { flow: 'overview' } }),
+      atStripe: () => p.fake.portalSessions.size,
+    },
+    {
+      what: 'paid cancels',
+      perUser: CANCELS_PER_DAY,
+      perAddress: CANCELS_PER_ADDRESS_PER_DAY,
+      ask: (b: Buyer, ip: string) => p.t.http.post(`/me/subscriptions/${b.agentId}/cancel`, { cookie: b.user.cookie, headers: from(ip) }),
+      atStripe: () => p.fake.requests.length,
+    },
+    {
+      what: 'checkout-session reads',
+      perUser: CHECKOUT_READS_PER_DAY,
+      perAddress: CHECKOUT_READS_PER_ADDRESS_PER_DAY,
+      ask: (b: Buyer, ip: string) => p.t.http.get(`/me/checkout/${b.sessionId}`, { cookie: b.user.cookie, headers: from(ip) }),
+      atStripe: reads,
+    },
+  ];
+  interface Buyer {
+    user: TestUser;
+    agentId: string;
+    sessionId: string;
+  }
+  /** A fresh account with a paid subscription (bought from the loopback address, not the one under test). */
+  async function buyer(): Promise<Buyer> {
+    const agent = await activeAgent(p);
+    const user = await signUp(p.t);
+    const { sessionId } = await buyPaidTier(p, user, (await paidTier(p, agent.id)).id);
+    return { user, agentId: agent.id, sessionId };
+  }
+
+  kinds.forEach(({ what, perUser, perAddress, ask, atStripe }, n) => {
+    it(`attack: fresh accounts from one address stop at the address's ${perAddress} ${what} a day, and nothing more reaches Stripe; another address is not held back`, async () => {
+      const ip = `203.0.113.${40 + n}`;
+      for (let a = 0; a < perAddress / perUser; a++) {
+        const account = await buyer();
+        const statuses = new Set<number>();
+        for (let i = 0; i < perUser; i++) statuses.add((await ask(account, ip)).status);
+        expect([...statuses]).toEqual([200]);
+      }
+      const late = await buyer();
+      const before = atStripe();
+      const refused = await ask(late, ip);
+      expect([refused.status, refused.body.error.code, refused.body.error.details.limitPerDay]).toEqual([429, 'RATE_LIMITED', perAddress]);
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(atStripe()).toBe(before);
+      expect((await ask(late, '198.51.100.40')).status).toBe(200);
+    });
   });
 });

@@ -5,7 +5,13 @@ import { insertAgent, insertTier } from '../support/fixtures.ts';
 import { mailsTo } from '../support/mail.ts';
 import { createAdmin, signUp, verifyEmail, type TestUser } from '../support/users.ts';
 import { createAgent, expectError, walk } from './helpers.ts';
-import { DEMO_REQUESTS_PER_DAY, ENTERPRISE_INQUIRIES_PER_DAY } from '../../functions/catalog/engagement-requests.ts';
+import {
+  DEMO_REQUESTS_PER_ADDRESS_PER_DAY,
+  DEMO_REQUESTS_PER_DAY,
+  ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY,
+  ENTERPRISE_INQUIRIES_PER_DAY,
+} from '../../functions/catalog/engagement-requests.ts';
+import { accessTokenFor } from '../support/oauth.ts';
 
 let t: TestApp;
 let admin: TestUser;
@@ -189,6 +195,71 @@ describe('demo requests', () => {
     expect(metadataOf(proven)).toMatchObject({ email: owner.email, emailVerified: true });
     expect(metadataOf(inquired)).toMatchObject({ email: victim, emailVerified: false, companySize: '1-10' });
     expect(metadataOf(inquiredProven)).toMatchObject({ email: owner.email, emailVerified: true });
+  });
+});
+
+describe('one address, many accounts (review 33)', () => {
+  // Accounts cost nothing (sign-up needs no verified address), so a script moving to a fresh account whenever one's
+  // day was used up sent staff 60 demo-request mails from one address in two minutes. Requests with users' own
+  // credentials are now counted per client address too; an agent backend's, with its users' tokens, are not (its
+  // address is shared by all the agent's users). The app believes X-Forwarded-For from the test's loopback proxy.
+  let p: TestApp;
+  let staffAdmin: TestUser;
+  beforeAll(async () => {
+    p = await startTestApp({ env: { TRUSTED_PROXIES: '127.0.0.1, ::1' } });
+    staffAdmin = await createAdmin(p);
+  });
+  afterAll(() => p.close());
+  const from = (ip: string) => ({ 'x-forwarded-for': ip });
+
+  it(`attack: fresh accounts from one address mail staff at most ${DEMO_REQUESTS_PER_ADDRESS_PER_DAY} demo requests a day; another address, and an agent's backend with its users' tokens, are not held back`, async () => {
+    const staff = `staff-${crypto.randomUUID().slice(0, 8)}@example.test`;
+    expect((await p.http.post('/admin/notification-recipients', { cookie: staffAdmin.cookie, json: { email: staff } })).status).toBe(201);
+    const agent = await createAgent(p, staffAdmin);
+    const request = (auth: { cookie: string } | { bearer: string }, ip: string) =>
+      p.http.post(`/agents/${agent.id}/demo-requests`, { ...auth, headers: from(ip), json: { message: 'Buy gift cards at evil.example' } });
+
+    // The agent's backend, at 203.0.113.7, asks for more of its users than the address's bound: none is refused, and
+    // none is counted against the address.
+    const backendUsers = Math.ceil(DEMO_REQUESTS_PER_ADDRESS_PER_DAY / DEMO_REQUESTS_PER_DAY) + 1;
+    for (let u = 0; u < backendUsers; u++) {
+      const { accessToken } = await accessTokenFor(p, await signUp(p), { agentId: agent.id });
+      for (let i = 0; i < DEMO_REQUESTS_PER_DAY; i++) expect((await request({ bearer: accessToken }, '203.0.113.7')).status).toBe(202);
+    }
+
+    // A script at the same address with throwaway accounts of its own stops at the address's bound.
+    const statuses: number[] = [];
+    for (let a = 0; a < DEMO_REQUESTS_PER_ADDRESS_PER_DAY / DEMO_REQUESTS_PER_DAY + 2; a++) {
+      const account = await signUp(p);
+      for (let i = 0; i < DEMO_REQUESTS_PER_DAY; i++) statuses.push((await request({ cookie: account.cookie }, '203.0.113.7')).status);
+    }
+    expect(statuses.filter((s) => s === 202)).toHaveLength(DEMO_REQUESTS_PER_ADDRESS_PER_DAY);
+    expect(statuses.slice(DEMO_REQUESTS_PER_ADDRESS_PER_DAY).every((s) => s === 429)).toBe(true);
+    const late = await signUp(p);
+    const refused = await request({ cookie: late.cookie }, '203.0.113.7');
+    expect([refused.status, refused.body.error.code, refused.body.error.details.limitPerDay]).toEqual([429, 'RATE_LIMITED', DEMO_REQUESTS_PER_ADDRESS_PER_DAY]);
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(await mailsTo(p, staff)).toHaveLength(backendUsers * DEMO_REQUESTS_PER_DAY + DEMO_REQUESTS_PER_ADDRESS_PER_DAY);
+
+    // Another address is not held back, and the refusal at the used-up one spent none of the late account's own day.
+    for (let i = 0; i < DEMO_REQUESTS_PER_DAY; i++) expect((await request({ cookie: late.cookie }, '198.51.100.20')).status).toBe(202);
+  });
+
+  it(`attack: fresh accounts from one address store at most ${ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY} enterprise inquiries a day in the staff's feed; another address is not held back`, async () => {
+    const agent = await createAgent(p, staffAdmin);
+    const inquire = (cookie: string, ip: string) =>
+      p.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie, headers: from(ip), json: { message: 'x'.repeat(5000), companySize: '1' } });
+    const statuses: number[] = [];
+    for (let a = 0; a < ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY / ENTERPRISE_INQUIRIES_PER_DAY + 2; a++) {
+      const account = await signUp(p);
+      for (let i = 0; i < ENTERPRISE_INQUIRIES_PER_DAY; i++) statuses.push((await inquire(account.cookie, '203.0.113.8')).status);
+    }
+    expect(statuses.filter((s) => s === 202)).toHaveLength(ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY);
+    expect(statuses.slice(ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY).every((s) => s === 429)).toBe(true);
+    const stored = async () => (await rows(p.db, sql`select 1 from interactions where type = 'enterprise_inquiry' and agent_id = ${agent.id}`)).length;
+    expect(await stored()).toBe(ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY);
+    expect((await inquire((await signUp(p)).cookie, '198.51.100.21')).status).toBe(202);
+    expect(await stored()).toBe(ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY + 1);
   });
 });
 

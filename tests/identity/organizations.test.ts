@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, rows, sql } from '../../functions/platform/db.ts';
 import { INVITATIONS_PER_ADDRESS_PER_HOUR, INVITATIONS_PER_ADDRESS_PER_INVITER_PER_HOUR, INVITATIONS_PER_DAY } from '../../functions/auth/invitation-rules.ts';
-import { ORGANIZATIONS_PER_DAY, OWNED_ORGANIZATIONS } from '../../functions/auth/organization-limits.ts';
+import { ORGANIZATIONS_PER_ADDRESS_PER_DAY, ORGANIZATIONS_PER_DAY, OWNED_ORGANIZATIONS } from '../../functions/auth/organization-limits.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { deliverMail, linkIn, mailsTo } from '../support/mail.ts';
 import { startSmtpServer, type TestSmtpServer } from '../support/smtp.ts';
@@ -17,14 +17,25 @@ let t: TestApp;
 let smtp: TestSmtpServer;
 beforeAll(async () => {
   smtp = await startSmtpServer();
-  t = await startTestApp({ env: { SMTP_URL: smtp.url, MAIL_FROM: 'Marketplace <no-reply@market.example>' } });
+  // TRUSTED_PROXIES: a request may say which client address it comes from (X-Forwarded-For, withOrigin below).
+  t = await startTestApp({ env: { SMTP_URL: smtp.url, MAIL_FROM: 'Marketplace <no-reply@market.example>', TRUSTED_PROXIES: '127.0.0.1, ::1' } });
 });
 afterAll(async () => {
   await t.close();
   await smtp.close();
 });
 
-const withOrigin = (cookie: string) => ({ cookie, headers: { origin: t.baseUrl } });
+/**
+ * A browser request of the account whose session `cookie` is: with the Origin a browser sends, from an address of that
+ * account's own (X-Forwarded-For, believed from the loopback proxy), as real users are. The file makes more
+ * organizations than one address may in a day (ORGANIZATIONS_PER_ADDRESS_PER_DAY, organization-limits.ts).
+ */
+const addresses = new Map<string, string>();
+const withOrigin = (cookie: string) => {
+  let address = addresses.get(cookie);
+  if (!address) addresses.set(cookie, (address = `198.18.${addresses.size >> 8}.${addresses.size & 255}`));
+  return { cookie, headers: { origin: t.baseUrl, 'x-forwarded-for': address } };
+};
 const unique = () => randomUUID().slice(0, 8);
 const address = (what: string) => `${what}-${unique()}@example.test`;
 
@@ -113,6 +124,31 @@ describe('how many organizations an account makes', () => {
     t.clock.advance(24 * 60 * 60 * 1000 + 1000);
     const nextDay = await create(spammer);
     expect(nextDay.status, nextDay.text).toBe(200);
+  });
+
+  it(`attack: fresh accounts from one address make at most ${ORGANIZATIONS_PER_ADDRESS_PER_DAY} organizations a day; another address is not held back`, async () => {
+    // Accounts cost nothing (sign-up needs no verified address): four throwaway accounts from one address made 40
+    // organizations, a new account whenever one's day was used up (review 33).
+    const createFrom = (owner: TestUser, ip: string) =>
+      t.http.post('/api/auth/organization/create', {
+        cookie: owner.cookie,
+        headers: { origin: t.baseUrl, 'x-forwarded-for': ip },
+        json: { name: 'Spam Org', slug: `org-${unique()}` },
+      });
+    const statuses: number[] = [];
+    for (let a = 0; a < ORGANIZATIONS_PER_ADDRESS_PER_DAY / ORGANIZATIONS_PER_DAY; a++) {
+      const account = await signUp(t);
+      for (let i = 0; i < ORGANIZATIONS_PER_DAY; i++) statuses.push((await createFrom(account, '203.0.113.50')).status);
+    }
+    expect(statuses).toEqual(Array(ORGANIZATIONS_PER_ADDRESS_PER_DAY).fill(200));
+    const late = await signUp(t);
+    const refused = await createFrom(late, '203.0.113.50');
+    expect([refused.status, refused.body.code, refused.body.limitPerDay]).toEqual([429, 'RATE_LIMITED', ORGANIZATIONS_PER_ADDRESS_PER_DAY]);
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(await organizationsOwned(late.userId)).toBe(0);
+    // The refusal spent none of the late account's own day: from another address it has all of it.
+    for (let i = 0; i < ORGANIZATIONS_PER_DAY; i++) expect((await createFrom(late, '198.51.100.50')).status).toBe(200);
+    expect(await organizationsOwned(late.userId)).toBe(ORGANIZATIONS_PER_DAY);
   });
 
   it(`attack: an account owns at most ${OWNED_ORGANIZATIONS} organizations; memberships by invitation do not count`, async () => {

@@ -3,6 +3,7 @@ import { requireAdmin, requireUser } from '../../http/access.ts';
 import { viewerIsAdmin } from './viewer.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../../http/envelope.ts';
 import { pageQuerySchema } from '../../http/pagination.ts';
+import { enforceRateLimit } from '../../http/rate-limit.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
 import { requireAgent } from '../agents.ts';
 import { deleteReview, listReviews, upsertReview } from '../reviews.ts';
@@ -68,7 +69,7 @@ const upsertReviewRoute = createRoute({
   responses: {
     200: jsonResponse(envelopeOf(reviewSchema), 'Your review, replaced'),
     201: jsonResponse(envelopeOf(reviewSchema), 'Your review, created'),
-    ...errors(400, 401, 404, 415, 'agentPath', 'cookieWrite'),
+    ...errors(400, 401, 404, 415, 429, 'agentPath', 'cookieWrite'),
   },
 });
 
@@ -114,6 +115,9 @@ export function communityRoutes() {
   router.openapi(upsertReviewRoute, async (c) => {
     const user = await requireUser(c);
     const { deps } = c.var;
+    // Rate limited per client address like the other public writes: any account, verified or not, may write one
+    // review per agent, and a flood of new accounts' reviews from one address is what review-bombing is (review 33).
+    await enforceRateLimit(c, 'review', deps.config.authRateLimitPerMinute);
     const { agentId } = c.req.valid('param');
     await requireAgent(deps.database.db, agentId, user.role === 'platform_admin');
     const { review, created } = await upsertReview(

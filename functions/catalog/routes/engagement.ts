@@ -3,7 +3,7 @@ import { requireUser, seesEmail } from '../../http/access.ts';
 import { viewer } from './viewer.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
 import { ApiError } from '../../http/errors.ts';
-import { enforceRateLimit } from '../../http/rate-limit.ts';
+import { askerOf, enforceRateLimit } from '../../http/rate-limit.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
 import { requireAgent } from '../agents.ts';
 import { createEnterpriseInquiry, requestDemo, takeEngagementAllowance } from '../engagement-requests.ts';
@@ -84,7 +84,7 @@ export function engagementRoutes() {
     await enforceRateLimit(c, 'demo-request', deps.config.authRateLimitPerMinute);
     const { agentId } = c.req.valid('param');
     const agent = await requireAgent(deps.database.db, agentId, user.role === 'platform_admin');
-    await takeEngagementAllowance(deps, 'demo-request', user);
+    await takeEngagementAllowance(deps, 'demo-request', askerOf(c, user));
     const { interaction } = await requestDemo(
       deps.database.db,
       deps.mailer,
@@ -100,7 +100,7 @@ export function engagementRoutes() {
     await enforceRateLimit(c, 'enterprise-inquiry', deps.config.authRateLimitPerMinute);
     const { agentId } = c.req.valid('param');
     await requireAgent(deps.database.db, agentId, user.role === 'platform_admin');
-    await takeEngagementAllowance(deps, 'enterprise-inquiry', user);
+    await takeEngagementAllowance(deps, 'enterprise-inquiry', askerOf(c, user));
     const interaction = await createEnterpriseInquiry(
       deps.database.db,
       { agentId, requester: user, ...c.req.valid('json') },

@@ -8424,6 +8424,17 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description RATE_LIMITED: too many requests from this client (per address and endpoint, failed sign-ins per account, or a daily allowance per user or per address: docs/errors.md lists them); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds until the window ends */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
         };
     };
     deleteReview: {
