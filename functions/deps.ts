@@ -4,7 +4,7 @@ import { systemClock, type Clock } from './platform/clock.ts';
 import type { Config } from './platform/config.ts';
 import type { Database } from './platform/db.ts';
 import type { Logger } from './platform/logger.ts';
-import { createAuth, createAuthenticator, ensureAdmin, ensureSigningKey } from './auth/index.ts';
+import { createAuth, createAuthenticator, ensureAdmin, ensureSigningKey, type PasswordHashing } from './auth/index.ts';
 import { startHousekeeping } from './internal/index.ts';
 import { startBillingRounds } from './billing/index.ts';
 import { createPayments } from './platform/stripe.ts';
@@ -38,6 +38,14 @@ export interface BuildOptions {
    * the scheduler (POST /internal/drain, functions/internal/), never by a loop.
    */
   backgroundLoops?: boolean;
+  /**
+   * Tests only: a cheaper password hash than the library's scrypt (N=16384, r=16, 32 MiB and ~100 ms of a core per
+   * hash or check, by design). Every test account signs up and in over HTTP, thousands a run, and those hashes were
+   * about a fifth of the suite's CPU on the 2-core CI machine. No entry point that serves users passes it
+   * (scripts/serve.ts, the edge entry, the seed); tests/identity/password-hashing.test.ts shows that an app built
+   * without it stores the library's own hashes.
+   */
+  passwordHashing?: PasswordHashing;
 }
 
 export interface BuiltDeps extends AppDeps {
@@ -62,7 +70,7 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
     files: options.mailFiles,
     ...(options.mailTransport ? { transport: options.mailTransport } : {}),
   });
-  const auth = createAuth({ config, database, logger, clock, mailer });
+  const auth = createAuth({ config, database, logger, clock, mailer, passwordHashing: options.passwordHashing });
   const authenticator = createAuthenticator({ auth, db: database.db, config, clock, logger });
   // Agent webhooks: drainWebhookOutbox does the work; this loop only calls it (tests call it themselves).
   const webhookWorker = createWebhookWorker({ database, clock, logger, config });

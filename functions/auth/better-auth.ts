@@ -70,6 +70,14 @@ export interface AuthDeps {
   logger: Logger;
   clock: Clock;
   mailer: Mailer;
+  /** Replaces the library's password hashing (deps.ts `BuildOptions.passwordHashing`: tests only). */
+  passwordHashing?: PasswordHashing | undefined;
+}
+
+/** How passwords are hashed and checked: the library's scrypt (N=16384, r=16) unless a test build passes its own. */
+export interface PasswordHashing {
+  hash: (password: string) => Promise<string>;
+  verify: (input: { hash: string; password: string }) => Promise<boolean>;
 }
 
 /**
@@ -190,6 +198,7 @@ export function authOptions(deps: AuthDeps) {
       // user signs in next.
       autoSignIn: false,
       requireEmailVerification: false,
+      ...(deps.passwordHashing ? { password: deps.passwordHashing } : {}),
       onExistingUserSignUp: ({ user }) =>
         afterLibraryCommit(async () => {
           if (!(await mayMailRecipient(deps, user.email, 'existing-account sign-up'))) return;

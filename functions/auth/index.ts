@@ -9,7 +9,7 @@ export { identityRoutes } from './routes.ts';
 export { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
 export { oauthRoutes } from './oauth/routes.ts';
 export { AUTH_TAGS, authOpenApi } from './openapi.ts';
-export { createAuth, type Auth } from './better-auth.ts';
+export { createAuth, type Auth, type PasswordHashing } from './better-auth.ts';
 export { createAuthenticator } from './authenticator.ts';
 export { ensureAdmin } from './ensure-admin.ts';
 export { ensureSigningKey } from './signing-key.ts';

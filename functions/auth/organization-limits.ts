@@ -2,7 +2,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { libraryRateLimited } from './library-errors.ts';
 import type { Clock } from '../platform/clock.ts';
 import { first, sql, type Database } from '../platform/db.ts';
-import { takeUserAndAddressAllowance, type UserAndAddressAllowance } from '../platform/rate-limits.ts';
+import { takeUserAndAddressAllowance, userAndAddressAllowance } from '../platform/rate-limits.ts';
 
 /**
  * How many organizations one account, and one address, may make. Any signed-in account may create organizations, each
@@ -26,13 +26,7 @@ export const ORGANIZATIONS_PER_DAY = 10;
 export const ORGANIZATIONS_PER_ADDRESS_PER_DAY = 30;
 export const OWNED_ORGANIZATIONS = 50;
 
-const creations: UserAndAddressAllowance = {
-  kind: 'organization-create',
-  perUser: ORGANIZATIONS_PER_DAY,
-  message: `You can create ${ORGANIZATIONS_PER_DAY} organizations a day; try again later`,
-  perAddress: ORGANIZATIONS_PER_ADDRESS_PER_DAY,
-  addressMessage: `This address can create ${ORGANIZATIONS_PER_ADDRESS_PER_DAY} organizations a day, all its accounts together; try again later`,
-};
+const creations = userAndAddressAllowance('organization-create', 'create an organization', ORGANIZATIONS_PER_DAY, ORGANIZATIONS_PER_ADDRESS_PER_DAY);
 
 /**
  * The client address of the creation the library is answering. The plugin's hook is given the user and the

@@ -1,6 +1,6 @@
 import type { AppDeps } from '../platform/app-types.ts';
 import { enforceDailyAllowance, enforceUserAndAddressAllowance, type Asker } from '../http/rate-limit.ts';
-import type { UserAndAddressAllowance } from '../platform/rate-limits.ts';
+import { userAndAddressAllowance } from '../platform/rate-limits.ts';
 
 /**
  * How often one caller may ask for what makes an object or a read at Stripe, or a subscription row here. Every paid
@@ -44,39 +44,12 @@ export const ANONYMOUS_CHECKOUTS_PER_DAY = 50;
  */
 export const ANONYMOUS_COMPLETIONS_PER_DAY = 100;
 
-/** The 429's message when the address's count refuses: all the accounts using that address together used it up. */
-const fromAddress = (perAddress: number, what: string) =>
-  `This address can ${what} ${perAddress} times a day, all its accounts together; try again later`;
 const allowances = {
-  checkout: {
-    kind: 'billing-checkout',
-    perUser: CHECKOUTS_PER_DAY,
-    message: `You can start ${CHECKOUTS_PER_DAY} checkouts a day; try again later`,
-    perAddress: CHECKOUTS_PER_ADDRESS_PER_DAY,
-    addressMessage: fromAddress(CHECKOUTS_PER_ADDRESS_PER_DAY, 'start a checkout'),
-  },
-  portal: {
-    kind: 'billing-portal',
-    perUser: PORTAL_SESSIONS_PER_DAY,
-    message: `You can open the billing portal ${PORTAL_SESSIONS_PER_DAY} times a day; try again later`,
-    perAddress: PORTAL_SESSIONS_PER_ADDRESS_PER_DAY,
-    addressMessage: fromAddress(PORTAL_SESSIONS_PER_ADDRESS_PER_DAY, 'open the billing portal'),
-  },
-  'checkout-read': {
-    kind: 'billing-checkout-read',
-    perUser: CHECKOUT_READS_PER_DAY,
-    message: `You can read checkout sessions ${CHECKOUT_READS_PER_DAY} times a day; try again later`,
-    perAddress: CHECKOUT_READS_PER_ADDRESS_PER_DAY,
-    addressMessage: fromAddress(CHECKOUT_READS_PER_ADDRESS_PER_DAY, 'read checkout sessions'),
-  },
-  cancel: {
-    kind: 'billing-cancel',
-    perUser: CANCELS_PER_DAY,
-    message: `You can cancel paid subscriptions ${CANCELS_PER_DAY} times a day; try again later`,
-    perAddress: CANCELS_PER_ADDRESS_PER_DAY,
-    addressMessage: fromAddress(CANCELS_PER_ADDRESS_PER_DAY, 'cancel paid subscriptions'),
-  },
-} satisfies Record<string, UserAndAddressAllowance>;
+  checkout: userAndAddressAllowance('billing-checkout', 'start a checkout', CHECKOUTS_PER_DAY, CHECKOUTS_PER_ADDRESS_PER_DAY),
+  portal: userAndAddressAllowance('billing-portal', 'open the billing portal', PORTAL_SESSIONS_PER_DAY, PORTAL_SESSIONS_PER_ADDRESS_PER_DAY),
+  'checkout-read': userAndAddressAllowance('billing-checkout-read', 'read a checkout session', CHECKOUT_READS_PER_DAY, CHECKOUT_READS_PER_ADDRESS_PER_DAY),
+  cancel: userAndAddressAllowance('billing-cancel', 'cancel a paid subscription', CANCELS_PER_DAY, CANCELS_PER_ADDRESS_PER_DAY),
+};
 
 /**
  * Who asks: the user, the agent whose token asks for them (none for the user's own credentials), and the request's

@@ -1,7 +1,7 @@
 import { first, sql, type Db } from '../platform/db.ts';
 import type { AppDeps } from '../platform/app-types.ts';
 import { enforceUserAndAddressAllowance, type Asker } from '../http/rate-limit.ts';
-import type { UserAndAddressAllowance } from '../platform/rate-limits.ts';
+import { userAndAddressAllowance } from '../platform/rate-limits.ts';
 import type { Interaction } from './interactions.ts';
 import { recordInteraction } from './interactions.ts';
 import { accountGone } from './held-user.ts';
@@ -40,21 +40,9 @@ export const DEMO_REQUESTS_PER_ADDRESS_PER_DAY = 30;
 export const ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY = 30;
 
 const engagementAllowances = {
-  'demo-request': {
-    kind: 'demo-request',
-    perUser: DEMO_REQUESTS_PER_DAY,
-    message: `You can request ${DEMO_REQUESTS_PER_DAY} demos a day; try again later`,
-    perAddress: DEMO_REQUESTS_PER_ADDRESS_PER_DAY,
-    addressMessage: `This address can request ${DEMO_REQUESTS_PER_ADDRESS_PER_DAY} demos a day, all its accounts together; try again later`,
-  },
-  'enterprise-inquiry': {
-    kind: 'enterprise-inquiry',
-    perUser: ENTERPRISE_INQUIRIES_PER_DAY,
-    message: `You can send ${ENTERPRISE_INQUIRIES_PER_DAY} enterprise inquiries a day; try again later`,
-    perAddress: ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY,
-    addressMessage: `This address can send ${ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY} enterprise inquiries a day, all its accounts together; try again later`,
-  },
-} satisfies Record<string, UserAndAddressAllowance>;
+  'demo-request': userAndAddressAllowance('demo-request', 'request a demo', DEMO_REQUESTS_PER_DAY, DEMO_REQUESTS_PER_ADDRESS_PER_DAY),
+  'enterprise-inquiry': userAndAddressAllowance('enterprise-inquiry', 'send an enterprise inquiry', ENTERPRISE_INQUIRIES_PER_DAY, ENTERPRISE_INQUIRIES_PER_ADDRESS_PER_DAY),
+};
 
 /**
  * Counts one demo request or enterprise inquiry for this user and credential and, for the user's own credentials, for

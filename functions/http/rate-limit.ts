@@ -1,7 +1,7 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from './errors.ts';
-import { takeToken, takeUserAndAddressAllowance, type Asker, type UserAndAddressAllowance } from '../platform/rate-limits.ts';
+import { DAY_MS, takeToken, takeUserAndAddressAllowance, type Asker, type UserAndAddressAllowance } from '../platform/rate-limits.ts';
 import { isInRanges, normalizeIp, rateLimitSubject } from '../platform/ip-ranges.ts';
 
 // The counting itself (one statement per check, and the refusal cache) is platform/rate-limits.ts, which limits
@@ -60,7 +60,6 @@ export async function enforceDailyAllowance(
   const verdict = await takeToken(deps, key, limit, DAY_MS);
   if (!verdict.allowed) throw rateLimited(verdict.retryAfterSec, message, { limitPerDay: limit });
 }
-const DAY_MS = 24 * 60 * 60 * 1000;
 
 /**
  * Counts one request against a per-user daily allowance and, for the user's own credentials, its client address's

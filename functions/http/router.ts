@@ -58,7 +58,8 @@ const rateLimited = {
   content: { 'application/json': { schema: rateLimitedSchema } },
 };
 
-type ErrorStatusCode = 400 | 401 | 402 | 403 | 404 | 409 | 413 | 415 | 422 | 429 | 501 | 503;
+// 415 is not among them: openapi-document.ts derives it for every operation that takes a JSON body.
+type ErrorStatusCode = 400 | 401 | 402 | 403 | 404 | 409 | 413 | 422 | 429 | 501 | 503;
 
 /**
  * Statuses the service answers on a route by a rule of its HTTP layer rather than by the route's own code: ONE
@@ -126,7 +127,6 @@ export function errors(...items: Array<ErrorStatusCode | ErrorRule>) {
     404: 'Resource not found',
     409: 'Conflicts with an existing resource',
     413: 'Body over 1 MiB',
-    415: 'Body is not JSON',
     422: 'Not allowed in the current state',
     501: 'Not implemented',
     503: 'Feature not configured or dependency unavailable',

@@ -73,7 +73,8 @@ export async function refundToken(deps: { database: { db: Db }; clock: Clock }, 
   await sql`select public.rate_limit_refund(${key}, ${deps.clock.now()})`.execute(deps.database.db);
 }
 
-const DAY_MS = 24 * 60 * 60 * 1000;
+/** A daily allowance's window (it opens with the key's first request). */
+export const DAY_MS = 24 * 60 * 60 * 1000;
 
 /**
  * Who asks for something a per-user daily allowance bounds: the user; the agent whose token asks for them (none for the
@@ -103,6 +104,20 @@ export interface UserAndAddressAllowance {
   /** The 429's message when the user's count refuses, and when the address's does. */
   message: string;
   addressMessage: string;
+}
+
+/**
+ * One kind's allowance, its two 429 messages worded alike for every kind: `doing` says what is counted, as in "You can
+ * start a checkout 50 times a day" (billing/allowances.ts, catalog/engagement-requests.ts, auth/organization-limits.ts).
+ */
+export function userAndAddressAllowance(kind: string, doing: string, perUser: number, perAddress: number): UserAndAddressAllowance {
+  return {
+    kind,
+    perUser,
+    perAddress,
+    message: `You can ${doing} ${perUser} times a day; try again later`,
+    addressMessage: `This address can ${doing} ${perAddress} times a day, all its accounts together; try again later`,
+  };
 }
 
 /** Why a request was refused: its message, the bound it hit and when to try again. */

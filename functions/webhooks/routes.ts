@@ -47,7 +47,7 @@ const createRouteDef = createRoute({
   request: { params: agentParams, body: jsonBody(createWebhookSchema) },
   responses: {
     201: jsonResponse(envelopeOf(webhookWithSecretSchema), 'The endpoint with its secret'),
-    ...errors(400, 401, 403, 404, 415),
+    ...errors(400, 401, 403, 404),
   },
 });
 
@@ -61,7 +61,7 @@ const updateRouteDef = createRoute({
     'A disabled endpoint gets no new deliveries; its pending ones wait and go out, in order, once it is enabled again.',
   security,
   request: { params: webhookParams, body: jsonBody(updateWebhookSchema) },
-  responses: { 200: jsonResponse(envelopeOf(webhookSchema), 'The endpoint'), ...errors(400, 401, 403, 404, 415) },
+  responses: { 200: jsonResponse(envelopeOf(webhookSchema), 'The endpoint'), ...errors(400, 401, 403, 404) },
 });
 
 const deleteRouteDef = createRoute({

@@ -12,6 +12,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { diskFileStore } from '../../functions/platform/storage-disk.ts';
+import { testPasswordHashing } from './password-hashing.ts';
 import { mailFolder } from '../../functions/platform/mail-files.ts';
 
 /**
@@ -43,6 +44,8 @@ export interface TestAppOptions {
   routes?: (app: App) => void;
   /** Where logged mails are written as files, as `npm start` writes them to .data/mail (none when unset). */
   mailDir?: string;
+  /** Hash passwords as production does (the library's scrypt) instead of tests/support/password-hashing.ts. */
+  libraryPasswordHashing?: boolean;
 }
 
 export const TEST_SECRET = 'test-secret-test-secret-test-secret-0123456789';
@@ -77,6 +80,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   // failure in CI).
   const deps = await buildDeps({
     config, database: testDatabase.database, logger, clock, docsScript, fileStore: diskFileStore(uploadsDir), backgroundLoops: false,
+    ...(options.libraryPasswordHashing ? {} : { passwordHashing: testPasswordHashing }),
     ...(options.mailDir ? { mailFiles: mailFolder(options.mailDir) } : {}),
   });
   const app = createApp(deps);

@@ -58,7 +58,7 @@ const updateAgentClientRoute = createRoute({
       }),
     ),
   },
-  responses: { 200: jsonResponse(envelopeOf(agentClientSchema), 'The updated client'), ...errors(400, 401, 403, 404, 415) },
+  responses: { 200: jsonResponse(envelopeOf(agentClientSchema), 'The updated client'), ...errors(400, 401, 403, 404) },
 });
 
 const rotateSecretRoute = createRoute({

@@ -49,7 +49,7 @@ const addRecipientRoute = createRoute({
   summary: 'Add a recipient (email unique, case-insensitive)',
   security,
   request: { body: jsonBody(addRecipientBody) },
-  responses: { 201: jsonResponse(envelopeOf(notificationRecipientSchema), 'The recipient'), ...errors(400, 401, 403, 409, 415) },
+  responses: { 201: jsonResponse(envelopeOf(notificationRecipientSchema), 'The recipient'), ...errors(400, 401, 403, 409) },
 });
 
 const updateRecipientRoute = createRoute({
@@ -60,7 +60,7 @@ const updateRecipientRoute = createRoute({
   summary: 'Change a recipient’s email or name',
   security,
   request: { params: recipientParams, body: jsonBody(updateRecipientBody) },
-  responses: { 200: jsonResponse(envelopeOf(notificationRecipientSchema), 'The recipient'), ...errors(400, 401, 403, 404, 409, 415) },
+  responses: { 200: jsonResponse(envelopeOf(notificationRecipientSchema), 'The recipient'), ...errors(400, 401, 403, 404, 409) },
 });
 
 const removeRecipientRoute = createRoute({

@@ -31,7 +31,7 @@ const createAgentRoute = createRoute({
   summary: 'Create an agent and provision its OAuth client (the client secret is returned once)',
   security,
   request: { body: jsonBody(createAgentBody) },
-  responses: { 201: jsonResponse(envelopeOf(createdAgentSchema), 'The created agent'), ...errors(400, 401, 403, 409, 415) },
+  responses: { 201: jsonResponse(envelopeOf(createdAgentSchema), 'The created agent'), ...errors(400, 401, 403, 409) },
 });
 
 const listAgentsRoute = createRoute({
@@ -74,7 +74,7 @@ const updateAgentRoute = createRoute({
   summary: 'Update an agent; capabilities, steps and tags replace the whole set when present',
   security,
   request: { params: agentIdParams, body: jsonBody(updateAgentBody) },
-  responses: { 200: jsonResponse(envelopeOf(agentSchema), 'The updated agent'), ...errors(400, 401, 403, 404, 409, 415) },
+  responses: { 200: jsonResponse(envelopeOf(agentSchema), 'The updated agent'), ...errors(400, 401, 403, 404, 409) },
 });
 
 const deleteAgentRoute = createRoute({

@@ -34,7 +34,7 @@ const createTagRoute = createRoute({
   summary: 'Create a tag (slug derived from the name unless given)',
   security,
   request: { body: jsonBody(createTagBody) },
-  responses: { 201: jsonResponse(envelopeOf(tagSchema), 'The tag'), ...errors(400, 401, 403, 409, 415) },
+  responses: { 201: jsonResponse(envelopeOf(tagSchema), 'The tag'), ...errors(400, 401, 403, 409) },
 });
 
 const deleteTagRoute = createRoute({
@@ -69,7 +69,7 @@ const upsertReviewRoute = createRoute({
   responses: {
     200: jsonResponse(envelopeOf(reviewSchema), 'Your review, replaced'),
     201: jsonResponse(envelopeOf(reviewSchema), 'Your review, created'),
-    ...errors(400, 401, 404, 415, 429, 'agentPath', 'cookieWrite'),
+    ...errors(400, 401, 404, 429, 'agentPath', 'cookieWrite'),
   },
 });
 

@@ -55,7 +55,7 @@ function contentRoutesFor(kind: ContentKind) {
       summary: `Add a ${one.toLowerCase()} (at \`position\`, default last; later ones move down)`,
       security,
       request: { params: agentIdParams, body: jsonBody(addContentBody) },
-      responses: { 201: jsonResponse(envelopeOf(schema), `The ${one.toLowerCase()}`), ...errors(400, 401, 403, 404, 415) },
+      responses: { 201: jsonResponse(envelopeOf(schema), `The ${one.toLowerCase()}`), ...errors(400, 401, 403, 404) },
     }),
     update: createRoute({
       operationId: kind === 'capabilities' ? 'updateCapability' : 'updateStep',
@@ -65,7 +65,7 @@ function contentRoutesFor(kind: ContentKind) {
       summary: `Update a ${one.toLowerCase()} (a new \`position\` moves it)`,
       security,
       request: { params: itemParams, body: jsonBody(updateContentBody) },
-      responses: { 200: jsonResponse(envelopeOf(schema), `The ${one.toLowerCase()}`), ...errors(400, 401, 403, 404, 415) },
+      responses: { 200: jsonResponse(envelopeOf(schema), `The ${one.toLowerCase()}`), ...errors(400, 401, 403, 404) },
     }),
     remove: createRoute({
       operationId: kind === 'capabilities' ? 'deleteCapability' : 'deleteStep',
@@ -99,7 +99,7 @@ const addChangelogRoute = createRoute({
   summary: 'Add a changelog entry',
   security,
   request: { params: agentIdParams, body: jsonBody(addChangelogBody) },
-  responses: { 201: jsonResponse(envelopeOf(changelogEntrySchema), 'The entry'), ...errors(400, 401, 403, 404, 415) },
+  responses: { 201: jsonResponse(envelopeOf(changelogEntrySchema), 'The entry'), ...errors(400, 401, 403, 404) },
 });
 
 const deleteChangelogRoute = createRoute({
@@ -131,7 +131,7 @@ const registerVideoRoute = createRoute({
   summary: 'Register a video by the URL of a plain video file (HLS/DASH manifests and non-video URLs: 400)',
   security,
   request: { params: agentIdParams, body: jsonBody(registerVideoBody) },
-  responses: { 201: jsonResponse(envelopeOf(videoSchema), 'The video'), ...errors(400, 401, 403, 404, 415) },
+  responses: { 201: jsonResponse(envelopeOf(videoSchema), 'The video'), ...errors(400, 401, 403, 404) },
 });
 
 const deleteVideoRoute = createRoute({
@@ -153,7 +153,7 @@ const createUploadRoute = createRoute({
   summary: 'A presigned PUT URL for an agent image (max 10 MiB) or video (max 500 MiB), valid 15 minutes',
   security,
   request: { params: agentIdParams, body: jsonBody(createUploadBody) },
-  responses: { 201: jsonResponse(envelopeOf(uploadSchema), 'Where to upload'), ...errors(400, 401, 403, 404, 415, 503) },
+  responses: { 201: jsonResponse(envelopeOf(uploadSchema), 'Where to upload'), ...errors(400, 401, 403, 404, 503) },
 });
 
 export function contentRoutes() {

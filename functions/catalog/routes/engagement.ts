@@ -27,7 +27,7 @@ const requestDemoRoute = createRoute({
   summary: 'Ask for a demo: recorded in the interaction feed and mailed to the notification recipients',
   security,
   request: { params: agentIdParams, body: jsonBody(demoRequestBody) },
-  responses: { 202: jsonResponse(envelopeOf(receiptSchema), 'Accepted'), ...errors(400, 401, 404, 415, 429, 'agentPath', 'cookieWrite') },
+  responses: { 202: jsonResponse(envelopeOf(receiptSchema), 'Accepted'), ...errors(400, 401, 404, 429, 'agentPath', 'cookieWrite') },
 });
 
 const enterpriseInquiryRoute = createRoute({
@@ -38,7 +38,7 @@ const enterpriseInquiryRoute = createRoute({
   summary: 'Ask about the Enterprise tier (message and company size go to the interaction feed)',
   security,
   request: { params: agentIdParams, body: jsonBody(enterpriseInquiryBody) },
-  responses: { 202: jsonResponse(envelopeOf(receiptSchema), 'Accepted'), ...errors(400, 401, 404, 415, 429, 'agentPath', 'cookieWrite') },
+  responses: { 202: jsonResponse(envelopeOf(receiptSchema), 'Accepted'), ...errors(400, 401, 404, 429, 'agentPath', 'cookieWrite') },
 });
 
 const waitlistStatusRoute = createRoute({
@@ -61,7 +61,7 @@ const joinWaitlistRoute = createRoute({
   responses: {
     200: jsonResponse(envelopeOf(waitlistEntrySchema), 'Already on the waitlist'),
     201: jsonResponse(envelopeOf(waitlistEntrySchema), 'Added to the waitlist'),
-    ...errors(400, 404, 415, 422, 429, 'agentPath', 'cookieWrite'),
+    ...errors(400, 404, 422, 429, 'agentPath', 'cookieWrite'),
   },
 });
 

@@ -33,7 +33,7 @@ const setTierVisibilityRoute = createRoute({
     params: z.object({ agentId: uuidParam('agentId'), tierId: uuidParam('tierId') }),
     body: jsonBody(z.object({ isPublic: z.boolean() }).openapi('TierVisibility')),
   },
-  responses: { 200: jsonResponse(envelopeOf(tierSchema), 'The tier'), ...errors(400, 401, 403, 404, 415) },
+  responses: { 200: jsonResponse(envelopeOf(tierSchema), 'The tier'), ...errors(400, 401, 403, 404) },
 });
 
 export function pricingRoutes() {

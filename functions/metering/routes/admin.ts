@@ -24,7 +24,7 @@ const routes = {
     summary: 'Grant a quota addon on a metric (`one_cycle`: rolling metrics only, counts in the current billing period)',
     security,
     request: { params: subscriptionParams, body: jsonBody(grantAddonBody) },
-    responses: { 201: jsonResponse(envelopeOf(addonSchema), 'Granted'), ...errors(400, 401, 403, 404, 415, 422) },
+    responses: { 201: jsonResponse(envelopeOf(addonSchema), 'Granted'), ...errors(400, 401, 403, 404, 422) },
   }),
   list: createRoute({
     operationId: 'listAddons',

@@ -45,7 +45,7 @@ const routes = {
     summary: 'Define a metric on the agent (slug and kind are immutable afterwards)',
     security: adminOnly,
     request: { params: agentParams, body: jsonBody(createMetricDefinitionBody) },
-    responses: { 201: jsonResponse(envelopeOf(metricDefinitionSchema), 'Created'), ...errors(400, 401, 403, 404, 409, 415) },
+    responses: { 201: jsonResponse(envelopeOf(metricDefinitionSchema), 'Created'), ...errors(400, 401, 403, 404, 409) },
   }),
   get: createRoute({
     operationId: 'getMetricDefinition',
@@ -64,7 +64,7 @@ const routes = {
     summary: 'Rename a metric or change its unit; slug and kind are immutable (422 IMMUTABLE_FIELD)',
     security: adminOnly,
     request: { params: metricParams, body: jsonBody(updateMetricDefinitionBody) },
-    responses: { 200: jsonResponse(envelopeOf(metricDefinitionSchema), 'Updated'), ...errors(400, 401, 403, 404, 415, 422) },
+    responses: { 200: jsonResponse(envelopeOf(metricDefinitionSchema), 'Updated'), ...errors(400, 401, 403, 404, 422) },
   }),
   delete: createRoute({
     operationId: 'deleteMetricDefinition',
@@ -96,7 +96,7 @@ const routes = {
     responses: {
       200: jsonResponse(envelopeOf(tierQuotaSchema), 'Updated'),
       201: jsonResponse(envelopeOf(tierQuotaSchema), 'Created'),
-      ...errors(400, 401, 403, 404, 415),
+      ...errors(400, 401, 403, 404),
     },
   }),
   deleteQuota: createRoute({

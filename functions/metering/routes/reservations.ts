@@ -45,7 +45,7 @@ const reserveRoute = createRoute({
   request: { params: metricParams, body: jsonBody(reserveUsageBody) },
   responses: {
     201: { ...jsonResponse(envelopeOf(reservationSchema), 'Held (or the reservation of this clientReqId)'), headers: quotaHeaderDocs },
-    ...errors(400, 401, 402, 403, 404, 415, 'unavailable'),
+    ...errors(400, 401, 402, 403, 404, 'unavailable'),
     ...reserve429,
     ...conflict409,
   },
@@ -64,7 +64,7 @@ const commitRoute = createRoute({
   request: { params: reservationParams, body: jsonBody(commitReservationBody) },
   responses: {
     200: { ...jsonResponse(envelopeOf(reservationSchema), 'Committed'), headers: quotaHeaderDocs },
-    ...errors(400, 401, 402, 403, 404, 415, 422, 'unavailable'),
+    ...errors(400, 401, 402, 403, 404, 422, 'unavailable'),
     ...conflict409,
   },
 });

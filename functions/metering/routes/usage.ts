@@ -41,7 +41,7 @@ const incrementRoute = createRoute({
   request: { params: metricParams, body: jsonBody(incrementUsageBody) },
   responses: {
     200: { ...jsonResponse(envelopeOf(usageResultSchema), 'Counted (or the stored result of this clientReqId)'), headers: quotaHeaderDocs },
-    ...errors(400, 401, 402, 403, 404, 415, 'unavailable'),
+    ...errors(400, 401, 402, 403, 404, 'unavailable'),
     ...quotaExceeded429,
     ...idempotencyConflict,
   },
@@ -57,7 +57,7 @@ const decrementRoute = createRoute({
   request: { params: metricParams, body: jsonBody(decrementUsageBody) },
   responses: {
     200: { ...jsonResponse(envelopeOf(usageResultSchema), 'Decremented (or the stored result of this clientReqId)'), headers: quotaHeaderDocs },
-    ...errors(400, 401, 402, 403, 404, 415, 422, 'unavailable'),
+    ...errors(400, 401, 402, 403, 404, 422, 'unavailable'),
     ...idempotencyConflict,
   },
 });

@@ -3893,7 +3893,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -4095,7 +4095,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -4239,7 +4239,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -4726,7 +4726,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -4877,7 +4877,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -5080,7 +5080,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -6114,7 +6114,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -6328,7 +6328,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -6467,7 +6467,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -6611,7 +6611,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -6750,7 +6750,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -6894,7 +6894,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -7033,7 +7033,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -7176,7 +7176,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -7263,7 +7263,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -7496,7 +7496,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -7713,7 +7713,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -8111,7 +8111,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -8256,7 +8256,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -8415,7 +8415,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -8618,7 +8618,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -8766,7 +8766,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -8988,7 +8988,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -18097,7 +18097,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -18218,7 +18218,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -18347,7 +18347,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -18560,7 +18560,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -18849,7 +18849,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Body is not JSON */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
                     [name: string]: unknown;
