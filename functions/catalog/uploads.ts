@@ -38,7 +38,8 @@ export async function createUpload(
   }
   const rules = UPLOAD_RULES[input.kind];
   const contentType = input.contentType.trim().toLowerCase().split(';')[0]!.trim();
-  const ext = (rules.types as Record<string, string>)[contentType];
+  // Own keys only: `__proto__` or `constructor` found Object.prototype's and were signed as a content type (review 37).
+  const ext = Object.hasOwn(rules.types, contentType) ? (rules.types as Record<string, string>)[contentType] : undefined;
   if (!ext) {
     throw invalid('contentType', `contentType must be one of ${Object.keys(rules.types).join(', ')} for a ${input.kind}`, {
       allowed: Object.keys(rules.types),

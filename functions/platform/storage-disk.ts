@@ -1,7 +1,7 @@
-import { createReadStream, createWriteStream } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { createReadStream, createWriteStream, type ReadStream } from 'node:fs';
 import { mkdir, rename, rm, stat } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
-import { Readable } from 'node:stream';
 import { FileTooLargeError, STORAGE_KEY_PATTERN, type FileStore } from './storage.ts';
 
 /**
@@ -33,8 +33,10 @@ export function diskFileStore(root: string): FileStore {
     async write(key, body, maxBytes) {
       const target = pathOf(key);
       await mkdir(dirname(target), { recursive: true });
-      const temp = `${target}.${process.pid}.${Date.now()}.part`;
-      const out = createWriteStream(temp);
+      // A name of its own per write, created exclusively: two PUTs of one URL in the same millisecond wrote into one
+      // temporary file, and the second's rename failed (a 500) after the first had stored both bodies mixed (review 37).
+      const temp = `${target}.${randomUUID()}.part`;
+      const out = createWriteStream(temp, { flags: 'wx' });
       let written = 0;
       try {
         const reader = body.getReader();
@@ -64,10 +66,35 @@ export function diskFileStore(root: string): FileStore {
       const file = await storedFile(key);
       if (!file) return undefined;
       const { full, size } = file;
-      const stream = range ? createReadStream(full, { start: range.start, end: range.end }) : createReadStream(full);
-      return { body: Readable.toWeb(stream) as ReadableStream<Uint8Array>, size };
+      return { body: openedOnFirstRead(() => (range ? createReadStream(full, { start: range.start, end: range.end }) : createReadStream(full))), size };
     },
   };
+}
+
+/**
+ * A body that opens its file when it is first read and closes it when read to the end or cancelled. A file opened with
+ * the response stayed open whenever the body was never read: Hono answers a HEAD by running the GET route and dropping
+ * its body unread, and each anonymous HEAD of a public upload left a descriptor open until the process could accept
+ * no more connections (review 37). highWaterMark 0: nothing is pulled (so nothing opened) before a reader asks.
+ */
+function openedOnFirstRead(open: () => ReadStream): ReadableStream<Uint8Array> {
+  let file: ReadStream | undefined;
+  let chunks: AsyncIterator<Buffer> | undefined;
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        file ??= open();
+        chunks ??= file[Symbol.asyncIterator]();
+        const next = await chunks.next();
+        if (next.done) controller.close();
+        else controller.enqueue(new Uint8Array(next.value.buffer, next.value.byteOffset, next.value.byteLength));
+      },
+      cancel() {
+        file?.destroy();
+      },
+    },
+    { highWaterMark: 0 },
+  );
 }
 
 export const defaultUploadsDir = (dataDir: string) => join(dataDir, 'uploads');

@@ -20,8 +20,8 @@ interface Mutation {
   file: string;
   find: string;
   replace: string;
-  /** More one-line edits in the same file when the mutation needs them (an import). */
-  also?: Array<{ find: string; replace: string }>;
+  /** More one-line edits when the mutation needs them (an import), in the same file unless `file` names another. */
+  also?: Array<{ find: string; replace: string; file?: string }>;
   tests: string[];
 }
 
@@ -619,6 +619,36 @@ export const mutations: Mutation[] = [
     find: "        ...(request.sizeBytes === undefined ? {} : { 'content-length': String(request.sizeBytes) }),",
     replace: '',
     tests: ['tests/catalog/s3-signature.test.ts', 'tests/catalog/content.test.ts'],
+  },
+  {
+    rule: 11,
+    name: "an upload's content type is looked up among Object.prototype's names too (review 37)",
+    file: 'functions/catalog/uploads.ts',
+    find: '  const ext = Object.hasOwn(rules.types, contentType) ? (rules.types as Record<string, string>)[contentType] : undefined;',
+    replace: '  const ext = (rules.types as Record<string, string>)[contentType];',
+    tests: ['tests/catalog/uploads-abuse.test.ts'],
+  },
+  {
+    rule: 11,
+    name: 'a HEAD of a public file opens it, and the body dropped unread keeps it open (review 37)',
+    file: 'functions/catalog/routes/files.ts',
+    find: "    if (c.req.method === 'HEAD') return new Response(null, { status, headers });",
+    replace: '',
+    // Both guards at once: the body opens its file only when read (storage-disk.ts), so either alone holds.
+    also: [{
+      file: 'functions/platform/storage-disk.ts',
+      find: '      return { body: openedOnFirstRead(() => (range ? createReadStream(full, { start: range.start, end: range.end }) : createReadStream(full))), size };',
+      replace: '      const opened = range ? createReadStream(full, { start: range.start, end: range.end }) : createReadStream(full);\n      return { body: openedOnFirstRead(() => opened), size };',
+    }],
+    tests: ['tests/catalog/uploads-abuse.test.ts'],
+  },
+  {
+    rule: 11,
+    name: 'two PUTs of one upload URL in the same millisecond share a temporary file (review 37)',
+    file: 'functions/platform/storage-disk.ts',
+    find: '      const temp = `${target}.${randomUUID()}.part`;',
+    replace: '      const temp = `${target}.${process.pid}.${Date.now()}.part`;',
+    tests: ['tests/catalog/uploads-abuse.test.ts'],
   },
   {
     rule: 12,
@@ -1926,10 +1956,12 @@ export const mutations: Mutation[] = [
 ];
 
 function run(m: Mutation): 'killed' | 'survived' | 'stale' {
-  const original = readFileSync(m.file, 'utf8');
-  const edits = [{ find: m.find, replace: m.replace }, ...(m.also ?? [])];
-  if (edits.some((e) => !original.includes(e.find))) return 'stale';
-  writeFileSync(m.file, edits.reduce((text, e) => text.replace(e.find, e.replace), original));
+  const edits = [{ find: m.find, replace: m.replace, file: m.file }, ...(m.also ?? []).map((e) => ({ ...e, file: e.file ?? m.file }))];
+  const originals = new Map(edits.map((e) => [e.file, readFileSync(e.file, 'utf8')]));
+  if (edits.some((e) => !originals.get(e.file)!.includes(e.find))) return 'stale';
+  for (const [file, original] of originals) {
+    writeFileSync(file, edits.filter((e) => e.file === file).reduce((text, e) => text.replace(e.find, e.replace), original));
+  }
   try {
     const result = spawnSync('npx', ['tsx', 'scripts/test.ts', ...m.tests], {
       env: { ...process.env, TEST_TIERS: process.env.TEST_TIERS ?? 'postgres' },
@@ -1938,7 +1970,7 @@ function run(m: Mutation): 'killed' | 'survived' | 'stale' {
     });
     return result.status === 0 ? 'survived' : 'killed';
   } finally {
-    writeFileSync(m.file, original);
+    for (const [file, original] of originals) writeFileSync(file, original);
   }
 }
 

@@ -61,17 +61,19 @@ export function localFileRoutes(objectStorage: ObjectStorage | undefined, files:
     if (range === 'unsatisfiable') {
       return new Response(null, { status: 416, headers: { ...headers, 'content-range': `bytes */${size}` } });
     }
+    const status = range ? 206 : 200;
+    if (range) {
+      headers['content-length'] = String(range.end - range.start + 1);
+      headers['content-range'] = `bytes ${range.start}-${range.end}/${size}`;
+    } else {
+      headers['content-length'] = String(size);
+    }
+    // A HEAD gets the GET's headers and no body: nothing is opened for it (review 37: Hono answers a HEAD by running
+    // this route and dropping its body unread, which left the file open).
+    if (c.req.method === 'HEAD') return new Response(null, { status, headers });
     const file = await files.read(key, range ?? undefined);
     if (!file) return c.json(failure('NOT_FOUND', 'No such file'), 404);
-    if (!range) return new Response(file.body, { headers: { ...headers, 'content-length': String(file.size) } });
-    return new Response(file.body, {
-      status: 206,
-      headers: {
-        ...headers,
-        'content-length': String(range.end - range.start + 1),
-        'content-range': `bytes ${range.start}-${range.end}/${file.size}`,
-      },
-    });
+    return new Response(file.body, { status, headers });
   });
 
   return router;

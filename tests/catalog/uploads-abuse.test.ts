@@ -1,0 +1,129 @@
+import { readdirSync, readlinkSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { createAdmin, type TestUser } from '../support/users.ts';
+import { createAgent, expectError } from './helpers.ts';
+
+/**
+ * What a hostile caller tried on agent media (review 37): anonymous HEADs of a public file that each left the file open
+ * until the process could accept nothing; content types Object.prototype answers for, signed as if allowed; two PUTs
+ * of one upload URL at once, a 500 and a file mixing both bodies.
+ */
+let t: TestApp;
+let admin: TestUser;
+beforeAll(async () => {
+  t = await startTestApp();
+  admin = await createAdmin(t);
+});
+afterAll(() => t.close());
+
+/** An upload URL and the public URL of its file, for a new agent. */
+async function upload(sizeBytes: number) {
+  const agent = await createAgent(t, admin);
+  const res = await t.http.post(`/agents/${agent.id}/uploads`, {
+    cookie: admin.cookie,
+    json: { kind: 'image', contentType: 'image/png', filename: 'logo.png', sizeBytes },
+  });
+  expect(res.status, res.text).toBe(201);
+  return res.body.data as { uploadUrl: string; publicUrl: string };
+}
+
+/** File descriptors of this process (the test app serves in-process) open on `path`. */
+function openDescriptorsOn(path: string): number {
+  let n = 0;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`).endsWith(path)) n++;
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return n;
+}
+
+describe('public files', () => {
+  it('attack: anonymous HEADs of a public upload leave no file open, and answer what a GET would', async () => {
+    const { uploadUrl, publicUrl } = await upload(200_000);
+    const put = await fetch(uploadUrl, { method: 'PUT', headers: { 'content-type': 'image/png' }, body: new Uint8Array(200_000) });
+    expect(put.status).toBe(200);
+    const key = new URL(publicUrl).pathname.slice('/files/'.length);
+
+    for (let i = 0; i < 100; i++) {
+      const head = await fetch(publicUrl, { method: 'HEAD' });
+      expect(head.status).toBe(200);
+      await head.arrayBuffer();
+    }
+    for (let i = 0; i < 50; i++) await (await fetch(publicUrl, { method: 'HEAD', headers: { range: 'bytes=1000-' } })).arrayBuffer();
+    await new Promise((r) => setTimeout(r, 200));
+    expect(openDescriptorsOn(key)).toBe(0);
+
+    // The HEAD's headers are the GET's, without a body.
+    for (const range of [undefined, 'bytes=1000-']) {
+      const headers = range ? { range } : undefined;
+      const [head, get] = await Promise.all([fetch(publicUrl, { method: 'HEAD', headers }), fetch(publicUrl, { headers })]);
+      const body = await get.arrayBuffer();
+      expect({ status: head.status, length: head.headers.get('content-length'), range: head.headers.get('content-range'), type: head.headers.get('content-type') }).toEqual({
+        status: get.status,
+        length: String(body.byteLength),
+        range: get.headers.get('content-range'),
+        type: 'image/png',
+      });
+    }
+    // A GET read to its end, and one whose reader goes away, leave nothing open either.
+    const aborted = new AbortController();
+    const partial = await fetch(publicUrl, { signal: aborted.signal });
+    await partial.body!.getReader().read();
+    aborted.abort();
+    await new Promise((r) => setTimeout(r, 200));
+    expect(openDescriptorsOn(key)).toBe(0);
+  });
+
+  it('PUTs of one upload URL at once each answer 200, and the file served is one of the bodies, whole', async () => {
+    const { uploadUrl, publicUrl } = await upload(2_000_000);
+    for (let round = 0; round < 3; round++) {
+      const bodies = Array.from({ length: 8 }, (_, i) => new Uint8Array(i % 2 ? 2_000_000 : 10).fill(i + 1));
+      const statuses = await Promise.all(
+        bodies.map((body) => fetch(uploadUrl, { method: 'PUT', headers: { 'content-type': 'image/png' }, body }).then((r) => r.status)),
+      );
+      expect(statuses, `round ${round}`).toEqual(bodies.map(() => 200));
+      const served = new Uint8Array(await (await fetch(publicUrl)).arrayBuffer());
+      expect(
+        bodies.some((b) => b.length === served.length && b.every((x, j) => x === served[j])),
+        `round ${round}: the file served (${served.length} bytes, ${new Set(served).size} distinct fills) is none of the bodies`,
+      ).toBe(true);
+    }
+  });
+});
+
+describe('the upload content-type allowlist', () => {
+  it.each(['__proto__', 'constructor', 'CONSTRUCTOR'])('refuses %s, a name Object.prototype answers for', async (contentType) => {
+    const agent = await createAgent(t, admin);
+    for (const kind of ['image', 'video']) {
+      const res = await t.http.post(`/agents/${agent.id}/uploads`, { cookie: admin.cookie, json: { kind, contentType, filename: 'x.png' } });
+      expectError(res, 400, 'VALIDATION_ERROR');
+    }
+  });
+
+  it('signs nothing at S3 for such a type', async () => {
+    const s3 = await startTestApp({
+      env: {
+        S3_ENDPOINT: 'https://project.supabase.co/storage/v1/s3',
+        S3_BUCKET: 'media',
+        S3_REGION: 'eu-central-1',
+        S3_ACCESS_KEY_ID: 'AKIDEXAMPLE',
+        S3_SECRET_ACCESS_KEY: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY',
+      },
+    });
+    try {
+      const s3Admin = await createAdmin(s3);
+      const agent = await createAgent(s3, s3Admin);
+      const res = await s3.http.post(`/agents/${agent.id}/uploads`, { cookie: s3Admin.cookie, json: { kind: 'image', contentType: '__proto__', filename: 'page.html' } });
+      expectError(res, 400, 'VALIDATION_ERROR');
+      // control: an allowed type is signed
+      const png = await s3.http.post(`/agents/${agent.id}/uploads`, { cookie: s3Admin.cookie, json: { kind: 'image', contentType: 'image/png', filename: 'a.png' } });
+      expect(png.status, png.text).toBe(201);
+    } finally {
+      await s3.close();
+    }
+  });
+});
