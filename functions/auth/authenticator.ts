@@ -132,6 +132,9 @@ export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
     const tokenKeys = revocationKeys(sub, typeof claims.jti === 'string' ? claims.jti : undefined, sessionId);
     const clientId = typeof claims.client_id === 'string' ? claims.client_id : typeof claims.azp === 'string' ? claims.azp : undefined;
     if (!clientId) throw invalidToken('The access token names no client');
+    // A token bound to a key (RFC 9449 `cnf`) is not a Bearer token: none is issued here (oauth/no-dpop.ts), and the
+    // API checks no proof, so one presented as Bearer would work for anyone holding a copy (review 38).
+    if (claims.cnf !== undefined) throw invalidToken('The access token is bound to a key (DPoP); this service takes Bearer tokens only');
     const agentId = tokenAgent(claims.aud, config.publicBaseUrl);
     const scopes = typeof claims.scope === 'string' ? claims.scope.split(' ') : [];
     return {

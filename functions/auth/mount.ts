@@ -8,6 +8,7 @@ import { userExists } from './oauth/token-records.ts';
 import { limitFailedPasswordChanges, limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
 import { signInOnlyWithAStandingPassword } from './sign-in-password-stands.ts';
+import { withoutDpop } from './oauth/no-dpop.ts';
 
 /**
  * /api/auth/*: the Better Auth handler, behind the rules the library does not have:
@@ -73,7 +74,7 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
     });
   });
   router.on(['GET', 'POST'], '/api/auth/*', async (c) =>
-    explainMissingOrigin(await c.var.deps.auth.handler(await withEmptyJsonBody(withoutNonBrowserFetchMetadata(withoutEmptyCookie(c.req.raw))))),
+    explainMissingOrigin(await c.var.deps.auth.handler(await withEmptyJsonBody(withoutNonBrowserFetchMetadata(withoutEmptyCookie(withoutDpop(c.req.raw)))))),
   );
   return router;
 }

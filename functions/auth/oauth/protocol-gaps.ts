@@ -31,6 +31,7 @@ import {
   unverifiedClaims,
   userExists,
 } from './token-records.ts';
+import { withoutDpop } from './no-dpop.ts';
 
 /**
  * Thin wrappers in front of the library's OAuth endpoints, each closing one measured gap between
@@ -52,7 +53,7 @@ import {
  */
 
 /** The Better Auth handler (the library itself), for a request we may have rewritten. */
-const library = (c: Context<AppEnv>, request: Request): Promise<Response> => c.var.deps.auth.handler(request);
+const library = (c: Context<AppEnv>, request: Request): Promise<Response> => c.var.deps.auth.handler(withoutDpop(request));
 
 const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' };
 
@@ -300,7 +301,10 @@ export function oauthProtocolRoutes() {
     if (refused) return refused;
     const token = form.get('token') ?? '';
     const hint = form.get('token_type_hint');
-    if (looksLikeJwt(token) && hint !== 'refresh_token') {
+    // The kind is told by the token's shape, not the hint: access tokens are JWTs and refresh tokens opaque here, and
+    // with the other kind's hint the library looked only where the token was not and answered 200, revoking nothing
+    // (RFC 7009 §2.1: a server that does not find it under the hint searches the other kinds; review 38).
+    if (looksLikeJwt(token)) {
       // Ask the library's introspection with the caller's own credentials: it authenticates the client and only
       // calls the token active when it was issued to that client and is still valid.
       const introspection = await introspectAsCaller(c, request, form, token);
@@ -314,6 +318,7 @@ export function oauthProtocolRoutes() {
       // RFC 7009 §2.2: invalid, expired, unknown or foreign tokens also answer 200.
       return revoked();
     }
+    if (hint !== null) form.set('token_type_hint', 'refresh_token');
     const before = token ? await findRefreshToken(database.db, token) : undefined;
     const response = await library(c, formRequest(request, form));
     const state = before ? await refreshTokenState(database.db, before.id) : undefined;
@@ -411,7 +416,8 @@ export function oauthProtocolRoutes() {
 
 /**
  * Agent clients authenticate with their secret (Basic, or in the form body); the library also advertises
- * private_key_jwt, which no client of ours is registered for. The documents say what actually works.
+ * private_key_jwt, which no client of ours is registered for, and DPoP, which the service does not check. The
+ * documents say what actually works.
  */
 async function advertiseOurClientAuth(response: Response): Promise<Response> {
   if (response.status !== 200) return response;
@@ -421,6 +427,11 @@ async function advertiseOurClientAuth(response: Response): Promise<Response> {
     metadata[`${endpoint}_endpoint_auth_methods_supported`] = ['client_secret_basic', 'client_secret_post'];
     delete metadata[`${endpoint}_endpoint_auth_signing_alg_values_supported`];
   }
+  // Tokens are Bearer only (no-dpop.ts), and no client registers a back-channel logout URI (agent clients are made by
+  // admins with redirect URIs only).
+  delete metadata.dpop_signing_alg_values_supported;
+  delete metadata.backchannel_logout_supported;
+  delete metadata.backchannel_logout_session_supported;
   const headers = new Headers(response.headers);
   headers.delete('content-length');
   return new Response(JSON.stringify(metadata), { status: 200, headers });
