@@ -144,6 +144,7 @@ const modelAnswer = (description: string, model: string, list = false) => {
  * The 200 of an operation the library describes by its errors alone (the consent calls docs/oauth.md gives a front end:
  * a generated client had no type for their answers, review 32).
  */
+const jsonAnswer = (description: string, schema: Json) => ({ description, content: { 'application/json': { schema } } });
 const withAnswer = (answer: Json) => (op: Json) => ({ ...op, responses: { ...op.responses, 200: answer } });
 
 /**
@@ -225,6 +226,43 @@ const CORRECTIONS: Record<string, (op: Json) => Json> = {
   'get /oauth2/get-consent': withAnswer(modelAnswer('The consent (of the signed-in user)', 'OauthConsent')),
   'post /oauth2/update-consent': withAnswer(modelAnswer('The consent with its new scopes', 'OauthConsent')),
   'post /oauth2/delete-consent': withAnswer({ description: 'Withdrawn (an empty body)' }),
+  // The organization calls the library describes by their errors alone (their answers as the plugin returns them).
+  'post /organization/cancel-invitation': withAnswer(modelAnswer('The invitation, now canceled', 'Invitation')),
+  'get /organization/list-invitations': withAnswer(modelAnswer("The organization's invitations", 'Invitation', true)),
+  'post /organization/leave': withAnswer(modelAnswer('The membership that ended', 'Member')),
+  'get /organization/list-members': withAnswer(jsonAnswer('A page of the members, and how many there are', {
+    type: 'object',
+    properties: { members: { type: 'array', items: { $ref: '#/components/schemas/AuthMember' } }, total: { type: 'integer' } },
+    required: ['members', 'total'],
+  })),
+  'get /organization/get-active-member-role': withAnswer(jsonAnswer("The member's role (roles joined by commas)", {
+    type: 'object',
+    properties: { role: { type: 'string' } },
+    required: ['role'],
+  })),
+  'post /organization/check-slug': withAnswer(jsonAnswer('The slug is free (a taken one is 400 SLUG_IS_TAKEN)', {
+    type: 'object',
+    properties: { status: { type: 'boolean', const: true } },
+    required: ['status'],
+  })),
+  'post /oauth2/end-session/confirm': (op) => ({
+    ...op,
+    responses: {
+      ...op.responses,
+      200: {
+        description:
+          'Signed out. A `fetch` gets `{"redirect": true, "url"}` when a registered post_logout_redirect_uri was asked for ' +
+          '(an empty body otherwise); a browser form post gets the signed-out page',
+        content: {
+          'application/json': {
+            schema: { type: 'object', properties: { redirect: { type: 'boolean', const: true }, url: { type: 'string', format: 'uri' } } },
+          },
+          'text/html': { schema: { type: 'string' } },
+        },
+      },
+      302: { description: 'A browser form post with a registered post_logout_redirect_uri: Location is that URI' },
+    },
+  }),
   // RFC 7662: `aud` is a string or an array of strings; this service answers the array (the agent's resource URL and
   // the userinfo URL).
   'post /oauth2/introspect': (op) => {

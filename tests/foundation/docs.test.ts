@@ -41,13 +41,16 @@ describe('GET /openapi.json', () => {
     expect(result.valid, result.valid ? '' : compileErrors(result)).toBe(true);
   });
 
-  it('gives every operation a unique operationId and at least one response', () => {
+  it('gives every operation a unique operationId and the answer it gives when it works (a 2xx or 3xx)', () => {
     const ids: string[] = [];
     for (const [path, item] of Object.entries(doc.paths)) {
       for (const [method, op] of Object.entries(item)) {
         if (!methods.includes(method)) continue;
         expect(op.operationId, `${method.toUpperCase()} ${path}`).toMatch(/^[a-z][A-Za-z0-9]*$/);
-        expect(Object.keys(op.responses ?? {}).length, `${method.toUpperCase()} ${path}`).toBeGreaterThan(0);
+        // Seven of the auth library's organization and logout calls listed errors only: a generated client had no type
+        // for their answers. The one exception is the contract's: telemetry answers 501 NOT_IMPLEMENTED.
+        const works = Object.keys(op.responses ?? {}).filter((status) => /^[23]/.test(status));
+        if (op.operationId !== 'getAgentTelemetry') expect(works, `${method.toUpperCase()} ${path}`).not.toEqual([]);
         ids.push(op.operationId!);
       }
     }

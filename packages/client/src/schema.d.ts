@@ -12060,6 +12060,28 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Signed out. A `fetch` gets `{"redirect": true, "url"}` when a registered post_logout_redirect_uri was asked for (an empty body otherwise); a browser form post gets the signed-out page */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        redirect?: true;
+                        /** Format: uri */
+                        url?: string;
+                    };
+                    "text/html": string;
+                };
+            };
+            /** @description A browser form post with a registered post_logout_redirect_uri: Location is that URI */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
@@ -13324,6 +13346,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description The invitation, now canceled */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthInvitation"];
+                };
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
@@ -13420,6 +13451,18 @@ export interface operations {
             };
         };
         responses: {
+            /** @description The slug is free (a taken one is 400 SLUG_IS_TAKEN) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        status: true;
+                    };
+                };
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
@@ -13822,6 +13865,17 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description The member's role (roles joined by commas) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        role: string;
+                    };
+                };
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
@@ -14411,6 +14465,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description The membership that ended */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthMember"];
+                };
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
@@ -14586,6 +14649,15 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description The organization's invitations */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthInvitation"][];
+                };
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
@@ -14663,6 +14735,18 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description A page of the members, and how many there are */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        members: components["schemas"]["AuthMember"][];
+                        total: number;
+                    };
+                };
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
