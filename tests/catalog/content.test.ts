@@ -3,7 +3,7 @@ import { createApp } from '../../functions/app.ts';
 import { buildDeps } from '../../functions/deps.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
-import { createAgent, expectError } from './helpers.ts';
+import { createAgent, expectError, S3_TEST_ENV } from './helpers.ts';
 
 let t: TestApp;
 let admin: TestUser;
@@ -292,16 +292,7 @@ describe('uploads (S3-compatible storage)', () => {
   let s3: TestApp;
   let s3Admin: TestUser;
   beforeAll(async () => {
-    s3 = await startTestApp({
-      env: {
-        S3_ENDPOINT: 'https://project.supabase.co/storage/v1/s3',
-        S3_BUCKET: 'media',
-        S3_REGION: 'eu-central-1',
-        S3_ACCESS_KEY_ID: 'AKIDEXAMPLE',
-        S3_SECRET_ACCESS_KEY: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY',
-        S3_PUBLIC_URL: 'https://project.supabase.co/storage/v1/object/public/media',
-      },
-    });
+    s3 = await startTestApp({ env: S3_TEST_ENV });
     s3Admin = await createAdmin(s3);
   });
   afterAll(() => s3.close());

@@ -34,3 +34,13 @@ export function expectError(res: { status: number; body: any }, status: number, 
 export async function walk(t: TestApp, path: string, options: { cookie?: string; limit?: number } = {}) {
   return (await walkPages(t, path, { limit: options.limit ?? 3, ...(options.cookie ? { cookie: options.cookie } : {}) })).items;
 }
+
+/** An S3-compatible store (Supabase Storage's S3 endpoint) for apps that presign uploads; nothing is sent to it. */
+export const S3_TEST_ENV = {
+  S3_ENDPOINT: 'https://project.supabase.co/storage/v1/s3',
+  S3_BUCKET: 'media',
+  S3_REGION: 'eu-central-1',
+  S3_ACCESS_KEY_ID: 'AKIDEXAMPLE',
+  S3_SECRET_ACCESS_KEY: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY',
+  S3_PUBLIC_URL: 'https://project.supabase.co/storage/v1/object/public/media',
+};

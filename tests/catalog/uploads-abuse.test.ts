@@ -2,7 +2,7 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, type TestUser } from '../support/users.ts';
-import { createAgent, expectError } from './helpers.ts';
+import { createAgent, expectError, S3_TEST_ENV } from './helpers.ts';
 
 /**
  * What a hostile caller tried on agent media (review 37): anonymous HEADs of a public file that each left the file open
@@ -105,15 +105,7 @@ describe('the upload content-type allowlist', () => {
   });
 
   it('signs nothing at S3 for such a type', async () => {
-    const s3 = await startTestApp({
-      env: {
-        S3_ENDPOINT: 'https://project.supabase.co/storage/v1/s3',
-        S3_BUCKET: 'media',
-        S3_REGION: 'eu-central-1',
-        S3_ACCESS_KEY_ID: 'AKIDEXAMPLE',
-        S3_SECRET_ACCESS_KEY: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY',
-      },
-    });
+    const s3 = await startTestApp({ env: S3_TEST_ENV });
     try {
       const s3Admin = await createAdmin(s3);
       const agent = await createAgent(s3, s3Admin);
