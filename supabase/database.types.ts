@@ -2857,6 +2857,10 @@ export type Database = {
         Args: { "p_agent": string };
         Returns: boolean;
       };
+      "data_api_token_sees_email": {
+        Args: Record<PropertyKey, never>;
+        Returns: boolean;
+      };
       "end_refresh_token_families": {
         Args: {
           "p_authorization_code_id"?: string;

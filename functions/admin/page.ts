@@ -1,6 +1,7 @@
 import type { Context } from 'hono';
 import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from '../http/errors.ts';
+import { seesEmail } from '../http/access.ts';
 import { escapeHtml, htmlPage, randomNonce } from '../http/html.ts';
 import { signInUrls } from '../platform/config.ts';
 
@@ -41,7 +42,9 @@ export async function adminPage(c: Context<AppEnv>): Promise<Response> {
   }
   if (principal.role !== 'platform_admin') {
     if (!wantsHtml) throw new ApiError('FORBIDDEN', 'This action needs the platform_admin role');
-    return page(c, 403, 'Not allowed', `<p>You are signed in as ${escapeHtml(principal.email)}, which is not a platform admin account.</p>`);
+    // The address only to whom it may be told: an agent's token without the email scope learned it here (review 40).
+    const who = seesEmail(principal) ? `as ${escapeHtml(principal.email)}, which is` : 'with an account that is';
+    return page(c, 403, 'Not allowed', `<p>You are signed in ${who} not a platform admin account.</p>`);
   }
   const nonce = randomNonce();
   const openedByTheAdmin = c.var.deps.authenticator.requestOfTheUser(c.req.raw);

@@ -160,3 +160,29 @@ describe("an access token at the Data API (review 22)", () => {
     }
   });
 });
+
+describe('the Data API shows what the HTTP API shows, no more (review 40)', () => {
+  it("attack: an agent's token without the email scope reads the user's address from their waitlist entry; with the scope it may", async () => {
+    const { user, rows: made } = await subscriber();
+    const withoutEmail = (await accessTokenFor(t, user, { agentId: agentA.id, scope: 'openid offline_access' })).accessToken;
+    // over HTTP that token learns no address
+    expect((await t.http.get('/me', { bearer: withoutEmail })).body.data).not.toHaveProperty('email');
+    expect(await agentsRead(withoutEmail, made)).toEqual({ ...only(agentA), waitlist: [] });
+    expect(await asPostgrest(withoutEmail, sql`select email from waitlist_entries`)).toEqual([]);
+    const withEmail = (await accessTokenFor(t, user, { agentId: agentA.id, scope: 'openid email' })).accessToken;
+    expect(await asPostgrest(withEmail, sql`select email from waitlist_entries`)).toEqual([{ email: user.email }]);
+  });
+
+  it("attack: a token reads the Stripe ids and the webhook bookkeeping of the user's subscriptions; it reads what GET /me/subscriptions shows", async () => {
+    const { user } = await subscriber();
+    const token = (await accessTokenFor(t, user, { agentId: agentA.id })).accessToken;
+    for (const column of ['stripe_customer_id', 'stripe_subscription_id', 'pending_invoice_id', 'stripe_read', '*']) {
+      expect([column, await asPostgrest(token, sql.raw(`select ${column} from subscriptions`))]).toEqual([column, { error: '42501' }]);
+    }
+    const shown = await asPostgrest(token, sql`select id, user_id, agent_id, tier_id, status, current_period_start, current_period_end,
+                                                      cancel_at_period_end, pending_tier_id, pending_change_kind, created_at from subscriptions`);
+    const http = await t.http.get('/me/subscriptions', { bearer: token });
+    expect((shown as Array<{ id: string }>).map((row) => row.id)).toEqual(http.body.data.map((sub: { id: string }) => sub.id));
+  });
+});
+

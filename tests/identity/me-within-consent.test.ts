@@ -67,6 +67,14 @@ describe('attack: an agent reads what the user declined to share', () => {
     expect(JSON.stringify(me.body)).not.toContain('Ada Private');
   });
 
+  it("attack: the /admin page's 403 does not tell a token without `email` the address (review 40); with it, it may", async () => {
+    for (const [granted, shows] of [['openid offline_access', false], ['openid email', true]] as const) {
+      const { accessToken } = await tokenWithConsentOf(granted);
+      const page = await t.http.get('/admin', { bearer: accessToken, headers: { accept: 'text/html' } });
+      expect([granted, page.status, page.text.includes(user.email)]).toEqual([granted, 403, shows]);
+    }
+  });
+
   it('accepting `email` but not `profile` shows the email and still not the name', async () => {
     const { accessToken } = await tokenWithConsentOf('openid email');
     const me = await t.http.get('/me', { bearer: accessToken });
