@@ -680,6 +680,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/catalog/rls-access-tokens.test.ts'],
   },
   {
+    rule: 21,
+    name: 'a restart moves a hold that a later call on its counter had taken as expired (review 39)',
+    file: 'supabase/migrations/20261127004900_restart_keeps_counter_time.sql',
+    find: '      and r.expires_at > greatest(v_at, coalesce((select oc.updated_at from public.usage_counters oc',
+    replace: '      and r.expires_at > greatest(v_at, coalesce((select v_at from public.usage_counters oc',
+    tests: ['tests/metering/usage-continues.test.ts'],
+  },
+  {
     rule: 11,
     name: 'a local upload URL holds more than its limit',
     file: 'functions/platform/storage.ts',

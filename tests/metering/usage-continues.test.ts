@@ -233,6 +233,32 @@ describe('holds and threshold notices continue with the counters (migration 2026
     );
   });
 
+  it('attack: a restart read just before a hold expired, run after an increment that took its units: the late commit adds nothing (review 39)', async () => {
+    // Rule 21 across a restart: the carried counter was stamped with the restart's time and every hold live then moved,
+    // so the hold's commit, arriving before the expiry, counted it beside the increment: 20 of 10.
+    const user = await signUp(t);
+    const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 10 }]);
+    expect((await checkout(user, a.tierId)).status).toBe(201);
+    try {
+      t.clock.set('2026-03-10T12:00:00.000Z');
+      const held = await reserve(t, user, a.agentId, 'sites', { clientReqId: reqId(), amount: 10, ttlSeconds: 60 });
+      expect(held.body.data.expiresAt).toBe('2026-03-10T12:01:00.000Z');
+      t.clock.set('2026-03-10T12:01:00.001Z'); // 1 ms after the expiry: the increment takes the 10 units
+      const inc = await increment(user, a, 'sites', 10);
+      expect([inc.status, inc.body.data?.used]).toEqual([200, 10]);
+      t.clock.set('2026-03-10T12:00:59.000Z'); // the cancel and the start read their time before the expiry, run now
+      expect((await cancel(user, a.agentId)).status).toBe(200);
+      const restarted = (await checkout(user, a.tierId)).body.data.subscription;
+      t.clock.set('2026-03-10T12:00:59.999Z'); // the commit arrived 1 ms before the expiry, runs now
+      const late = await commit(t, user, a.agentId, held.body.data.id, 10);
+      expect([late.status, late.body.error?.code], late.text).toEqual([422, 'INVALID_STATE']);
+      expect(await usage(user, a)).toEqual({ sites: 10 });
+      expect(await ledgerAgreesWithCounters(t.db, restarted.id)).toEqual([{ used: 10, sum: 10 }]);
+    } finally {
+      t.clock.set('2026-03-10T12:00:00.000Z');
+    }
+  });
+
   it('a hold that ran out before the restart stays behind and expires on the old subscription', async () => {
     const user = await signUp(t);
     const a = await meteredAgent(t.db, [{ slug: 'sites', kind: 'fixed', quota: 2 }]);
