@@ -681,10 +681,15 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 21,
-    name: 'a restart moves a hold that a later call on its counter had taken as expired (review 39)',
+    name: "a restart stamps the carried counter with its own time and moves a hold a later call there had taken as expired (review 39)",
     file: 'supabase/migrations/20261127004900_restart_keeps_counter_time.sql',
+    // both: either alone keeps the late commit from counting (the moved hold is judged at the carried counter's time)
     find: '      and r.expires_at > greatest(v_at, coalesce((select oc.updated_at from public.usage_counters oc',
     replace: '      and r.expires_at > greatest(v_at, coalesce((select v_at from public.usage_counters oc',
+    also: [{
+      find: '    select new.id, c.metric_id, c.period_start, c.used, greatest(v_at, c.updated_at) -- its time too (added in 20261127004900)',
+      replace: '    select new.id, c.metric_id, c.period_start, c.used, v_at',
+    }],
     tests: ['tests/metering/usage-continues.test.ts'],
   },
   {
