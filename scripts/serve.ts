@@ -6,8 +6,12 @@ import type { Database } from '../functions/platform/db.ts';
 import { exitIfDatabaseInUse } from '../functions/platform/embedded-database-lock.ts';
 import { createLogger } from '../functions/platform/logger.ts';
 import { STOP_WAIT_MS } from '../functions/platform/mailer.ts';
+
 import { envelopeHttpServer, localDocsScript, openConfiguredDatabase, surviveLostDatabaseConnections, withPersistedSecret } from '../functions/platform/node-runtime.ts';
 import { withDemoAdmin } from './demo-admin.ts';
+
+/** How long a stop waits for the requests in flight to be answered (under Kubernetes' default 30 s grace). */
+const REQUEST_DRAIN_MS = 25_000;
 
 /**
  * Node entry: `npm start`. Binds the port first and answers /health (liveness) at once, then loads the
@@ -53,12 +57,18 @@ async function main() {
 
   const shutdown = async (signal: string) => {
     logger.info('shutting down', { signal });
-    server.close();
     // Whatever hangs (a query on a dead connection), the process is gone within 10 s of the longest wait of the
     // background work's stop: a mail being sent when the signal came is let finish (its deadline, 60 s) and recorded,
     // or another instance sends it again (review 25). It is usually done in well under a second.
     setTimeout(() => process.exit(0), STOP_WAIT_MS + 10_000).unref();
-    await stopBackgroundWork?.();
+    // No new connection is taken; the requests in flight are answered before the database they need goes away, for up
+    // to REQUEST_DRAIN_MS, beside the background work's stop (review 42: every request in flight when a rolling deploy
+    // signalled was dropped without an answer). Idle keep-alive connections close now, the others after their answer.
+    const answered = new Promise<void>((resolve) => server.close(() => resolve()));
+    server.closeIdleConnections();
+    const drained = Promise.race([answered, new Promise<void>((resolve) => setTimeout(resolve, REQUEST_DRAIN_MS).unref())]);
+    await Promise.all([drained, stopBackgroundWork?.()]);
+    server.closeAllConnections();
     await database?.close();
     process.exit(0);
   };

@@ -177,6 +177,9 @@ describe('authorization code flow', () => {
     const post = await postForm(t, '/api/auth/oauth2/userinfo', null, { access_token: flow.tokens.access_token });
     expect(post.status).toBe(200);
     expect(post.body.sub).toBe(flow.user.userId);
+    // OIDC Core §5.3.1: a POST with the token in the Authorization header and no body (it was 415: review 41)
+    const bare = await fetch(`${t.baseUrl}/api/auth/oauth2/userinfo`, { method: 'POST', headers: { authorization: `Bearer ${flow.tokens.access_token}` } });
+    expect([bare.status, ((await bare.json()) as { sub?: string }).sub]).toEqual([200, flow.user.userId]);
   });
 
   test('introspection (RFC 7662) reports the access token active for the client that holds it', async () => {

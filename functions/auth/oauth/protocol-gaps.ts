@@ -384,6 +384,10 @@ export function oauthProtocolRoutes() {
       if (refused) return refused;
       token ??= form.get('access_token') ?? undefined;
       forwarded = formRequest(request, form, { clientAuthentication: false });
+    } else if (request.method === 'POST' && !request.headers.get('content-type') && !(await request.clone().text())) {
+      // OIDC Core §5.3.1: a POST may carry the token in the Authorization header alone, with no body; the library takes
+      // only a form POST and answered that one 415 (found by review 41). It is the GET it means.
+      forwarded = new Request(request.url, { method: 'GET', headers: forwardHeaders(request.headers) });
     }
     // RFC 6750 §3: a request without a token is challenged (WWW-Authenticate: Bearer), with no error code in the
     // challenge; the library answered 401 without one (found by a docs walk-through).
