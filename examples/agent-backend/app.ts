@@ -44,9 +44,9 @@ interface Session {
   lastSeen: number;
 }
 
+/** A sign-in in progress, kept in the browser that started it (the sign-in cookie), never on the server. */
 interface SignInInProgress {
-  /** The id of the browser that started it (the sign-in cookie). */
-  browser: string;
+  state: string;
   codeVerifier: string;
   startedAt: number;
 }
@@ -54,7 +54,8 @@ interface SignInInProgress {
 const SESSION_IDLE_MS = 24 * 3600_000;
 const SIGN_IN_MS = 10 * 60_000;
 const MAX_SESSIONS = 10_000;
-const MAX_SIGN_INS = 10_000;
+/** Sign-ins in progress one browser keeps at once (tabs); the oldest is forgotten beyond that. */
+const SIGN_INS_PER_BROWSER = 3;
 
 const newId = () => randomBytes(24).toString('base64url');
 
@@ -79,7 +80,6 @@ export function agentBackend(options: AgentBackendOptions) {
   const SIGN_IN_COOKIE = secure ? '__Host-agent_sign_in' : 'agent_sign_in';
   const cookieOptions = { httpOnly: true, sameSite: 'Lax', path: '/', secure } as const;
   const sessions = new Map<string, Session>();
-  const signIns = new Map<string, SignInInProgress>();
   const app = new Hono();
 
   /** The signed-in user's session, or undefined (none, unknown, or a day unused). */
@@ -147,20 +147,36 @@ export function agentBackend(options: AgentBackendOptions) {
     }
   });
 
+  /**
+   * The sign-ins in progress live in the browser that started them: `state.codeVerifier.startedAt` entries in an
+   * HttpOnly cookie, at most SIGN_INS_PER_BROWSER (two tabs both finish). Kept on the server, in one map for every
+   * visitor, anyone requesting /login 10,000 times pushed out every real sign-in in progress (found by review 41).
+   */
+  const signInsOf = (c: Context): SignInInProgress[] =>
+    (getCookie(c, SIGN_IN_COOKIE) ?? '')
+      .split('~')
+      .map((entry) => entry.split('.'))
+      .filter((parts) => parts.length === 3 && Date.now() - Number(parts[2]) <= SIGN_IN_MS)
+      .map(([state, codeVerifier, startedAt]) => ({ state: state!, codeVerifier: codeVerifier!, startedAt: Number(startedAt) }));
+  const keepSignIns = (c: Context, list: SignInInProgress[]) => {
+    if (list.length === 0) return deleteCookie(c, SIGN_IN_COOKIE, cookieOptions);
+    const value = list.map((s) => `${s.state}.${s.codeVerifier}.${s.startedAt}`).join('~');
+    setCookie(c, SIGN_IN_COOKIE, value, { ...cookieOptions, maxAge: SIGN_IN_MS / 1000 });
+  };
+
   app.get('/login', async (c) => {
-    const browser = getCookie(c, SIGN_IN_COOKIE) ?? newId();
-    setCookie(c, SIGN_IN_COOKIE, browser, { ...cookieOptions, maxAge: SIGN_IN_MS / 1000 });
     const { url, state, codeVerifier } = await signIn.authorizationUrl();
-    bounded(signIns, MAX_SIGN_INS, state, { browser, codeVerifier, startedAt: Date.now() });
+    keepSignIns(c, [{ state, codeVerifier, startedAt: Date.now() }, ...signInsOf(c)].slice(0, SIGN_INS_PER_BROWSER));
     return c.redirect(url);
   });
 
   app.get('/callback', async (c) => {
     const landed = new URL(`${options.publicUrl}/callback${new URL(c.req.url).search}`);
     const state = landed.searchParams.get('state') ?? '';
-    const started = signIns.get(state);
-    signIns.delete(state); // a state is used once, whatever comes of it
-    if (!started || started.browser !== getCookie(c, SIGN_IN_COOKIE) || Date.now() - started.startedAt > SIGN_IN_MS) {
+    const inProgress = signInsOf(c);
+    const started = state ? inProgress.find((s) => s.state === state) : undefined;
+    keepSignIns(c, inProgress.filter((s) => s !== started)); // a state is used once, whatever comes of it
+    if (!started) {
       return c.html(signInPage('This sign-in can no longer finish here (it was started in another browser, or too long ago): start again.'), 400);
     }
     if (landed.searchParams.has('error')) {

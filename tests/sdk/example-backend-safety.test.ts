@@ -88,9 +88,21 @@ describe('its sessions', () => {
     const forced = await call(app, `${landing.pathname}${landing.search}`, victim);
     expect(forced.status).toBe(400);
     expect(victim.has('agent_session')).toBe(false);
-    // the attacker's own browser cannot use that state any more either
+    // the sign-in is the browser's that started it: there it finishes (its own account), once
+    expect((await call(app, `${landing.pathname}${landing.search}`, attacker)).status).toBe(302);
     expect((await call(app, `${landing.pathname}${landing.search}`, attacker)).status).toBe(400);
   });
+
+  it('attack: an anonymous visitor requesting /login 10,000 times does not push out a real sign-in in progress (review 41)', async () => {
+    // The sign-ins in progress were kept on the server, 10,000 at most for every visitor together.
+    const app = backend();
+    const jar = new Map<string, string>();
+    const login = await call(app, '/login', jar);
+    const landing = await marketplace(login.headers.get('location')!, await subscribedUser());
+    for (let i = 0; i < 10_000; i++) await app.fetch(new Request(new URL('/login', PUBLIC_URL), { redirect: 'manual' }));
+    const callback = await call(app, `${landing.pathname}${landing.search}`, jar);
+    expect([callback.status, callback.headers.get('location')]).toEqual([302, '/']);
+  }, 60_000);
 
   it("attack: another site's form cannot spend the user's quota or sign them out", async () => {
     const app = backend();
