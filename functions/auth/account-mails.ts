@@ -28,6 +28,9 @@ export function verificationLink(config: Config, libraryUrl: string, token: stri
   return url.href;
 }
 
+/** The password-reset mail's subject (also the "choose your password" mail of a buyer's new account). */
+export const PASSWORD_RESET_SUBJECT = 'Reset your Agent Marketplace password';
+
 /**
  * The password-reset link: the library's `GET /api/auth/reset-password/<token>?callbackURL=...`, which sends the
  * browser to `callbackURL` with `?token=...` (or `?error=INVALID_TOKEN`). The caller's `redirectTo` becomes the

@@ -14,6 +14,7 @@ import type { Mailer } from '../platform/mailer.ts';
 import {
   existingAccountSignUpMail,
   invitationMail,
+  PASSWORD_RESET_SUBJECT,
   passwordResetLink,
   verificationLink,
   verificationMail,
@@ -247,7 +248,7 @@ export function authOptions(deps: AuthDeps) {
             await sql`select public.reset_link_mailed(${user.id}, ${`reset-password:${token}`})`.execute(trx);
             await mailer.enqueue(trx, {
               to: user.email,
-              subject: 'Reset your Agent Marketplace password',
+              subject: PASSWORD_RESET_SUBJECT,
               text:
                 `Someone (hopefully you) asked to reset the password of ${user.email}.\n\n` +
                 `Open this link within an hour to choose a new password:\n${passwordResetLink(config, url)}\n\n` +

@@ -10,6 +10,7 @@ export { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
 export { oauthRoutes } from './oauth/routes.ts';
 export { AUTH_TAGS, authOpenApi } from './openapi.ts';
 export { createAuth, type Auth, type PasswordHashing } from './better-auth.ts';
+export { PASSWORD_RESET_SUBJECT } from './account-mails.ts';
 export { createAuthenticator } from './authenticator.ts';
 export { ensureAdmin } from './ensure-admin.ts';
 export { ensureSigningKey } from './signing-key.ts';

@@ -2,6 +2,7 @@ import type { BillingDeps } from './billing-deps.ts';
 import { first, sql } from '../platform/db.ts';
 import { claimOfSubscription, ensureClaimMailed } from './purchase-claims.ts';
 import { pagesOrigin } from '../platform/config.ts';
+import { PASSWORD_RESET_SUBJECT } from '../auth/index.ts';
 
 /**
  * Who gets an anonymous purchase (contract.md, "Anonymous purchases (revision 2)"). The buyer typed an email on
@@ -71,7 +72,10 @@ export async function placeAnonymousPurchase(
     sql`select true as yes from public.billing_customers
          where user_id = ${user.id} and stripe_customer_id = ${purchase.stripeCustomerId} and account_created`,
   );
-  if (madeForThis) return { kind: 'attached', buyer: { userId: user.id, email: user.email, created: true } };
+  if (madeForThis) {
+    await mailSetPasswordIfLost(deps, user.id, email);
+    return { kind: 'attached', buyer: { userId: user.id, email: user.email, created: true } };
+  }
   if (user.emailVerified) {
     await linkCustomer(deps, user.id, purchase.stripeCustomerId);
     return { kind: 'attached', buyer: { userId: user.id, email: user.email, created: false } };
@@ -123,6 +127,29 @@ export async function linkCustomer(deps: BillingDeps, userId: string, stripeCust
         values (${userId}, ${stripeCustomerId}, false, ${deps.clock.now()})
         on conflict do nothing`,
   );
+}
+
+/**
+ * The set-password mail goes out after the account commits (the library's reset, its own transaction), and a lost
+ * connection between the two left a paid buyer with an account, a page saying a link was mailed, and no mail, for
+ * good: every later call for the purchase found the account made and mailed nothing (found by review 42). So a later
+ * call (the success page again, Stripe's redelivery) mails it when no reset mail went to the address since the account
+ * was made, its password was never set, and the account is over a minute old: the first call's mail is queued within
+ * that, and the success page and the webhook arriving together must not both mail (a second reset mail ends the
+ * first one's link).
+ */
+async function mailSetPasswordIfLost(deps: BillingDeps, userId: string, email: string): Promise<void> {
+  const lost = await first<{ yes: boolean }>(
+    deps.database.db,
+    sql`select true as yes
+          from "user" u
+          join account a on a."userId" = u.id and a."providerId" = 'credential'
+         where u.id = ${userId} and a."updatedAt" = a."createdAt"
+           and u."createdAt" < ${new Date(deps.clock.now().getTime() - 60_000)}
+           and not exists (select 1 from mail_outbox m
+                            where m.to_address = u.email and m.subject = ${PASSWORD_RESET_SUBJECT} and m.created_at >= u."createdAt")`,
+  );
+  if (lost) await sendSetPasswordMail(deps, email, userId);
 }
 
 /** The "welcome, choose your password" mail: the library's password reset, to the buyer's address. */
