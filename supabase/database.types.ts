@@ -399,6 +399,7 @@ export type Database = {
         Row: {
           "account_created": boolean;
           "created_at": string;
+          "set_password_resent_at": string | null;
           "stripe_customer_id": string;
           "user_id": string;
         };
@@ -406,12 +407,14 @@ export type Database = {
         Insert: {
           "account_created"?: boolean;
           "created_at"?: string;
+          "set_password_resent_at"?: string | null;
           "stripe_customer_id": string;
           "user_id": string;
         };
         Update: {
           "account_created"?: boolean;
           "created_at"?: string;
+          "set_password_resent_at"?: string | null;
           "stripe_customer_id"?: string;
           "user_id"?: string;
         };

@@ -73,7 +73,7 @@ export async function placeAnonymousPurchase(
          where user_id = ${user.id} and stripe_customer_id = ${purchase.stripeCustomerId} and account_created`,
   );
   if (madeForThis) {
-    await mailSetPasswordIfLost(deps, user.id, email);
+    await mailSetPasswordIfLost(deps, user.id, email, purchase.stripeCustomerId);
     return { kind: 'attached', buyer: { userId: user.id, email: user.email, created: true } };
   }
   if (user.emailVerified) {
@@ -134,20 +134,25 @@ export async function linkCustomer(deps: BillingDeps, userId: string, stripeCust
  * connection between the two left a paid buyer with an account, a page saying a link was mailed, and no mail, for
  * good: every later call for the purchase found the account made and mailed nothing (found by review 42). So a later
  * call (the success page again, Stripe's redelivery) mails it when no reset mail went to the address since the account
- * was made, its password was never set, and the account is over a minute old: the first call's mail is queued within
- * that, and the success page and the webhook arriving together must not both mail (a second reset mail ends the
- * first one's link).
+ * was made and its password was never set: once per purchase (claimed on its customer row, so calls at once send one),
+ * from a minute after the account (the first call's mail is queued within that: the success page and the webhook
+ * arriving together must not both mail, a second reset mail ends the first one's link) to 6 days after it (the outbox
+ * keeps done mails 7 days; after that a delivered mail looked lost: review 43).
  */
-async function mailSetPasswordIfLost(deps: BillingDeps, userId: string, email: string): Promise<void> {
+async function mailSetPasswordIfLost(deps: BillingDeps, userId: string, email: string, stripeCustomerId: string): Promise<void> {
+  const now = deps.clock.now();
   const lost = await first<{ yes: boolean }>(
     deps.database.db,
-    sql`select true as yes
-          from "user" u
-          join account a on a."userId" = u.id and a."providerId" = 'credential'
-         where u.id = ${userId} and a."updatedAt" = a."createdAt"
-           and u."createdAt" < ${new Date(deps.clock.now().getTime() - 60_000)}
-           and not exists (select 1 from mail_outbox m
-                            where m.to_address = u.email and m.subject = ${PASSWORD_RESET_SUBJECT} and m.created_at >= u."createdAt")`,
+    sql`update public.billing_customers b set set_password_resent_at = ${now}
+         where b.user_id = ${userId} and b.stripe_customer_id = ${stripeCustomerId} and b.account_created
+           and b.set_password_resent_at is null
+           and exists (
+             select 1 from "user" u join account a on a."userId" = u.id and a."providerId" = 'credential'
+              where u.id = b.user_id and a."updatedAt" = a."createdAt"
+                and u."createdAt" < ${new Date(now.getTime() - 60_000)} and u."createdAt" > ${new Date(now.getTime() - 6 * 86_400_000)}
+                and not exists (select 1 from mail_outbox m
+                                 where m.to_address = u.email and m.subject = ${PASSWORD_RESET_SUBJECT} and m.created_at >= u."createdAt"))
+        returning true as yes`,
   );
   if (lost) await sendSetPasswordMail(deps, email, userId);
 }
