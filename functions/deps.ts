@@ -39,9 +39,9 @@ export interface BuildOptions {
    */
   backgroundLoops?: boolean;
   /**
-   * Tests only: a cheaper password hash than the library's scrypt (N=16384, r=16, 32 MiB and ~100 ms of a core per
+   * Tests only: a cheaper password hash than the library's scrypt (N=16384, r=16, 32 MiB and 100-400 ms of a core per
    * hash or check, by design). Every test account signs up and in over HTTP, thousands a run, and those hashes were
-   * about a fifth of the suite's CPU on the 2-core CI machine. No entry point that serves users passes it
+   * about a third of the suite's CPU on the 2-core CI machine (README, Tests). No entry point that serves users passes it
    * (scripts/serve.ts, the edge entry, the seed); tests/identity/password-hashing.test.ts shows that an app built
    * without it stores the library's own hashes.
    */
