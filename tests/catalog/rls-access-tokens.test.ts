@@ -105,11 +105,12 @@ async function agentsRead(jwt: string, made: Rows): Promise<Record<keyof Rows, s
   return read;
 }
 
-const only = (...agents: AgentRow[]) => {
+/** What a token reading within these agents sees of `subscriber()`'s rows: each table's rows of exactly them. */
+const rowsOfAgents = (...agents: AgentRow[]) => {
   const ids = agents.map((a) => a.id).sort();
   return { subscriptions: ids, counters: ids, addons: ids, installs: ids, waitlist: ids };
 };
-const nothing = only();
+const nothing = rowsOfAgents();
 
 describe("an access token at the Data API (review 22)", () => {
   it("is a token PostgREST takes as the user: role authenticated, the user's sub, its agent in aud", async () => {
@@ -124,9 +125,9 @@ describe("an access token at the Data API (review 22)", () => {
     const token = (await accessTokenFor(t, user, { agentId: agentA.id })).accessToken;
     const http = await t.http.get('/me/subscriptions', { bearer: token });
     expect(http.body.data.map((s: { agentId: string }) => s.agentId)).toEqual([agentA.id]);
-    expect(await agentsRead(token, made)).toEqual(only(agentA));
+    expect(await agentsRead(token, made)).toEqual(rowsOfAgents(agentA));
     // and agent B's own token, B's only
-    expect(await agentsRead((await accessTokenFor(t, user, { agentId: agentB.id })).accessToken, made)).toEqual(only(agentB));
+    expect(await agentsRead((await accessTokenFor(t, user, { agentId: agentB.id })).accessToken, made)).toEqual(rowsOfAgents(agentB));
   });
 
   it("the marketplace's first-party client's token (aud: the API) reads all of its user's rows, nobody else's", async () => {
@@ -135,7 +136,7 @@ describe("an access token at the Data API (review 22)", () => {
     const client = await createFirstPartyClient(t);
     const token = (await accessTokenFor(t, user, { client, scope: 'openid offline_access' })).accessToken;
     expect(claimsOf(token).aud).toContain(t.baseUrl);
-    expect(await agentsRead(token, made)).toEqual(only(agentA, agentB));
+    expect(await agentsRead(token, made)).toEqual(rowsOfAgents(agentA, agentB));
   });
 
   it("attack: the token reads on after it is revoked, its session ends or its user is banned (every bearer route says 401)", async () => {
@@ -153,7 +154,7 @@ describe("an access token at the Data API (review 22)", () => {
     for (const [name, end] of Object.entries(ends)) {
       const { user, rows: made } = await subscriber();
       const token = (await accessTokenFor(t, user, { agentId: agentA.id })).accessToken;
-      expect([name, await agentsRead(token, made)]).toEqual([name, only(agentA)]);
+      expect([name, await agentsRead(token, made)]).toEqual([name, rowsOfAgents(agentA)]);
       await end(user, token);
       expect([name, (await t.http.get('/me/subscriptions', { bearer: token })).status]).toEqual([name, 401]);
       expect([name, await agentsRead(token, made)]).toEqual([name, nothing]);
@@ -167,7 +168,7 @@ describe('the Data API shows what the HTTP API shows, no more (review 40)', () =
     const withoutEmail = (await accessTokenFor(t, user, { agentId: agentA.id, scope: 'openid offline_access' })).accessToken;
     // over HTTP that token learns no address
     expect((await t.http.get('/me', { bearer: withoutEmail })).body.data).not.toHaveProperty('email');
-    expect(await agentsRead(withoutEmail, made)).toEqual({ ...only(agentA), waitlist: [] });
+    expect(await agentsRead(withoutEmail, made)).toEqual({ ...rowsOfAgents(agentA), waitlist: [] });
     expect(await asPostgrest(withoutEmail, sql`select email from waitlist_entries`)).toEqual([]);
     const withEmail = (await accessTokenFor(t, user, { agentId: agentA.id, scope: 'openid email' })).accessToken;
     expect(await asPostgrest(withEmail, sql`select email from waitlist_entries`)).toEqual([{ email: user.email }]);
