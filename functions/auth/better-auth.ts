@@ -29,6 +29,7 @@ import {
 import { ownsMostOrganizations, takeOrganizationCreation } from './organization-limits.ts';
 import { refuseBadLibraryInput } from './library-input.ts';
 import { EmptyListsPlugin } from './empty-lists.ts';
+import { libraryDb } from './library-database.ts';
 import { mayMailRecipient } from './recipient-allowance.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
 import { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
@@ -109,8 +110,9 @@ export function authOptions(deps: AuthDeps) {
     basePath: '/api/auth',
     secret: config.authSecret,
     database: {
-      // (with `in ()` made a constant: the organization plugin sends it for an empty page, empty-lists.ts)
-      db: database.db.withPlugin(new EmptyListsPlugin()),
+      // (with `in ()` made a constant: the organization plugin sends it for an empty page, empty-lists.ts; and
+      // joining the transaction of a request run in one, library-database.ts)
+      db: libraryDb(database.db, (handle) => handle.withPlugin(new EmptyListsPlugin())),
       type: 'postgres',
       // The embedded database has one connection: a library transaction there would hold it while a hook
       // (or a concurrent request) waits for it. On a real server, sign-up's user+account writes are atomic.

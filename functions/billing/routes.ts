@@ -188,7 +188,7 @@ const cancelMySubscriptionRoute = createRoute({
   method: 'post',
   path: '/me/subscriptions/{agentId}/cancel',
   tags: ['Subscriptions'],
-  summary: 'Cancel: a paid tier at period end (access kept until then), a free tier now',
+  summary: 'Cancel: a paid tier at period end (access kept until then), a free tier now, a paid one that grants nothing (incomplete) now',
   security,
   request: { params: z.object({ agentId: uuidParam('agentId') }) },
   responses: { 200: jsonResponse(envelopeOf(subscriptionSchema), 'The subscription'), ...errors(400, 401, 403, 404, 422, 429, 503) },

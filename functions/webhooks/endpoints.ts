@@ -141,10 +141,15 @@ export async function updateWebhook(
         returning e.*, c.fresh
       ), pending as (
         -- one update of the endpoint's pending deliveries: those of a type taken off (and not in flight) end unsent,
-        -- the others are queued again when the endpoint starts a fresh run
+        -- the others are queued again when the endpoint starts a fresh run: due at once, their retry delays starting
+        -- over (the delay the old url earned, up to 2 hours, held the backlog from the new receiver: review 44)
         update public.webhook_deliveries d
            set status = case when o.off and d.claim_id is null then 'failed' else d.status end,
-               next_attempt_at = case when o.off and d.claim_id is null then ${now}::timestamptz else d.next_attempt_at end,
+               next_attempt_at = case when d.claim_id is not null then d.next_attempt_at
+                                      when o.off then ${now}::timestamptz
+                                      when o.fresh then '-infinity'::timestamptz
+                                      else d.next_attempt_at end,
+               attempts = case when o.fresh and not o.off and d.claim_id is null then 0 else d.attempts end,
                last_error = case when o.off and d.claim_id is null
                                  then ${TYPE_TAKEN_OFF}
                                  else d.last_error end,

@@ -109,7 +109,7 @@ export const deliverySchema = z
     eventId: z.uuid().openapi({ description: 'Also the `webhook-id` header of every attempt: receivers deduplicate on it' }),
     eventType: z.enum(WEBHOOK_EVENT_TYPES),
     status: z.enum(DELIVERY_STATUSES),
-    attempts: z.int().openapi({ description: 'Attempts since the delivery was created or last redelivered' }),
+    attempts: z.int().openapi({ description: 'Attempts since the delivery was created or last redelivered, or since its endpoint was given a new url or enabled again' }),
     nextAttemptAt: z.string().nullable().openapi({ description: 'When the next attempt is due (pending only)' }),
     lastAttemptAt: z.string().nullable(),
     deliveredAt: z.string().nullable(),

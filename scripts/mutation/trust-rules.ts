@@ -664,6 +664,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/identity/me-within-consent.test.ts'],
   },
   {
+    rule: 9,
+    name: 'the token endpoint runs the library\'s grant without its transaction: a connection lost mid-grant uses up the code or refresh token (review 42)',
+    file: 'functions/auth/library-database.ts',
+    find: "  if (database.kind !== 'postgres') return work(database.db);",
+    replace: '  return work(database.db);',
+    tests: ['tests/oauth/token-grant-atomic.pg-only.test.ts'],
+  },
+  {
     rule: 28,
     name: "an agent's token without the email scope reads the address of the user's waitlist entry through the Data API (review 40)",
     file: 'supabase/migrations/20261127004800_data_api_email_scope_and_subscription_columns.sql',

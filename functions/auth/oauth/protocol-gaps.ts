@@ -32,6 +32,7 @@ import {
   userExists,
 } from './token-records.ts';
 import { withoutDpop } from './no-dpop.ts';
+import { inLibraryTransaction } from '../library-database.ts';
 
 /**
  * Thin wrappers in front of the library's OAuth endpoints, each closing one measured gap between
@@ -237,43 +238,55 @@ export function oauthProtocolRoutes() {
         });
       }
     }
-    const response = await protocolStatus(await library(c, formRequest(request, form)));
-    if (exchange && response.status !== 200) await refundToken(c.var.deps, exchange);
+    // The grant is one transaction (library-database.ts): the code used up, or the refresh token rotated, is kept
+    // only with the tokens that replace it and their record, so a 503 here leaves the code or refresh token as it was
+    // and the agent's retry works (docs/errors.md). The user's row is taken first, as a password change, ban or
+    // consent withdrawal takes it before the user's tokens: the library's rotation held the old refresh token while
+    // its new one's foreign key waited for the user's row, which such a change held while it waited for the tokens.
+    let libraryStatus = 0;
+    const response = await inLibraryTransaction(database, async (db) => {
+      if (grantUserId && db.isTransaction) await sql`select 1 from "user" where id = ${grantUserId} for key share`.execute(db);
+      const answer = await protocolStatus(await library(c, formRequest(request, form)));
+      libraryStatus = answer.status;
+      if (answer.status !== 200) return answer;
+      const body = (await answer.clone().json().catch(() => undefined)) as { access_token?: unknown; refresh_token?: unknown } | undefined;
+      if (typeof body?.access_token !== 'string') return answer;
+      const issued = issuedAccessToken(body.access_token);
+      const newRefreshToken = typeof body.refresh_token === 'string' ? body.refresh_token : undefined;
+      const record = async (trx: Db) => {
+        // The record's foreign key holds the user's row until this transaction ends. A password change, ban or
+        // consent withdrawal locks that row before it revokes the recorded tokens: it either waits for this record
+        // (and revokes the token), or has ended the grant before the looks below.
+        await recordIssuedAccessToken(trx, issued, codeId ?? before?.authorizationCodeId ?? null, clock.now());
+        // The grant ended while its tokens were being made (a password change, ban or consent withdrawal or, for a
+        // code, the end of its session): the new refresh token was born revoked or was deleted (migration
+        // 20261125001000). Or the agent was deactivated meanwhile, or the user withdrew or narrowed the consent the
+        // code was issued or the refresh token's grant was made under.
+        const fresh = newRefreshToken ? await findRefreshToken(trx, newRefreshToken) : undefined;
+        const refreshLive = !newRefreshToken || fresh?.revoked === false;
+        if (refreshLive && (await grantStands(trx, issued))) return false;
+        await revokeAccessToken(trx, issued.jti, issued.expiresAt);
+        if (fresh) await revokeIssuedRefreshToken(trx, fresh.id);
+        return true;
+      };
+      const ended = await (db.isTransaction ? record(db) : db.transaction().execute(record)).catch((error: unknown) => {
+        // The user, or the agent with its client, was deleted after the library wrote its tokens: the record's foreign
+        // key refuses it. Their deletion took the refresh tokens with it, and the bearer check refuses an access token
+        // of a missing user or client, so nothing is left to revoke; the grant ended.
+        if (pgCode(error) === '23503') return true;
+        throw error;
+      });
+      return ended ? oauthError(400, 'invalid_grant', 'the grant ended while its tokens were being issued') : answer;
+    });
+    if (exchange && libraryStatus !== 200) await refundToken(c.var.deps, exchange);
     if (response.status >= 500 && grantUserId && !(await userExists(database.db, grantUserId))) {
       // The user was deleted while the library was writing the new refresh token: the foreign key refused the write.
       // For the agent's backend that is a grant that ended, as any other end answers.
       return oauthError(400, 'invalid_grant', 'the grant ended while its tokens were being issued');
     }
-    if (response.status === 200) {
-      const body = (await response.clone().json().catch(() => undefined)) as { access_token?: unknown; refresh_token?: unknown } | undefined;
-      if (typeof body?.access_token === 'string') {
-        const issued = issuedAccessToken(body.access_token);
-        const newRefreshToken = typeof body.refresh_token === 'string' ? body.refresh_token : undefined;
-        const ended = await database.db.transaction().execute(async (trx) => {
-          // The record's foreign key holds the user's row until this transaction ends. A password change, ban or
-          // consent withdrawal locks that row before it revokes the recorded tokens: it either waits for this record
-          // (and revokes the token), or has ended the grant before the looks below.
-          await recordIssuedAccessToken(trx, issued, codeId ?? before?.authorizationCodeId ?? null, clock.now());
-          // The grant ended while its tokens were being made (a password change, ban or consent withdrawal or, for a
-          // code, the end of its session): the new refresh token was born revoked or was deleted (migration
-          // 20261125001000). Or the agent was deactivated meanwhile, or the user withdrew or narrowed the consent the
-          // code was issued or the refresh token's grant was made under.
-          const fresh = newRefreshToken ? await findRefreshToken(trx, newRefreshToken) : undefined;
-          const refreshLive = !newRefreshToken || fresh?.revoked === false;
-          if (refreshLive && (await grantStands(trx, issued))) return false;
-          await revokeAccessToken(trx, issued.jti, issued.expiresAt);
-          if (fresh) await revokeIssuedRefreshToken(trx, fresh.id);
-          return true;
-        }).catch((error: unknown) => {
-          // The user, or the agent with its client, was deleted after the library wrote its tokens: the record's foreign
-          // key refuses it. Their deletion took the refresh tokens with it, and the bearer check refuses an access token
-          // of a missing user or client, so nothing is left to revoke; the grant ended.
-          if (pgCode(error) === '23503') return true;
-          throw error;
-        });
-        if (ended) return oauthError(400, 'invalid_grant', 'the grant ended while its tokens were being issued');
-      }
-    } else if (codeId) {
+    // Issued (or issued and ended at once), or nothing kept: no refusal of the library's to follow up.
+    if (libraryStatus === 200 || response.status >= 500) return response;
+    if (codeId) {
       // RFC 6749 §4.1.2: a code used twice was stolen; the library drops the refresh tokens issued from it, we end the
       // family (a refresh of it under way writes into it no more) and revoke the access tokens.
       // (Only the code's own client gets here with a used code: another's replay is refused above.)
@@ -496,15 +509,21 @@ async function clientRefused(c: Context<AppEnv>, request: Request, form: URLSear
  * RFC 6749 §5.2: 401 is the answer to a client that failed to authenticate, and nothing else. The library answers
  * 401 invalid_request to an authenticated client's PKCE mistakes; they become 400, and a code_verifier that does not
  * match its challenge is invalid_grant (RFC 7636 §4.6), which OAuth client libraries treat as "start the sign-in
- * again".
+ * again". So is a code whose user was deleted, or whose session ended (a sign-out, a password change), before its
+ * exchange: the library answered invalid_user and invalid_request, codes an agent's backend cannot act on.
  */
 async function protocolStatus(response: Response): Promise<Response> {
-  if (response.status !== 401) return response;
+  if (response.status !== 401 && response.status !== 400) return response;
   const body = (await response.clone().json().catch(() => undefined)) as { error?: unknown; error_description?: unknown } | undefined;
   if (typeof body?.error !== 'string' || body.error === 'invalid_client') return response;
   const description = typeof body.error_description === 'string' ? body.error_description : '';
+  if (GRANT_GONE.has(description)) return oauthError(400, 'invalid_grant', description);
+  if (response.status === 400) return response;
   return oauthError(400, description === 'code verification failed' ? 'invalid_grant' : body.error, description);
 }
+
+/** The library's descriptions of a code whose user or session is gone. */
+const GRANT_GONE = new Set(['missing user, user may have been deleted', 'session no longer exists']);
 
 function formRequest(
   original: Request,

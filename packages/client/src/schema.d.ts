@@ -2331,7 +2331,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Cancel: a paid tier at period end (access kept until then), a free tier now */
+        /** Cancel: a paid tier at period end (access kept until then), a free tier now, a paid one that grants nothing (incomplete) now */
         post: operations["cancelMySubscription"];
         delete?: never;
         options?: never;
@@ -3691,7 +3691,7 @@ export interface components {
         WebhookDelivery: {
             /** @description The latest attempts, newest first (at most 20) */
             attemptLog: components["schemas"]["WebhookDeliveryAttempt"][];
-            /** @description Attempts since the delivery was created or last redelivered */
+            /** @description Attempts since the delivery was created or last redelivered, or since its endpoint was given a new url or enabled again */
             attempts: number;
             createdAt: string;
             deliveredAt: string | null;
