@@ -234,7 +234,7 @@ async function seedEmpty(deps: SeedDeps): Promise<{ seeded: boolean }> {
       }
     }
     for (const [i, review] of demo.reviews.entries()) {
-      await upsertReview(db, { agentId: agent.id, userId: reviewerIds[i % reviewerIds.length]!, ...review }, new Date(now.getTime() - (i + 1) * DAY));
+      await upsertReview(db, { agentId: agent.id, userId: reviewerIds[i % reviewerIds.length]!, ...review }, new Date(now.getTime() - (i + 1) * DAY), false);
     }
     if (demo.status === 'coming_soon') {
       await joinWaitlist(db, { id: agent.id, status: demo.status }, { email: DEMO_REVIEWERS[0]!.email, userId: reviewerIds[0]! }, now);

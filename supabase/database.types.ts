@@ -1587,6 +1587,7 @@ export type Database = {
           "title": string | null;
           "updated_at": string;
           "user_id": string;
+          "written_by_agent": boolean;
         };
         ComputedFields: never;
         Insert: {
@@ -1599,6 +1600,7 @@ export type Database = {
           "title"?: string | null;
           "updated_at"?: string;
           "user_id": string;
+          "written_by_agent"?: boolean;
         };
         Update: {
           "agent_id"?: string;
@@ -1610,6 +1612,7 @@ export type Database = {
           "title"?: string | null;
           "updated_at"?: string;
           "user_id"?: string;
+          "written_by_agent"?: boolean;
         };
         Relationships: [
           {
@@ -2641,7 +2644,7 @@ export type Database = {
           "rating": number;
           "title": string | null;
           "updated_at": string;
-          "user_id": string;
+          "written_by_agent": boolean;
         };
         ComputedFields: never;
         Relationships: [

@@ -199,10 +199,17 @@ export const reviewSchema = z
   .object({
     id: z.uuid(),
     agentId: z.uuid(),
-    userId: z.string(),
+    userId: z.string().nullable().openapi({
+      description:
+        "The author's id, shown to the author (with their own credentials, not an agent's token) and to admins; null to everyone else: it is the id every agent the author uses knows them by",
+    }),
     rating: z.int().min(1).max(5),
     title: z.string().nullable(),
     body: z.string().nullable(),
+    writtenByAgent: z.boolean().openapi({
+      description:
+        "Written, or last replaced, by the agent's own backend with the user's token; a review the user wrote themselves is changed or deleted only by them or an admin",
+    }),
     createdAt: z.string(),
     updatedAt: z.string(),
   })

@@ -138,6 +138,16 @@ describe('anon and authenticated reads', () => {
     expect(visible).toHaveLength(2);
   });
 
+  it.each(['anon', 'authenticated'] as const)("%s reads reviews without their authors' ids, and whether an agent's backend wrote them (review 49)", async (role) => {
+    expect(await as(role, sql`select user_id from reviews`, 'user-a')).toEqual({ error: '42501' });
+    expect(await as(role, sql`select * from reviews`, 'user-a')).toEqual({ error: '42501' });
+    expect(await as(role, sql`select user_id from catalog_reviews`, 'user-a')).toEqual({ error: '42703' });
+    const [row] = (await as(role, sql`select * from catalog_reviews where agent_id = ${agents.active!.id}`, 'user-a')) as any[];
+    expect(Object.keys(row).sort()).toEqual(['agent_id', 'body', 'created_at', 'id', 'rating', 'title', 'updated_at', 'written_by_agent']);
+    const [granted] = (await as(role, sql`select id, rating, written_by_agent from reviews where agent_id = ${agents.active!.id}`, 'user-a')) as any[];
+    expect(granted).toMatchObject({ rating: 5, written_by_agent: false });
+  });
+
   it('anon sees content and reviews of published agents only', async () => {
     for (const view of ['catalog_capabilities', 'catalog_reviews', 'agent_capabilities', 'reviews']) {
       expect(ids(await as('anon', sql`select agent_id from ${sql.table(view)}`))).toEqual(published());
@@ -150,9 +160,10 @@ describe('anon and authenticated reads', () => {
     await sql`insert into "user" (id, name, email, "emailVerified", banned) values (${banned}, 'B', ${`${banned}@example.test`}, true, true)`.execute(t.db);
     await sql`insert into reviews (agent_id, user_id, rating) values (${agentId}, ${banned}, 1)`.execute(t.db);
     try {
+      const [userAs] = await rows<{ id: string }>(t.db, sql`select id from reviews where agent_id = ${agentId} and user_id = 'user-a'`);
       for (const view of ['reviews', 'catalog_reviews']) {
-        const authors = (await as(role, sql`select user_id from ${sql.table(view)} where agent_id = ${agentId}`, 'user-a')) as any[];
-        expect(authors.map((r) => r.user_id)).toEqual(['user-a']);
+        const listed = (await as(role, sql`select id from ${sql.table(view)} where agent_id = ${agentId}`, 'user-a')) as any[];
+        expect(listed.map((r) => r.id)).toEqual([userAs!.id]);
       }
       const [aggregates] = (await as(role, sql`select review_count, average_rating from catalog_agents where id = ${agentId}`, 'user-a')) as any[];
       expect([aggregates.review_count, Number(aggregates.average_rating)]).toEqual([1, 5]);
@@ -176,16 +187,16 @@ describe('anon and authenticated reads', () => {
     await sql`insert into reviews (agent_id, user_id, rating) values (${agents.active!.id}, ${ids.banned}, 1), (${agents.draft!.id}, ${ids.hidden}, 1)`.execute(t.db);
     try {
       const asked = async (userId: string) => [
-        await as(role, sql`select id from reviews where user_id = ${userId}`, 'user-a'),
-        await as(role, sql`select id from catalog_reviews where user_id = ${userId}`, 'user-a'),
         await as(role, sql`select public.review_author_in_good_standing(${userId}) as shown`, 'user-a'),
       ];
       const none = await asked(ids.none);
-      expect(none.slice(0, 2)).toEqual([[], []]);
       expect(await asked(ids.banned)).toEqual(none);
       expect(await asked(ids.hidden)).toEqual(none);
+      // Nor can they ask the reviews by author: the author's id is not theirs to read (review 49)
+      expect(await as(role, sql`select id from reviews where user_id = ${ids.banned}`, 'user-a')).toEqual({ error: '42501' });
+      expect(await as(role, sql`select id from catalog_reviews where user_id = ${ids.banned}`, 'user-a')).toEqual({ error: '42703' });
       // ...and the check they can call answers by review id: for a review they can list, it is shown
-      const [listed] = (await as(role, sql`select id from reviews where user_id = 'user-a'`, 'user-a')) as any[];
+      const [listed] = (await as(role, sql`select id from reviews where agent_id = ${agents.active!.id}`, 'user-a')) as any[];
       expect(await as(role, sql`select public.review_shown(${listed.id}::uuid) as shown`, 'user-a')).toEqual([{ shown: true }]);
     } finally {
       await sql`delete from reviews where user_id in (${ids.banned}, ${ids.hidden})`.execute(t.db);

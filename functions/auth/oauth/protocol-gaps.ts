@@ -240,12 +240,16 @@ export function oauthProtocolRoutes() {
     }
     // The grant is one transaction (library-database.ts): the code used up, or the refresh token rotated, is kept
     // only with the tokens that replace it and their record, so a 503 here leaves the code or refresh token as it was
-    // and the agent's retry works (docs/errors.md). The user's row is taken first, as a password change, ban or
-    // consent withdrawal takes it before the user's tokens: the library's rotation held the old refresh token while
-    // its new one's foreign key waited for the user's row, which such a change held while it waited for the tokens.
+    // and the agent's retry works (docs/errors.md). What the new tokens' foreign keys name is taken first, before the
+    // library touches a token, in the order the ends take them: the user's row (a password change, ban or consent
+    // withdrawal takes it before the user's tokens), the client's (an agent's client deleted takes its tokens with
+    // it), the sign-in session's (a sign-out deletes it, and its foreign key then clears the tokens that name it).
+    // Otherwise the library's rotation held the old refresh token while the new one's keys waited for a row that
+    // such an end held while it waited for the old token: a deadlock (the session's found by review 47).
+    const grantSessionId = before?.sessionId ?? codeIssued?.sessionId;
     let libraryStatus = 0;
     const response = await inLibraryTransaction(database, async (db) => {
-      if (grantUserId && db.isTransaction) await sql`select 1 from "user" where id = ${grantUserId} for key share`.execute(db);
+      if (db.isTransaction) await takeGrantKeys(db, { userId: grantUserId, clientId: caller, sessionId: grantSessionId });
       const answer = await protocolStatus(await library(c, formRequest(request, form)));
       libraryStatus = answer.status;
       if (answer.status !== 200) return answer;
@@ -520,6 +524,13 @@ async function protocolStatus(response: Response): Promise<Response> {
   if (GRANT_GONE.has(description)) return oauthError(400, 'invalid_grant', description);
   if (response.status === 400) return response;
   return oauthError(400, description === 'code verification failed' ? 'invalid_grant' : body.error, description);
+}
+
+/** Takes the rows a grant's new tokens will name (`for key share`, as their foreign keys do), in the ends' order. */
+async function takeGrantKeys(db: Db, keys: { userId?: string | undefined; clientId?: string | undefined; sessionId?: string | null | undefined }) {
+  if (keys.userId) await sql`select 1 from "user" where id = ${keys.userId} for key share`.execute(db);
+  if (keys.clientId) await sql`select 1 from "oauthClient" where "clientId" = ${keys.clientId} for key share`.execute(db);
+  if (keys.sessionId) await sql`select 1 from "session" where id = ${keys.sessionId} for key share`.execute(db);
 }
 
 /** The library's descriptions of a code whose user or session is gone. */

@@ -236,22 +236,35 @@ export async function isRevoked(db: Db, claims: AccessTokenClaims, now: Date): P
 export async function findRefreshToken(
   db: Db,
   refreshToken: string,
-): Promise<{ id: string; clientId: string; userId: string; authorizationCodeId: string | null; revoked: boolean; expiresAt: Date } | undefined> {
+): Promise<
+  | { id: string; clientId: string; userId: string; sessionId: string | null; authorizationCodeId: string | null; revoked: boolean; expiresAt: Date }
+  | undefined
+> {
   return first(
     db,
-    sql`select id, "clientId" as "clientId", "userId" as "userId", "authorizationCodeId" as "authorizationCodeId",
-               "revoked" is not null as revoked, "expiresAt" as "expiresAt"
+    sql`select id, "clientId" as "clientId", "userId" as "userId", "sessionId" as "sessionId",
+               "authorizationCodeId" as "authorizationCodeId", "revoked" is not null as revoked, "expiresAt" as "expiresAt"
           from "oauthRefreshToken" where token = ${await sha256Base64Url(refreshToken)}`,
   );
 }
 
-/** The user and client an authorization code (hashed id) not yet exchanged was issued to, from the library's record of it. */
-export async function pendingCode(db: Db, authorizationCodeId: string): Promise<{ userId: string; clientId: string | undefined } | undefined> {
+/**
+ * The user, client and sign-in session an authorization code (hashed id) not yet exchanged was issued to, from the
+ * library's record of it.
+ */
+export async function pendingCode(
+  db: Db,
+  authorizationCodeId: string,
+): Promise<{ userId: string; clientId: string | undefined; sessionId: string | undefined } | undefined> {
   const row = await first<{ value: string }>(db, sql`select value from verification where identifier = ${authorizationCodeId}`);
   try {
-    const value = row ? (JSON.parse(row.value) as { userId?: unknown; query?: { client_id?: unknown } }) : undefined;
+    const value = row ? (JSON.parse(row.value) as { userId?: unknown; sessionId?: unknown; query?: { client_id?: unknown } }) : undefined;
     if (typeof value?.userId !== 'string') return undefined;
-    return { userId: value.userId, clientId: typeof value.query?.client_id === 'string' ? value.query.client_id : undefined };
+    return {
+      userId: value.userId,
+      clientId: typeof value.query?.client_id === 'string' ? value.query.client_id : undefined,
+      sessionId: typeof value.sessionId === 'string' ? value.sessionId : undefined,
+    };
   } catch {
     return undefined;
   }

@@ -1,6 +1,6 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { requireAdmin, requireUser } from '../../http/access.ts';
-import { viewerIsAdmin } from './viewer.ts';
+import { viewer, viewerIsAdmin } from './viewer.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../../http/envelope.ts';
 import { pageQuerySchema } from '../../http/pagination.ts';
 import { enforceRateLimit } from '../../http/rate-limit.ts';
@@ -63,13 +63,14 @@ const upsertReviewRoute = createRoute({
   method: 'put',
   path: '/agents/{agentId}/reviews',
   tags: ['Reviews'],
-  summary: 'Write or replace your review of an agent (one per user and agent); 201 when new, 200 when replaced',
+  summary:
+    "Write or replace your review of an agent (one per user and agent); 201 when new, 200 when replaced. With an agent's token: marked writtenByAgent, and 403 over a review the user wrote themselves",
   security,
   request: { params: agentIdParams, body: jsonBody(upsertReviewBody) },
   responses: {
     200: jsonResponse(envelopeOf(reviewSchema), 'Your review, replaced'),
     201: jsonResponse(envelopeOf(reviewSchema), 'Your review, created'),
-    ...errors(400, 401, 404, 429, 'agentPath', 'cookieWrite'),
+    ...errors(400, 401, 403, 404, 429, 'agentPath', 'cookieWrite'),
   },
 });
 
@@ -78,7 +79,7 @@ const deleteReviewRoute = createRoute({
   method: 'delete',
   path: '/agents/{agentId}/reviews/{reviewId}',
   tags: ['Reviews'],
-  summary: 'Delete a review (its author or an admin)',
+  summary: "Delete a review (its author or an admin; with an agent's token, only a review an agent's backend wrote)",
   security,
   request: { params: z.object({ agentId: uuidParam('agentId'), reviewId: uuidParam('reviewId') }) },
   responses: { 200: jsonResponse(envelopeOf(idSchema), 'The deleted id'), ...errors(400, 401, 403, 404) },
@@ -107,9 +108,12 @@ export function communityRoutes() {
     // Public: reviews of published agents are readable by anyone.
     const { deps } = c.var;
     const { agentId } = c.req.valid('param');
-    const admin = await viewerIsAdmin(c);
+    const who = await viewer(c);
+    const admin = who?.role === 'platform_admin';
     await requireAgent(deps.database.db, agentId, admin);
-    const { items, pagination } = await listReviews(deps.database.db, deps.cursors, agentId, c.req.valid('query'), { admin });
+    // The caller's own review shows its author's id, with the caller's own credentials (not an agent's token: review 49)
+    const userId = who && !who.agentId ? who.userId : undefined;
+    const { items, pagination } = await listReviews(deps.database.db, deps.cursors, agentId, c.req.valid('query'), { admin, userId });
     return c.json(okPage(items, pagination), 200);
   });
   router.openapi(upsertReviewRoute, async (c) => {
@@ -124,6 +128,7 @@ export function communityRoutes() {
       deps.database.db,
       { agentId, userId: user.userId, ...c.req.valid('json') },
       deps.clock.now(),
+      Boolean(user.agentId),
     );
     return created ? c.json(ok(review), 201) : c.json(ok(review), 200);
   });
@@ -133,6 +138,7 @@ export function communityRoutes() {
     const deleted = await deleteReview(c.var.deps.database.db, agentId, reviewId, {
       userId: user.userId,
       admin: user.role === 'platform_admin',
+      byAgent: Boolean(user.agentId),
     });
     return c.json(ok(deleted), 200);
   });

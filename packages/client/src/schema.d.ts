@@ -793,7 +793,7 @@ export interface paths {
         };
         /** Reviews of an agent, newest first (paginated) */
         get: operations["listReviews"];
-        /** Write or replace your review of an agent (one per user and agent); 201 when new, 200 when replaced */
+        /** Write or replace your review of an agent (one per user and agent); 201 when new, 200 when replaced. With an agent's token: marked writtenByAgent, and 403 over a review the user wrote themselves */
         put: operations["upsertMyReview"];
         post?: never;
         delete?: never;
@@ -812,7 +812,7 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** Delete a review (its author or an admin) */
+        /** Delete a review (its author or an admin; with an agent's token, only a review an agent's backend wrote) */
         delete: operations["deleteReview"];
         options?: never;
         head?: never;
@@ -3447,7 +3447,10 @@ export interface components {
             rating: number;
             title: string | null;
             updatedAt: string;
-            userId: string;
+            /** @description The author's id, shown to the author (with their own credentials, not an agent's token) and to admins; null to everyone else: it is the id every agent the author uses knows them by */
+            userId: string | null;
+            /** @description Written, or last replaced, by the agent's own backend with the user's token; a review the user wrote themselves is changed or deleted only by them or an admin */
+            writtenByAgent: boolean;
         };
         Step: {
             /** Format: uuid */
@@ -8397,7 +8400,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description An agent's access token on a path that names another agent (a token acts only within its own agent); or a cookie-authenticated write from an untrusted `Origin` */
+            /** @description Signed in without the required role or ownership; or an agent's access token on a path that names another agent (a token acts only within its own agent); or a cookie-authenticated write from an untrusted `Origin` */
             403: {
                 headers: {
                     [name: string]: unknown;
