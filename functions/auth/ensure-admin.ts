@@ -23,9 +23,9 @@ async function ensure(
   const db = deps.database.db;
   const email = admin.email.toLowerCase();
   const ctx = await deps.auth.$context;
-  let user = await first<{ id: string; role: string | null; banned: boolean | null }>(
+  let user = await first<{ id: string; role: string | null; banned: boolean | null; verified?: boolean }>(
     db,
-    sql`select id, role, banned from "user" where email = ${email}`,
+    sql`select id, role, banned, "emailVerified" as verified from "user" where email = ${email}`,
   );
   let created = false;
   if (!user) {
@@ -38,15 +38,22 @@ async function ensure(
       sql`select id, password from account where "userId" = ${user.id} and "providerId" = 'credential'`,
     );
     const matches = account?.password ? await ctx.password.verify({ hash: account.password, password: admin.password }) : false;
-    if (!matches) {
-      const hash = await ctx.password.hash(admin.password);
-      if (account) {
-        await sql`update account set password = ${hash}, "updatedAt" = ${deps.clock.now()} where id = ${account.id}`.execute(db);
-      } else {
+    const hash = matches ? undefined : await ctx.password.hash(admin.password);
+    const userId = user.id;
+    await db.transaction().execute(async (trx) => {
+      if (hash && account) {
+        await sql`update account set password = ${hash}, "updatedAt" = ${deps.clock.now()} where id = ${account.id}`.execute(trx);
+      } else if (hash) {
         await sql`insert into account (id, "accountId", "providerId", "userId", password, "createdAt", "updatedAt")
-                  values (${crypto.randomUUID()}, ${user.id}, 'credential', ${user.id}, ${hash}, ${deps.clock.now()}, ${deps.clock.now()})`.execute(db);
+                  values (${crypto.randomUUID()}, ${userId}, 'credential', ${userId}, ${hash}, ${deps.clock.now()}, ${deps.clock.now()})`.execute(trx);
       }
-    }
+      // Named by the operator, the address's account is taken back as a password reset takes it back (its password
+      // write has ended every session and token): whoever held it, e.g. someone who signed up with the address before
+      // the operator named it, keeps no consent to an agent (theirs would sign the admin in silently with prompt=none)
+      // and no pending invitation (found by review 48). Not when the account is already the operator's (the password
+      // matches and the address was verified, as the first start marks it).
+      if (hash || !user!.verified) await sql`select public.mailbox_takes_account_back(${userId})`.execute(trx);
+    });
   }
   // A usable admin: the role, and no ban. The ban was lifted only with a missing role, so an ADMIN_EMAIL admin that
   // another admin banned (role kept) stayed banned on every restart: the way back closed when it was needed.

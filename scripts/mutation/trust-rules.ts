@@ -664,6 +664,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/identity/me-within-consent.test.ts'],
   },
   {
+    rule: 10,
+    name: 'ADMIN_EMAIL takes an account someone else signed up with and keeps their consents to agents (review 48)',
+    file: 'functions/auth/ensure-admin.ts',
+    find: '      if (hash || !user!.verified) await sql`select public.mailbox_takes_account_back(${userId})`.execute(trx);',
+    replace: '',
+    tests: ['tests/identity/admin-email-takes-account-back.test.ts'],
+  },
+  {
     rule: 27,
     name: "an agent's token replaces the review the user wrote themselves (review 49)",
     file: 'functions/catalog/reviews.ts',
