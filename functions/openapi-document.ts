@@ -62,6 +62,8 @@ function addRequestStatuses(op: Json, content: Json): void {
   const responses: Json = (op.responses ??= {});
   if (op.requestBody?.content?.['application/json']) {
     responses['415'] ??= { description: 'UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json`', content };
+  } else if (op.requestBody?.content?.['application/x-www-form-urlencoded']) {
+    responses['415'] ??= { description: 'UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/x-www-form-urlencoded`', content };
   }
   if (op.parameters?.some((p: Json) => p.in === 'path' || p.in === 'query')) {
     responses['400'] ??= { description: 'VALIDATION_ERROR: a path or query value is malformed (e.g. an id that is not a UUID)', content };

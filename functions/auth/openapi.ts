@@ -100,11 +100,59 @@ function prefixRefs<T>(value: T): T {
   return JSON.parse(JSON.stringify(value).replaceAll('"#/components/schemas/', '"#/components/schemas/Auth')) as T;
 }
 
-/** RFC 6749 clients post forms; the library reads JSON too, so both are documented, the form first. */
+/**
+ * RFC 6749 clients post forms, and the library takes nothing else there (a JSON body is 415): the form alone is
+ * documented. (Both were, and a client generated from the document sent JSON: review 51.)
+ */
 function formBody(requestBody: Json | undefined): Json | undefined {
   const schema = requestBody?.content?.['application/json']?.schema;
   if (!schema) return requestBody;
-  return { ...requestBody, content: { 'application/x-www-form-urlencoded': { schema }, 'application/json': { schema } } };
+  return { ...requestBody, content: { 'application/x-www-form-urlencoded': { schema } } };
+}
+
+/** RFC 6749 §5.2's error answer, which the token-family endpoints give (not the library's `{ code, message }`). */
+const OAUTH_ERROR_CONTENT = {
+  'application/json': {
+    schema: {
+      type: 'object',
+      properties: {
+        error: { type: 'string', description: 'invalid_client, invalid_grant, invalid_request, invalid_scope, unsupported_grant_type, ...' },
+        error_description: { type: 'string' },
+      },
+      required: ['error'],
+    },
+  },
+};
+
+/**
+ * The token, introspection and revocation endpoints as served (review 51): their 400 and 401 are RFC 6749 errors;
+ * only Bearer tokens are issued (no DPoP: functions/auth/oauth/no-dpop.ts), and no client_credentials grant.
+ */
+function oauthClientEndpoint(op: Json): Json {
+  const responses: Json = { ...op.responses };
+  for (const status of ['400', '401'] as const) {
+    if (!responses[status]) continue;
+    responses[status] = {
+      description:
+        status === '401'
+          ? 'invalid_client: the client did not authenticate (RFC 6749 §5.2)'
+          : 'An RFC 6749 error (invalid_grant, invalid_request, ...); a request holding a NUL character gets the envelope\'s VALIDATION_ERROR instead',
+      content: OAUTH_ERROR_CONTENT,
+    };
+  }
+  const parameters = (op.parameters as Json[] | undefined)?.filter((p) => String(p.name).toLowerCase() !== 'dpop');
+  const answer = structuredClone(responses['200']);
+  const properties = answer?.content?.['application/json']?.schema?.properties;
+  if (properties?.token_type) properties.token_type = { ...properties.token_type, enum: ['Bearer'] };
+  const form = structuredClone(op.requestBody);
+  const fields = form?.content?.['application/x-www-form-urlencoded']?.schema?.properties;
+  if (fields?.scope) fields.scope = { ...fields.scope, description: 'A refresh may ask for fewer of the grant\'s scopes (space-separated)' };
+  return {
+    ...op,
+    ...(parameters ? { parameters } : {}),
+    ...(form ? { requestBody: form } : {}),
+    responses: { ...responses, ...(answer ? { 200: answer } : {}) },
+  };
 }
 
 const AUTHORIZE_NOTE =
@@ -265,7 +313,13 @@ const CORRECTIONS: Record<string, (op: Json) => Json> = {
   }),
   // RFC 7662: `aud` is a string or an array of strings; this service answers the array (the agent's resource URL and
   // the userinfo URL).
-  'post /oauth2/introspect': (op) => {
+  'post /oauth2/token': oauthClientEndpoint,
+  'post /oauth2/revoke': (op) => {
+    const corrected = oauthClientEndpoint(op);
+    return { ...corrected, responses: { ...corrected.responses, 200: { description: 'Revoked, or not a token of this client (RFC 7009): an empty body' } } };
+  },
+  'post /oauth2/introspect': (plain) => {
+    const op = oauthClientEndpoint(plain);
     const answer = structuredClone(op.responses?.[200]);
     const properties = answer?.content?.['application/json']?.schema?.properties;
     if (properties?.aud) {

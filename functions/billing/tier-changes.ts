@@ -40,6 +40,14 @@ export async function changeSubscriptionTier(deps: BillingDeps, subscriptionId: 
   if (sub.pendingChangeKind) {
     throw invalidState('A tier change is already pending: cancel it first', { pendingChangeKind: sub.pendingChangeKind });
   }
+  // A paid subscription its user canceled ends with its period. A downgrade is a Stripe schedule whose next phase
+  // renews on the new price (end_behavior release): it would turn the cancellation into a renewal the user did not
+  // ask for, and an upgrade bills a prorated price for a subscription that is ending (found by review 50).
+  if (sub.stripeSubscriptionId && sub.cancelAtPeriodEnd) {
+    throw invalidState('The subscription ends at the end of its period (its user canceled it): it cannot change tier', {
+      cancelAtPeriodEnd: true,
+    });
+  }
   const current = (await findBillingTier(deps, sub.tierId))!;
 
   if (!sub.stripeSubscriptionId) {

@@ -12348,16 +12348,6 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description OAuth2 client ID */
-                    client_id?: string;
-                    /** @description OAuth2 client secret */
-                    client_secret?: string;
-                    /** @description The token to introspect (access or refresh token) */
-                    token: string;
-                    /** @description Hint about the token type. Recognized values: `access_token`, `refresh_token`. */
-                    token_type_hint?: string;
-                };
                 "application/x-www-form-urlencoded": {
                     /** @description OAuth2 client ID */
                     client_id?: string;
@@ -12398,34 +12388,39 @@ export interface operations {
                         scope?: string;
                         /** @description Subject of the token */
                         sub?: string;
-                        /** @description Type of the token */
-                        token_type?: string;
+                        /**
+                         * @description Type of the token
+                         * @enum {string}
+                         */
+                        token_type?: "Bearer";
                         /** @description Username associated with the token */
                         username?: string;
                     };
                 };
             };
-            /** @description Invalid request or error response */
+            /** @description An RFC 6749 error (invalid_grant, invalid_request, ...); a request holding a NUL character gets the envelope's VALIDATION_ERROR instead */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
+                        /** @description invalid_client, invalid_grant, invalid_request, invalid_scope, unsupported_grant_type, ... */
                         error: string;
                         error_description?: string;
-                        error_uri?: string;
                     };
                 };
             };
-            /** @description Unauthorized. Due to missing or invalid authentication. */
+            /** @description invalid_client: the client did not authenticate (RFC 6749 §5.2) */
             401: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
-                        message: string;
+                        /** @description invalid_client, invalid_grant, invalid_request, invalid_scope, unsupported_grant_type, ... */
+                        error: string;
+                        error_description?: string;
                     };
                 };
             };
@@ -12451,7 +12446,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/x-www-form-urlencoded` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -12590,16 +12585,6 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description OAuth2 client ID */
-                    client_id?: string;
-                    /** @description OAuth2 client secret */
-                    client_secret?: string;
-                    /** @description The token to revoke (access or refresh token) */
-                    token: string;
-                    /** @description Hint about the token type. Recognized values: `access_token`, `refresh_token`. */
-                    token_type_hint?: string;
-                };
                 "application/x-www-form-urlencoded": {
                     /** @description OAuth2 client ID */
                     client_id?: string;
@@ -12613,36 +12598,36 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Token revoked successfully. The response body is empty. */
+            /** @description Revoked, or not a token of this client (RFC 7009): an empty body */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content: {
-                    "application/json": Record<string, never>;
-                };
+                content?: never;
             };
-            /** @description Invalid request or error response */
+            /** @description An RFC 6749 error (invalid_grant, invalid_request, ...); a request holding a NUL character gets the envelope's VALIDATION_ERROR instead */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
+                        /** @description invalid_client, invalid_grant, invalid_request, invalid_scope, unsupported_grant_type, ... */
                         error: string;
                         error_description?: string;
-                        error_uri?: string;
                     };
                 };
             };
-            /** @description Unauthorized. Due to missing or invalid authentication. */
+            /** @description invalid_client: the client did not authenticate (RFC 6749 §5.2) */
             401: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
-                        message: string;
+                        /** @description invalid_client, invalid_grant, invalid_request, invalid_scope, unsupported_grant_type, ... */
+                        error: string;
+                        error_description?: string;
                     };
                 };
             };
@@ -12668,7 +12653,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/x-www-form-urlencoded` */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -12707,38 +12692,12 @@ export interface operations {
     authPostOauth2Token: {
         parameters: {
             query?: never;
-            header?: {
-                /** @description RFC 9449 DPoP proof JWT for issuing DPoP-bound tokens */
-                DPoP?: string;
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description OAuth2 client ID */
-                    client_id?: string;
-                    /** @description OAuth2 client secret */
-                    client_secret?: string;
-                    /** @description Authorization code (for authorization_code grant) */
-                    code?: string;
-                    /** @description PKCE code verifier (for authorization_code grant) */
-                    code_verifier?: string;
-                    /** @description OAuth2 grant type */
-                    grant_type: string;
-                    /**
-                     * Format: uri
-                     * @description Redirect URI (for authorization_code grant)
-                     */
-                    redirect_uri?: string;
-                    /** @description Refresh token (for refresh_token grant) */
-                    refresh_token?: string;
-                    /** @description Requested protected resource(s) for the access token */
-                    resource?: string | string[];
-                    /** @description Requested scopes (for client_credentials grant) */
-                    scope?: string;
-                };
                 "application/x-www-form-urlencoded": {
                     /** @description OAuth2 client ID */
                     client_id?: string;
@@ -12759,7 +12718,7 @@ export interface operations {
                     refresh_token?: string;
                     /** @description Requested protected resource(s) for the access token */
                     resource?: string | string[];
-                    /** @description Requested scopes (for client_credentials grant) */
+                    /** @description A refresh may ask for fewer of the grant's scopes (space-separated) */
                     scope?: string;
                 };
             };
@@ -12786,31 +12745,33 @@ export interface operations {
                          * @description The type of the token issued
                          * @enum {string}
                          */
-                        token_type: "Bearer" | "DPoP";
+                        token_type: "Bearer";
                     };
                 };
             };
-            /** @description Invalid request or error response */
+            /** @description An RFC 6749 error (invalid_grant, invalid_request, ...); a request holding a NUL character gets the envelope's VALIDATION_ERROR instead */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
+                        /** @description invalid_client, invalid_grant, invalid_request, invalid_scope, unsupported_grant_type, ... */
                         error: string;
                         error_description?: string;
-                        error_uri?: string;
                     };
                 };
             };
-            /** @description Unauthorized. Due to missing or invalid authentication. */
+            /** @description invalid_client: the client did not authenticate (RFC 6749 §5.2) */
             401: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
-                        message: string;
+                        /** @description invalid_client, invalid_grant, invalid_request, invalid_scope, unsupported_grant_type, ... */
+                        error: string;
+                        error_description?: string;
                     };
                 };
             };
@@ -12836,7 +12797,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
+            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/x-www-form-urlencoded` */
             415: {
                 headers: {
                     [name: string]: unknown;
