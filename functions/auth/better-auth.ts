@@ -30,6 +30,7 @@ import { ownsMostOrganizations, takeOrganizationCreation } from './organization-
 import { refuseBadLibraryInput } from './library-input.ts';
 import { EmptyListsPlugin } from './empty-lists.ts';
 import { libraryDb } from './library-database.ts';
+import { PendingInvitationsFirstPlugin } from './invitation-order.ts';
 import { mayMailRecipient } from './recipient-allowance.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
 import { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
@@ -110,9 +111,10 @@ export function authOptions(deps: AuthDeps) {
     basePath: '/api/auth',
     secret: config.authSecret,
     database: {
-      // (with `in ()` made a constant: the organization plugin sends it for an empty page, empty-lists.ts; and
-      // joining the transaction of a request run in one, library-database.ts)
-      db: libraryDb(database.db, (handle) => handle.withPlugin(new EmptyListsPlugin())),
+      // (with `in ()` made a constant: the organization plugin sends it for an empty page, empty-lists.ts; pending
+      // invitations read first, invitation-order.ts; and joining the transaction of a request run in one,
+      // library-database.ts)
+      db: libraryDb(database.db, (handle) => handle.withPlugin(new EmptyListsPlugin()).withPlugin(new PendingInvitationsFirstPlugin())),
       type: 'postgres',
       // The embedded database has one connection: a library transaction there would hold it while a hook
       // (or a concurrent request) waits for it. On a real server, sign-up's user+account writes are atomic.
