@@ -1,5 +1,5 @@
 import { z } from '@hono/zod-openapi';
-import { bannedUserSchema, getUser, toUserDto, type UserRow } from '../auth/index.ts';
+import { BANNED_NOW, bannedUserSchema, getUser, toUserDto, type UserRow } from '../auth/index.ts';
 import { subscriptionSchema, subscriptionsWithAgentAndTier } from '../billing/index.ts';
 import type { Pagination } from '../http/envelope.ts';
 import { textParam } from './params.ts';
@@ -108,7 +108,7 @@ export async function listUsers(
   const after = page.after ? sql`(u."createdAt", u.id) < (${page.after.createdAt}, ${page.after.id})` : sql`true`;
   const found = await rows<AdminUserRow>(
     db,
-    sql`select u.id, u.email, u.name, u.role, u.banned, u."banReason", u."createdAt", x.subscription_count, x.monthly_spend_cents
+    sql`select u.id, u.email, u.name, u.role, ${BANNED_NOW} as banned, u."banReason", u."createdAt", x.subscription_count, x.monthly_spend_cents
         from "user" u
         cross join lateral (${summaryOf(sql`u.id`)}) x
         where ${byText} and ${after}

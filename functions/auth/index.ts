@@ -15,5 +15,5 @@ export { createAuthenticator } from './authenticator.ts';
 export { ensureAdmin } from './ensure-admin.ts';
 export { ensureSigningKey } from './signing-key.ts';
 export { postLogoutRedirectUrisSchema, provisionAgentClient, redirectUrisSchema } from './agent-clients.ts';
-export { bannedUserSchema, getUser, toUserDto, type UserRow } from './users.ts';
+export { BANNED_NOW, bannedUserSchema, getUser, toUserDto, type UserRow } from './users.ts';
 export type { OnUserBanned } from './ban-user.ts';

@@ -43,11 +43,18 @@ export function toUserDto(row: UserRow): UserDto & { banReason: string | null } 
   };
 }
 
+/**
+ * Whether the account is banned now: the column, unless the library's temporary ban (`banExpires`) has passed (the
+ * library lifts it only at the next sign-in; the raw column showed an ended ban as banned: review 50). The columns are
+ * named unqualified, so it reads "user" aliased or not.
+ */
+export const BANNED_NOW = sql`public.banned_at(banned, "banExpires", now())`;
+
 /** One user by id, or a 404. */
 export async function getUser(db: Db, userId: string) {
   const row = await first<UserRow>(
     db,
-    sql`select id, email, name, role, banned, "banReason", "createdAt" from "user" where id = ${userId}`,
+    sql`select id, email, name, role, ${BANNED_NOW} as banned, "banReason", "createdAt" from "user" where id = ${userId}`,
   );
   if (!row) throw notFound('User', { userId });
   return toUserDto(row);

@@ -268,3 +268,21 @@ describe('the library’s /api/auth/admin/* endpoints', () => {
   });
 });
 
+
+describe("an admin's view of a temporary ban", () => {
+  it('shows the account banned while the ban lasts, and not banned once its time has passed (review 50)', async () => {
+    // The library lifts a temporary ban only at the user's next sign-in: the column stays true after banExpires.
+    const user = await signUp(t);
+    const banned = await t.http.post('/api/auth/admin/ban-user', { cookie: admin.cookie, headers: origin(), json: { userId: user.userId, banExpiresIn: 3600 } });
+    expect(banned.status, banned.text).toBe(200);
+    const profile = async () => (await t.http.get(`/admin/users/${user.userId}`, { cookie: admin.cookie })).body.data;
+    const listed = async () =>
+      ((await t.http.get(`/admin/users?q=${encodeURIComponent(user.email)}`, { cookie: admin.cookie })).body.data as Array<{ id: string; banned: boolean }>)
+        .find((u) => u.id === user.userId)!.banned;
+    expect([(await profile()).banned, await listed()]).toEqual([true, true]);
+
+    await sql`update "user" set "banExpires" = now() - interval '1 minute' where id = ${user.userId}`.execute(t.db);
+    expect((await first<{ banned: boolean }>(t.db, sql`select banned from "user" where id = ${user.userId}`))!.banned).toBe(true);
+    expect([(await profile()).banned, await listed()]).toEqual([false, false]);
+  });
+});
