@@ -10,15 +10,13 @@ import {
   type UnknownRow,
 } from 'kysely';
 
-/**
- * `x in ()` and `x not in ()` as `false` and `true`, on the auth library's handle only. The organization plugin's
- * list-members reads the page's users with `id in (<the page's member ids>)` without looking whether the page has
- * any: a filter that matched no member, or an offset past the last one, made `in ()`, a syntax error, a 500
- * (found while bounding the plugin's input after a review). PostgreSQL has no empty list; the empty list's meaning
- * is what these constants say, so every such query of the library answers as it means to.
- */
-export class EmptyListsPlugin implements KyselyPlugin {
-  readonly #transformer = new EmptyListTransformer();
+/** A Kysely plugin that runs `transformer` over every query of the handle it is added to, and leaves results as they are. */
+export class TransformingPlugin implements KyselyPlugin {
+  readonly #transformer: OperationNodeTransformer;
+
+  constructor(transformer: OperationNodeTransformer) {
+    this.#transformer = transformer;
+  }
 
   transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
     return this.#transformer.transformNode(args.node, args.queryId);
@@ -26,6 +24,19 @@ export class EmptyListsPlugin implements KyselyPlugin {
 
   transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
     return Promise.resolve(args.result);
+  }
+}
+
+/**
+ * `x in ()` and `x not in ()` as `false` and `true`, on the auth library's handle only. The organization plugin's
+ * list-members reads the page's users with `id in (<the page's member ids>)` without looking whether the page has
+ * any: a filter that matched no member, or an offset past the last one, made `in ()`, a syntax error, a 500
+ * (found while bounding the plugin's input after a review). PostgreSQL has no empty list; the empty list's meaning
+ * is what these constants say, so every such query of the library answers as it means to.
+ */
+export class EmptyListsPlugin extends TransformingPlugin {
+  constructor() {
+    super(new EmptyListTransformer());
   }
 }
 

@@ -1,16 +1,5 @@
-import {
-  OperationNodeTransformer,
-  OrderByItemNode,
-  SelectQueryNode,
-  sql,
-  type KyselyPlugin,
-  type OperationNode,
-  type PluginTransformQueryArgs,
-  type PluginTransformResultArgs,
-  type QueryResult,
-  type RootOperationNode,
-  type UnknownRow,
-} from 'kysely';
+import { OperationNodeTransformer, OrderByItemNode, SelectQueryNode, sql, type OperationNode } from 'kysely';
+import { TransformingPlugin } from './empty-lists.ts';
 
 /**
  * The auth library's reads of invitations list the pending ones first, newest first, on the auth library's handle
@@ -21,15 +10,9 @@ import {
  * missing from what the owner or the invitee read (found by review 48). Pending ones are at most 100 per
  * organization (the plugin's invitationLimit), so all of them are within the first 100 rows now.
  */
-export class PendingInvitationsFirstPlugin implements KyselyPlugin {
-  readonly #transformer = new PendingInvitationsFirst();
-
-  transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
-    return this.#transformer.transformNode(args.node, args.queryId);
-  }
-
-  transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
-    return Promise.resolve(args.result);
+export class PendingInvitationsFirstPlugin extends TransformingPlugin {
+  constructor() {
+    super(new PendingInvitationsFirst());
   }
 }
 

@@ -24,6 +24,9 @@ async function subscriptionOr404(deps: BillingDeps, subscriptionId: string): Pro
   return sub;
 }
 
+const endingSubscription = () =>
+  invalidState('The subscription ends at the end of its period (its user canceled it): it cannot change tier', { cancelAtPeriodEnd: true });
+
 async function reread(deps: BillingDeps, subscriptionId: string): Promise<SubscriptionDto> {
   return (await billingSubscription(deps, subscriptionId))!.dto;
 }
@@ -42,12 +45,10 @@ export async function changeSubscriptionTier(deps: BillingDeps, subscriptionId: 
   }
   // A paid subscription its user canceled ends with its period. A downgrade is a Stripe schedule whose next phase
   // renews on the new price (end_behavior release): it would turn the cancellation into a renewal the user did not
-  // ask for, and an upgrade bills a prorated price for a subscription that is ending (found by review 50).
-  if (sub.stripeSubscriptionId && sub.cancelAtPeriodEnd) {
-    throw invalidState('The subscription ends at the end of its period (its user canceled it): it cannot change tier', {
-      cancelAtPeriodEnd: true,
-    });
-  }
+  // ask for, and an upgrade bills a prorated price for a subscription that is ending (found by review 50). Judged on
+  // the row here, and again on Stripe's own state below: a cancel made in the portal is on the row only once its
+  // webhook has come (review 52).
+  if (sub.stripeSubscriptionId && sub.cancelAtPeriodEnd) throw endingSubscription();
   const current = (await findBillingTier(deps, sub.tierId))!;
 
   if (!sub.stripeSubscriptionId) {
@@ -80,6 +81,7 @@ export async function changeSubscriptionTier(deps: BillingDeps, subscriptionId: 
   const { stripe } = requirePayments(deps);
   const newPrice = await ensureTierPrice(deps, target);
   const stripeSub = await readStripeSubscription(deps, sub.stripeSubscriptionId);
+  if (stripeSub.cancel_at_period_end || stripeSub.cancel_at) throw endingSubscription();
   const item = stripeSub.items.data[0]!;
   try {
     if (target.priceCents > current.priceCents) {

@@ -99,7 +99,8 @@ export async function upsertReview(
   return { review: toReview(review), created };
 }
 
-const usersOwnReview = () => forbidden("The user wrote this review themselves: only they (or an admin) may change or delete it, not an agent's backend");
+const notWrittenByAgent = () => forbidden("An agent's backend may delete only a review it wrote with the user's token");
+const usersOwnReview = () => forbidden("The user wrote this review themselves: only they (or an admin) may change it, not an agent's backend");
 
 /** The author deletes their own review (an agent's backend only one it wrote); an admin deletes any. */
 export async function deleteReview(
@@ -113,7 +114,10 @@ export async function deleteReview(
     sql`select user_id as "userId" from public.reviews where id = ${reviewId} and agent_id = ${agentId}`,
   );
   if (!review) throw notFound('Review', { reviewId });
-  if (!caller.admin && review.userId !== caller.userId) throw forbidden('Only the author or an admin can delete this review');
+  // An agent's backend gets one refusal for every review it did not write: a refusal that told the user's own review
+  // from others' showed the agent which review its user wrote, which the list hides from it (review 52).
+  const byAgentOnly = caller.byAgent && !caller.admin;
+  if (!caller.admin && review.userId !== caller.userId) throw byAgentOnly ? notWrittenByAgent() : forbidden('Only the author or an admin can delete this review');
   // The author's row first, as every writer of reviews takes it (the upsert's heldUser, the insert trigger, a ban, a
   // removal): the delete's trigger reads it `for share` to take the review off its tally, and taking it after the
   // review's row could deadlock with a ban of the author, which marks the author's reviews (migration 20261127004700).
@@ -121,11 +125,11 @@ export async function deleteReview(
     await sql`select 1 from public."user" where id = ${review.userId} for share`.execute(trx);
     const deleted = await first(
       trx,
-      sql`delete from public.reviews where id = ${reviewId} and (not ${caller.byAgent && !caller.admin} or written_by_agent) returning id`,
+      sql`delete from public.reviews where id = ${reviewId} and (not ${byAgentOnly} or written_by_agent) returning id`,
     );
     // (gone meanwhile: deleted, as asked; still there: the user's own, refused to an agent's backend)
     return !deleted && (await first(trx, sql`select 1 from public.reviews where id = ${reviewId}`)) !== undefined;
   });
-  if (refused) throw usersOwnReview();
+  if (refused) throw notWrittenByAgent();
   return { id: reviewId };
 }

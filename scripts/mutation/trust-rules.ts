@@ -683,7 +683,7 @@ export const mutations: Mutation[] = [
     rule: 27,
     name: "an agent's token deletes the review the user wrote themselves (review 49)",
     file: 'functions/catalog/reviews.ts',
-    find: 'sql`delete from public.reviews where id = ${reviewId} and (not ${caller.byAgent && !caller.admin} or written_by_agent) returning id`,',
+    find: 'sql`delete from public.reviews where id = ${reviewId} and (not ${byAgentOnly} or written_by_agent) returning id`,',
     replace: 'sql`delete from public.reviews where id = ${reviewId} returning id`,',
     tests: ['tests/catalog/reviews-by-agents.test.ts'],
   },

@@ -46,4 +46,22 @@ describe('an admin tier change of a subscription ending at period end (review 50
     expect(res.status).toBe(422);
     expect(res.body.error.code).toBe('INVALID_STATE');
   });
+
+  it('is refused when the user canceled in the portal and the webhook is still on its way (review 52)', async () => {
+    const agent = await activeAgent(w);
+    const basic = await paidTier(w, agent.id, { name: 'Basic', priceCents: 1000 });
+    const pro = await paidTier(w, agent.id, { name: 'Pro', priceCents: 3000 });
+    const user = await signUp(w.t);
+    const bought = await buyPaidTier(w, user, pro.id);
+    // The cancel is at Stripe only: the row says nothing of it until the event is delivered.
+    const canceled = await w.fake.client().subscriptions.update(bought.stripeSubscriptionId, { cancel_at_period_end: true });
+    expect(canceled.cancel_at_period_end).toBe(true);
+
+    const before = w.fake.requests.length;
+    const res = await w.t.http.post(`/admin/subscriptions/${bought.subscriptionId}/change-tier`, { cookie: w.admin.cookie, json: { tierId: basic.id } });
+    const schedules = w.fake.requests.slice(before).filter((r) => r.method === 'POST' && /^\/v1\/subscription_schedules(\/[^/]+)?$/.test(r.path));
+    expect(schedules).toEqual([]);
+    expect(res.status, res.text).toBe(422);
+    expect(res.body.error.code).toBe('INVALID_STATE');
+  });
 });

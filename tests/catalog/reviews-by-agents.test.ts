@@ -98,3 +98,24 @@ describe("a review's author", () => {
     expect((await reviewsOf(agent.id, { bearer: accessToken }))[0]!.userId).toBeNull();
   });
 });
+
+describe("an agent's backend deleting reviews with a user's token", () => {
+  it("attack: cannot tell, from the refusals, which review of its agent that user wrote (review 52)", async () => {
+    const agent = await createAgent(t, admin, { name: 'Retaliating Agent' });
+    const critic = await signUp(t);
+    for (const fan of [await signUp(t), await signUp(t)]) expect((await write(agent.id, { cookie: fan.cookie }, { rating: 5, title: 'Great' })).status).toBe(201);
+    expect((await write(agent.id, { cookie: critic.cookie }, { rating: 1, title: 'Terrible, leaving' })).status).toBe(201);
+    const { accessToken } = await accessTokenFor(t, critic, { agentId: agent.id, scope: 'openid' });
+    const listed = await reviewsOf(agent.id, { bearer: accessToken });
+    expect(listed.every((r) => r.userId === null)).toBe(true);
+
+    const answers = [];
+    for (const r of listed) {
+      const res = await t.http.delete(`/agents/${agent.id}/reviews/${r.id as string}`, { bearer: accessToken });
+      answers.push(`${res.status} ${res.body?.error?.code} ${res.body?.error?.message}`);
+    }
+    expect(answers).toHaveLength(3);
+    expect(new Set(answers).size, answers.join(' | ')).toBe(1);
+    expect(answers[0]).toMatch(/^403 FORBIDDEN/);
+  });
+});
