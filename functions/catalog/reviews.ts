@@ -109,15 +109,16 @@ export async function deleteReview(
   reviewId: string,
   caller: { userId: string; admin: boolean; byAgent: boolean },
 ): Promise<{ id: string }> {
-  const review = await first<{ userId: string }>(
+  const review = await first<{ userId: string; writtenByAgent: boolean }>(
     db,
-    sql`select user_id as "userId" from public.reviews where id = ${reviewId} and agent_id = ${agentId}`,
+    sql`select user_id as "userId", written_by_agent as "writtenByAgent" from public.reviews where id = ${reviewId} and agent_id = ${agentId}`,
   );
   if (!review) throw notFound('Review', { reviewId });
-  // An agent's backend gets one refusal for every review it did not write: a refusal that told the user's own review
-  // from others' showed the agent which review its user wrote, which the list hides from it (review 52).
+  // An agent's backend gets one refusal for every review it did not write, at the same point: a refusal that told the
+  // user's own review from others' showed the agent which review its user wrote, which the list hides (review 52).
   const byAgentOnly = caller.byAgent && !caller.admin;
-  if (!caller.admin && review.userId !== caller.userId) throw byAgentOnly ? notWrittenByAgent() : forbidden('Only the author or an admin can delete this review');
+  if (byAgentOnly && (review.userId !== caller.userId || !review.writtenByAgent)) throw notWrittenByAgent();
+  if (!caller.admin && review.userId !== caller.userId) throw forbidden('Only the author or an admin can delete this review');
   // The author's row first, as every writer of reviews takes it (the upsert's heldUser, the insert trigger, a ban, a
   // removal): the delete's trigger reads it `for share` to take the review off its tally, and taking it after the
   // review's row could deadlock with a ban of the author, which marks the author's reviews (migration 20261127004700).
@@ -127,7 +128,7 @@ export async function deleteReview(
       trx,
       sql`delete from public.reviews where id = ${reviewId} and (not ${byAgentOnly} or written_by_agent) returning id`,
     );
-    // (gone meanwhile: deleted, as asked; still there: the user's own, refused to an agent's backend)
+    // (gone meanwhile: deleted, as asked; still there: the user wrote it meanwhile, refused to an agent's backend)
     return !deleted && (await first(trx, sql`select 1 from public.reviews where id = ${reviewId}`)) !== undefined;
   });
   if (refused) throw notWrittenByAgent();

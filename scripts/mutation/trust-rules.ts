@@ -683,8 +683,15 @@ export const mutations: Mutation[] = [
     rule: 27,
     name: "an agent's token deletes the review the user wrote themselves (review 49)",
     file: 'functions/catalog/reviews.ts',
-    find: 'sql`delete from public.reviews where id = ${reviewId} and (not ${byAgentOnly} or written_by_agent) returning id`,',
-    replace: 'sql`delete from public.reviews where id = ${reviewId} returning id`,',
+    // both: the early refusal, and the delete's own condition (for a user who writes the review meanwhile)
+    find: '  if (byAgentOnly && (review.userId !== caller.userId || !review.writtenByAgent)) throw notWrittenByAgent();',
+    replace: '  if (byAgentOnly && review.userId !== caller.userId) throw notWrittenByAgent();',
+    also: [
+      {
+        find: 'sql`delete from public.reviews where id = ${reviewId} and (not ${byAgentOnly} or written_by_agent) returning id`,',
+        replace: 'sql`delete from public.reviews where id = ${reviewId} returning id`,',
+      },
+    ],
     tests: ['tests/catalog/reviews-by-agents.test.ts'],
   },
   {
