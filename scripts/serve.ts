@@ -6,7 +6,6 @@ import type { Database } from '../functions/platform/db.ts';
 import { exitIfDatabaseInUse } from '../functions/platform/embedded-database-lock.ts';
 import { createLogger } from '../functions/platform/logger.ts';
 import { STOP_WAIT_MS } from '../functions/platform/mailer.ts';
-
 import { envelopeHttpServer, localDocsScript, openConfiguredDatabase, surviveLostDatabaseConnections, withPersistedSecret } from '../functions/platform/node-runtime.ts';
 import { withDemoAdmin } from './demo-admin.ts';
 

@@ -26,19 +26,32 @@ export function libraryDb(db: Db, prepare: (handle: Db) => Db): Db {
     if (!handle) prepared.set(trx, (handle = prepare(trx)));
     return handle;
   };
-  return new Proxy(prepare(db), {
+  const base = prepare(db);
+  // The base handle's methods, bound once: every library query reads a few of them (sessions on the cookie path too).
+  const baseMethods = new Map<PropertyKey, unknown>();
+  return new Proxy(base, {
     get(target, property) {
       const trx = pinned.getStore();
-      const current = trx ? within(trx) : target;
-      if (property === 'transaction' && current !== target) {
-        return () => ({ execute: <T>(work: (trx: Db) => Promise<T>) => work(current) });
+      if (!trx) {
+        if (!baseMethods.has(property)) baseMethods.set(property, methodOf(target, property));
+        return baseMethods.get(property) ?? Reflect.get(target, property, target);
       }
-      const value: unknown = Reflect.get(current, property, current);
-      // Kysely's methods read private fields: they must be called on the handle itself, not on this proxy. What a
-      // getter gives (`fn`, itself a function with functions as properties) is handed over as it is.
-      return typeof value === 'function' && !isGetter(current, property) ? value.bind(current) : value;
+      const current = within(trx);
+      if (property === 'transaction') return () => ({ execute: <T>(work: (trx: Db) => Promise<T>) => work(current) });
+      return methodOf(current, property) ?? Reflect.get(current, property, current);
     },
   });
+}
+
+/**
+ * `handle[property]` bound to the handle, when it is a method: Kysely's methods read private fields, so they must be
+ * called on the handle itself, not on the proxy. Undefined for anything else, a getter's value included (`fn`, itself
+ * a function with functions as properties, is read afresh and handed over as it is).
+ */
+function methodOf(handle: Db, property: PropertyKey): unknown {
+  if (isGetter(handle, property)) return undefined;
+  const value: unknown = Reflect.get(handle, property, handle);
+  return typeof value === 'function' ? value.bind(handle) : undefined;
 }
 
 function isGetter(object: object, property: PropertyKey): boolean {

@@ -3,6 +3,7 @@ import { first, sql } from '../platform/db.ts';
 import { claimOfSubscription, ensureClaimMailed } from './purchase-claims.ts';
 import { pagesOrigin } from '../platform/config.ts';
 import { PASSWORD_RESET_SUBJECT } from '../auth/index.ts';
+import { DAY_MS } from '../platform/rate-limits.ts';
 
 /**
  * Who gets an anonymous purchase (contract.md, "Anonymous purchases (revision 2)"). The buyer typed an email on
@@ -149,7 +150,7 @@ async function mailSetPasswordIfLost(deps: BillingDeps, userId: string, email: s
            and exists (
              select 1 from "user" u join account a on a."userId" = u.id and a."providerId" = 'credential'
               where u.id = b.user_id and a."updatedAt" = a."createdAt"
-                and u."createdAt" < ${new Date(now.getTime() - 60_000)} and u."createdAt" > ${new Date(now.getTime() - 6 * 86_400_000)}
+                and u."createdAt" < ${new Date(now.getTime() - 60_000)} and u."createdAt" > ${new Date(now.getTime() - 6 * DAY_MS)}
                 and not exists (select 1 from mail_outbox m
                                  where m.to_address = u.email and m.subject = ${PASSWORD_RESET_SUBJECT} and m.created_at >= u."createdAt"))
         returning true as yes`,

@@ -23,8 +23,7 @@ export async function cancelSubscription(deps: BillingDeps, subscriptionId: stri
 
 /**
  * The signed-in user's own cancel: paid tiers at period end, free tiers now, a paid one that grants nothing now. 404
- * when there is none. A paid one
- * reaches Stripe every time (a repeat re-reads the subscription, so the answer says what Stripe says), so it takes the
+ * when there is none. A paid one reaches Stripe every time (a repeat re-reads the subscription, so the answer says what Stripe says), so it takes the
  * asker's daily allowance of cancels (allowances.ts): one subscriber sent Stripe a request per call, as fast as it
  * liked, under the marketplace's one Stripe account (found by a review).
  */
@@ -34,12 +33,9 @@ export async function cancelMySubscription(deps: BillingDeps, asker: Asker, agen
   // out) ends now: there is no period to honour, and Stripe would go on invoicing it. Before, it answered 404, and a
   // purchase made signed out under a Stripe customer of its own (one the user's billing portal does not open) could
   // be neither paid nor ended by its owner, nor bought again (found by review 45).
-  const endsNow = sub !== undefined && !grantsAccess(sub.status) && sub.stripeSubscriptionId !== null;
-  if (!sub || (!grantsAccess(sub.status) && !endsNow)) {
-    throw notFound('Active subscription', { agentId });
-  }
+  if (!sub || (!grantsAccess(sub.status) && !sub.stripeSubscriptionId)) throw notFound('Active subscription', { agentId });
   if (sub.stripeSubscriptionId) await takeBillingAllowance(deps, asker, 'cancel');
-  return cancel(deps, sub, endsNow);
+  return cancel(deps, sub, !grantsAccess(sub.status));
 }
 
 /**
