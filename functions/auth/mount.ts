@@ -8,6 +8,7 @@ import { userExists } from './oauth/token-records.ts';
 import { limitFailedPasswordChanges, limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
 import { signInOnlyWithAStandingPassword } from './sign-in-password-stands.ts';
+import { signOutOnlyWhenTheSessionEnds } from './sign-out-ends-the-session.ts';
 import { withoutDpop } from './oauth/no-dpop.ts';
 
 /**
@@ -16,6 +17,7 @@ import { withoutDpop } from './oauth/no-dpop.ts';
  *   steps, and on failed sign-ins per account (429 RATE_LIMITED); the client address of an organization's creation,
  *   for its daily count per address (organization-limits.ts);
  * - a sign-in keeps its session only if the password it checked was not changed meanwhile (401 otherwise);
+ * - a sign-out answers 200 only once its session is gone (503 otherwise, the cookie kept);
  * - no self-demotion through /admin/set-role or /admin/update-user (403 FORBIDDEN);
  * - an address is verified only in a browser signed in to its account (email-verification.ts);
  * - the other domains' part of removing a user (/admin/remove-user), passed in by app.ts as `aroundUserRemoval`.
@@ -45,6 +47,7 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
   // a session is kept only if the password it checked still stands (sign-in-password-stands.ts, review 24).
   router.post('/api/auth/sign-in/email', signInOnlyWithAStandingPassword());
   router.post('/api/auth/change-password', limitFailedPasswordChanges());
+  router.post('/api/auth/sign-out', signOutOnlyWhenTheSessionEnds());
   router.get('/api/auth/verify-email', verifyOnlyInTheAccountsSession());
   // The library's admin reads (list-users, get-user, ...) by cookie, as ours (requireAdmin): only the admin's own
   // requests, never what another site's page makes the admin's browser send (security rule 29; found by a review:

@@ -712,6 +712,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 9,
+    name: 'a sign-out answers 200 while the database refused to delete its session, which lives on (stop 44)',
+    file: 'functions/auth/mount.ts',
+    find: "  router.post('/api/auth/sign-out', signOutOnlyWhenTheSessionEnds());",
+    replace: '',
+    tests: ['tests/identity/sessions.test.ts'],
+  },
+  {
+    rule: 9,
     name: "the token endpoint's grant does not take the sign-in session's row first: a refresh and a sign-out deadlock (review 47)",
     file: 'functions/auth/oauth/protocol-gaps.ts',
     find: '  if (keys.sessionId) await sql`select 1 from "session" where id = ${keys.sessionId} for key share`.execute(db);',

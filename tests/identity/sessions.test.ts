@@ -346,6 +346,32 @@ describe('GET /api/auth/get-session and POST /api/auth/sign-out', () => {
     expect(me.body.error.code).toBe('UNAUTHORIZED');
   });
 
+  it('a sign-out whose session the database does not delete answers 503 and keeps the cookie; sent again, it ends the session', async () => {
+    const user = await signUp(t);
+    const sessionId = (await t.http.get('/api/auth/get-session', { cookie: user.cookie })).body.session.id as string;
+    // A real refusal by the database, of this one session's delete (a failing disk, a lock timeout, a lost connection).
+    await sql`create function refuse_one_session_delete() returns trigger language plpgsql as $$
+      begin if old.id = ${sql.raw(`'${sessionId}'`)} then raise exception 'the disk is full'; end if; return old; end $$`.execute(t.db);
+    await sql`create trigger refuse_session_delete before delete on "session" for each row execute function refuse_one_session_delete()`.execute(t.db);
+    try {
+      const out = await t.http.post('/api/auth/sign-out', { cookie: user.cookie, headers: { origin: t.baseUrl } });
+      expect({ status: out.status, code: out.body.error?.code, reason: out.body.error?.details?.reason }).toEqual({
+        status: 503,
+        code: 'UNAVAILABLE',
+        reason: 'session_not_ended',
+      });
+      expect(out.headers.get('retry-after')).toBe('1');
+      expect(out.headers.getSetCookie().some((c) => /session_token=;/.test(c) || /Max-Age=0/i.test(c))).toBe(false);
+      expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(200);
+    } finally {
+      await sql`drop trigger refuse_session_delete on "session"`.execute(t.db);
+      await sql`drop function refuse_one_session_delete()`.execute(t.db);
+    }
+    const again = await t.http.post('/api/auth/sign-out', { cookie: user.cookie, headers: { origin: t.baseUrl } });
+    expect(again.status).toBe(200);
+    expect((await t.http.get('/me', { cookie: user.cookie })).status).toBe(401);
+  });
+
   it('a cookie-carrying sign-out from another origin is refused and the session survives', async () => {
     const user = await signUp(t);
     const out = await t.http.post('/api/auth/sign-out', { cookie: user.cookie, headers: { origin: 'https://evil.example' } });
