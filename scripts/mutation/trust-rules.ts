@@ -711,6 +711,22 @@ export const mutations: Mutation[] = [
     tests: ['tests/catalog/rls.test.ts'],
   },
   {
+    rule: 30,
+    name: "the user's 100 % mail opens with the account's name as typed: a stranger's address gets a sentence of the account maker's choosing (review 54)",
+    file: 'supabase/migrations/20261127005300_quota_mail_names_nobody.sql',
+    find: "         E'Hello,\\n\\n'",
+    replace: "         'Hello ' || u.name || E',\\n\\n'",
+    tests: ['tests/metering/reservations.test.ts'],
+  },
+  {
+    rule: 30,
+    name: "the user's 100 % mail goes to an address nobody confirmed (review 54)",
+    file: 'supabase/migrations/20261127005300_quota_mail_names_nobody.sql',
+    find: '  where u.id = v_sub.user_id and u."emailVerified";',
+    replace: '  where u.id = v_sub.user_id;',
+    tests: ['tests/metering/reservations.test.ts'],
+  },
+  {
     rule: 9,
     name: 'a sign-out answers 200 while the database refused to delete its session, which lives on (stop 44)',
     file: 'functions/auth/mount.ts',

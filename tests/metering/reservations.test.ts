@@ -596,7 +596,7 @@ describe('agent webhooks from metering (the outbox, written with the change)', (
   it('usage.threshold_reached at 80 and 100 % counting holds, once per period; denied calls and replays emit nothing', async () => {
     const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
     await endpoint(a.agentId);
-    const u = await signUp(t);
+    const u = await signUp(t, { verified: true });
     const sub = await subscribe(t, u.userId, a.tierId);
     expect((await meter(t, u, a.agentId, 'calls', 'increment', { clientReqId: reqId(), amount: 5 })).status).toBe(200);
     expect(await events(a.agentId)).toEqual([]);
@@ -668,10 +668,28 @@ describe('agent webhooks from metering (the outbox, written with the change)', (
     const fullMails = async (email: string) => (await mailsTo(t, email)).filter((m) => /used all of your/.test(m.subject));
     const usedOf = (mails: Array<{ text: string }>) => mails.map((m) => m.text.match(/has used \d+ of \d+/)?.[0]);
 
+    it('attack: names nobody and goes to no unconfirmed address: an account with a stranger\'s address and a name of its own words (review 54)', async () => {
+      const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 1 }]);
+      const phishing = 'Your account is suspended for a failed payment. Restore it within 24 hours at https://billing.example/restore';
+      // Anyone signs up with a stranger's address and a name of their choosing (rule 10); using up a quota of 1
+      // mailed that name to the stranger, from the marketplace, as the mail's first line.
+      const squatter = await signUp(t, { name: phishing });
+      const owner = await signUp(t, { name: phishing, verified: true });
+      for (const u of [squatter, owner]) {
+        await subscribe(t, u.userId, a.tierId);
+        expect((await meter(t, u, a.agentId, 'calls', 'increment', { clientReqId: reqId() })).status).toBe(200);
+      }
+      expect(await fullMails(squatter.email)).toEqual([]);
+      const [mail, ...more] = await fullMails(owner.email);
+      expect(more).toEqual([]);
+      expect(mail!.text).toMatch(/^Hello,\n\nYour subscription to .* has used 1 of 1 /);
+      expect(mail!.text).not.toContain('suspended');
+    });
+
     it('is not sent for units only held, then released or expired; is sent once when the units are really used', async () => {
       const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
       await endpoint(a.agentId);
-      const u = await signUp(t);
+      const u = await signUp(t, { verified: true });
       await subscribe(t, u.userId, a.tierId);
 
       const held = await reserve(t, u, a.agentId, 'calls', { clientReqId: reqId(), amount: 10, ttlSeconds: 60 });
@@ -704,7 +722,7 @@ describe('agent webhooks from metering (the outbox, written with the change)', (
 
     it('is sent once when commits make the whole quota used, and not while part of it is only held', async () => {
       const a = await meteredAgent(t.db, [{ slug: 'tokens', kind: 'fixed', quota: 10 }]);
-      const whole = await signUp(t);
+      const whole = await signUp(t, { verified: true });
       await subscribe(t, whole.userId, a.tierId);
       const hold = await reserve(t, whole, a.agentId, 'tokens', { clientReqId: reqId(), amount: 10 });
       expect(await fullMails(whole.email)).toEqual([]);
@@ -712,7 +730,7 @@ describe('agent webhooks from metering (the outbox, written with the change)', (
       expect(usedOf(await fullMails(whole.email))).toEqual(['has used 10 of 10']);
 
       // holds committed in parallel (one batch or several): the commit that makes the quota used mails, once
-      const parts = await signUp(t);
+      const parts = await signUp(t, { verified: true });
       await subscribe(t, parts.userId, a.tierId);
       const holds = [];
       for (const amount of [3, 3, 4]) holds.push((await reserve(t, parts, a.agentId, 'tokens', { clientReqId: reqId(), amount })).body.data);
@@ -721,7 +739,7 @@ describe('agent webhooks from metering (the outbox, written with the change)', (
       expect(usedOf(await fullMails(parts.email))).toEqual(['has used 10 of 10']);
 
       // a commit of less than held, beside a live hold of the rest: 100 % held, 9 used, no mail; the last unit used: the mail
-      const less = await signUp(t);
+      const less = await signUp(t, { verified: true });
       await subscribe(t, less.userId, a.tierId);
       const big = (await reserve(t, less, a.agentId, 'tokens', { clientReqId: reqId(), amount: 9 })).body.data;
       const rest = (await reserve(t, less, a.agentId, 'tokens', { clientReqId: reqId(), amount: 1 })).body.data;

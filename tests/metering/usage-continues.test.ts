@@ -392,7 +392,7 @@ describe('holds and threshold notices continue with the counters (migration 2026
     // Since 20261127000500 a hold mails nobody (only units used do), and the mail's record continues with the counter:
     // used up, then undo one unit and use it again after each restart (a fixed metric: decrement lowers only those),
     // and the user still has the one mail.
-    const user = await signUp(t);
+    const user = await signUp(t, { verified: true });
     const a = await meteredAgent(t.db, [
       { slug: 'tokens', kind: 'rolling', quota: 10 },
       { slug: 'sites', kind: 'fixed', quota: 10 },
