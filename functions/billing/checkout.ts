@@ -107,8 +107,19 @@ async function recordSessionMade(deps: BillingDeps, sessionId: string, userId: s
              on conflict (session_id) do nothing`.execute(deps.database.db);
 }
 
-async function agentDeleted(deps: BillingDeps, agentId: string): Promise<boolean> {
-  return !!(await first(deps.database.db, sql`select 1 as gone from public.agents where id = ${agentId} and status = 'inactive'`));
+/**
+ * The agent was deleted and this purchase of it never served: it is refunded in full and canceled, not placed. One
+ * that served before the deletion is the deletion's round's (it runs to its period's end, nothing refunded) and the
+ * success page shows it as before: it answered "your payment is refunded in full" for it too, with nothing refunded
+ * (review 53).
+ */
+async function deletedBeforeItServed(deps: BillingDeps, agentId: string, stripeSubscriptionId: string): Promise<boolean> {
+  return !!(await first(
+    deps.database.db,
+    sql`select 1 as gone from public.agents a
+         where a.id = ${agentId} and a.status = 'inactive'
+           and not exists (select 1 from public.subscriptions s where s.stripe_subscription_id = ${stripeSubscriptionId} and s.granted_access)`,
+  ));
 }
 
 /** The session as we made it: `userId` null for an anonymous checkout; undefined when we never made it (or it was pruned). */
@@ -182,9 +193,9 @@ export async function completeAnonymousCheckout(deps: BillingDeps, sessionId: st
   // A subscription Stripe no longer has is 422 `gone` before an account is made or a mail sent (it was a 500 after both).
   // The same read is written once the purchase is placed (placing it asks Stripe nothing): one Stripe read, not two.
   const read = await readPurchaseToPlace(deps, stripeSubscriptionId);
-  // Its agent deleted since the checkout began: refunded and canceled (if the webhook has not done it yet), and no
-  // account is made or attached for it.
-  if (await agentDeleted(deps, made.agentId)) {
+  // Its agent deleted since the checkout began, before the purchase served: refunded and canceled (if the webhook has
+  // not done it yet), and no account is made or attached for it.
+  if (await deletedBeforeItServed(deps, made.agentId, stripeSubscriptionId)) {
     await undoPurchaseOfDeletedAgent(deps, read);
     throw invalidState('This agent was removed from the marketplace before your purchase went through: your payment is refunded in full', {
       reason: 'agent_deleted',

@@ -320,6 +320,8 @@ export async function syncStripeSubscription(
  * is as safe here as a fresh one.
  */
 export async function applyStripeRead(deps: BillingDeps, read: StripeRead, event?: { id: string; type: string }): Promise<ApplyResult> {
+  // Before the subscriber is found, which places an anonymous purchase (an account made for a purchase that is then
+  // refunded); writeStripeRead asks again for the writer that comes to it directly (a claim), a no-op after an undo.
   read = await undoPurchaseOfDeletedAgent(deps, read);
   const subscriber = await subscriberOf(deps, read.subscription);
   if (subscriber?.removed) return endPurchaseOfRemovedUser(deps, read.subscription, subscriber.userId, event);
@@ -328,9 +330,12 @@ export async function applyStripeRead(deps: BillingDeps, read: StripeRead, event
 
 /**
  * Writes a read of a Stripe subscription for the user it belongs to, and undoes at Stripe what the marketplace will
- * not serve: a purchase of a banned user, a second paid subscription to an agent the user pays for. Every writer
- * comes here: syncStripeSubscription, and the claim of an anonymous purchase (claim-purchase.ts), which reads Stripe
- * before it uses the claim. The claim wrote the row directly before and skipped both undos (found by a review).
+ * not serve: a purchase of an agent deleted before it served, a purchase of a banned user, a second paid subscription
+ * to an agent the user pays for. Every writer comes here: syncStripeSubscription, and the claim of an anonymous
+ * purchase (claim-purchase.ts), which reads Stripe before it uses the claim. The claim wrote the row directly before
+ * and skipped the undos (found by a review); then, written here, it still skipped the deleted agent's, which ran one
+ * step earlier: a purchase whose claim waited while its agent was deleted was written live and charged for a period
+ * nobody could use (review 53).
  */
 export async function writeStripeRead(
   deps: BillingDeps,
@@ -338,6 +343,7 @@ export async function writeStripeRead(
   userId: string | undefined,
   event?: { id: string; type: string },
 ): Promise<ApplyResult> {
+  stripeRead = await undoPurchaseOfDeletedAgent(deps, stripeRead);
   const { subscription, read } = stripeRead;
   const stripeSubscriptionId = subscription.id;
   if (userId && (await newPurchaseOfBannedUser(deps, userId, subscription))) {

@@ -711,6 +711,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/catalog/rls.test.ts'],
   },
   {
+    rule: 18,
+    name: 'a claim of a purchase whose agent was deleted while the claim waited writes it live, unrefunded (review 53)',
+    file: 'functions/billing/subscription-state.ts',
+    find: '  stripeRead = await undoPurchaseOfDeletedAgent(deps, stripeRead);\n',
+    replace: '',
+    tests: ['tests/billing/deleted-agent-checkout.test.ts'],
+  },
+  {
     rule: 30,
     name: "the user's 100 % mail opens with the account's name as typed: a stranger's address gets a sentence of the account maker's choosing (review 54)",
     file: 'supabase/migrations/20261127005300_quota_mail_names_nobody.sql',

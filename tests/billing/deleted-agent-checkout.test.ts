@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
+import { linkIn, mailsTo } from '../support/mail.ts';
 import { signUp } from '../support/users.ts';
-import { activeAgent, deliverPending, paidTier, DRAIN_TOKEN, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, deliver, deliverPending, paidTier, DRAIN_TOKEN, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * A checkout opened while the agent was live and paid after an admin deleted the agent (Stripe keeps the hosted page
@@ -90,5 +91,56 @@ describe('a checkout paid after its agent was deleted', () => {
     expect(refunded()).toBe(1900);
     expect(await first(w.t.db, sql`select id from "user" where email = ${email}`)).toBeUndefined();
     expect(await first(w.t.db, sql`select id from subscriptions where stripe_subscription_id = ${sub.id}`)).toBeUndefined();
+  });
+  it('attack: a purchase waiting for its claim link while the agent is deleted: the claim refunds and cancels it, never writes it live (review 53)', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 3900 });
+    // An unverified account holds the address the buyer types: the purchase waits for the mailed claim link, no row.
+    const email = `claimant-${crypto.randomUUID()}@example.test`;
+    await signUp(w.t, { email });
+    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: tier.id } });
+    expect(start.status).toBe(200);
+    w.fake.takeEvents();
+    const sub = w.fake.completeCheckout(start.body.data.sessionId, { email, name: 'Buyer' });
+    await deliver(w, w.fake.takeEvents());
+    expect(await first(w.t.db, sql`select id from subscriptions where stripe_subscription_id = ${sub.id}`)).toBeUndefined();
+    const token = linkIn((await mailsTo(w.t, email)).find((m) => m.subject === 'Confirm your Agent Marketplace purchase')!).searchParams.get('token')!;
+
+    // The admin deletes the agent (its round ends rows; this purchase has none yet), then the buyer follows the link.
+    expect((await w.t.http.delete(`/agents/${agent.id}`, { cookie: w.admin.cookie })).status).toBe(200);
+    expect((await w.t.http.post('/internal/drain', { bearer: DRAIN_TOKEN })).status).toBe(200);
+    await deliverPending(w);
+    const claimed = await w.t.http.post('/checkout/anonymous/claim', { json: { token } });
+    expect((await w.t.http.post('/internal/drain', { bearer: DRAIN_TOKEN })).status).toBe(200);
+    await deliverPending(w);
+
+    expect(claimed.status, claimed.text).toBe(200);
+    expect(claimed.body.data.subscription).toMatchObject({ status: 'canceled', agentId: agent.id });
+    const refunded = [...w.fake.refunds.values()].filter((r) => r.metadata.stripeSubscriptionId === sub.id).reduce((n, r) => n + r.amount, 0);
+    expect({ stripe: w.fake.subscriptions.get(sub.id)!.status, refunded }).toEqual({ stripe: 'canceled', refunded: 3900 });
+    const live = await first(w.t.db, sql`select id from subscriptions where stripe_subscription_id = ${sub.id} and status <> 'canceled'`);
+    expect(live).toBeUndefined();
+  });
+
+  it('the success page reloaded after the agent was deleted, for a purchase that served: shown as before, no word of a refund that did not happen (review 53)', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 1900 });
+    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: tier.id } });
+    const email = `served-${crypto.randomUUID()}@example.test`;
+    const sub = w.fake.completeCheckout(start.body.data.sessionId, { email });
+    const complete = () => w.t.http.post('/checkout/anonymous/complete', { json: { sessionId: start.body.data.sessionId } });
+    const placed = await complete();
+    expect(placed.status, placed.text).toBe(200);
+    await deliverPending(w);
+
+    // Deleted after it served: the round stops its renewal, nothing refunded (rule 18).
+    expect((await w.t.http.delete(`/agents/${agent.id}`, { cookie: w.admin.cookie })).status).toBe(200);
+    expect((await w.t.http.post('/internal/drain', { bearer: DRAIN_TOKEN })).status).toBe(200);
+    await deliverPending(w);
+
+    const again = await complete();
+    expect(again.status, again.text).toBe(200);
+    expect(again.body.data.subscription).toMatchObject({ id: placed.body.data.subscription.id, status: 'active', cancelAtPeriodEnd: true });
+    expect([...w.fake.refunds.values()].filter((r) => r.metadata.stripeSubscriptionId === sub.id)).toEqual([]);
   });
 });
