@@ -146,7 +146,10 @@ function errorResponse(err: unknown, c: Context<AppEnv>, deps: AppDeps): Respons
             ? 'The body is not valid JSON'
             : err.message || code;
       if (code === 'UNAUTHORIZED') return unauthorizedResponse(c, deps.config, message);
-      return c.json(failure(code, message, {}), errorStatus[code]);
+      // contract.md: every VALIDATION_ERROR lists `details.issues` (a body that was not JSON at all had none, and a
+      // client reading them as documented threw instead of reporting the bad request: review 56).
+      const details = code === 'VALIDATION_ERROR' ? { issues: [{ path: /json/i.test(err.message) ? 'body' : 'request', message }] } : {};
+      return c.json(failure(code, message, details), errorStatus[code]);
     }
   }
   const requestId = c.get('requestId');

@@ -63,7 +63,9 @@ const checkoutSessionSchema = z
     paymentStatus: z.string().openapi({ example: 'paid' }),
     agentId: z.uuid().nullable(),
     tierId: z.uuid().nullable(),
-    subscription: subscriptionSchema.nullable().openapi({ description: 'The local subscription once the webhook has placed it' }),
+    // A union, not .nullable(): `.openapi()` on a nullable registered schema is emitted as allOf [Subscription, null],
+    // which no null satisfies, and the generated client typed the field as never null (review 56).
+    subscription: z.union([subscriptionSchema, z.null()]).openapi({ description: 'The local subscription once the webhook has placed it; null until then' }),
   })
   .openapi('CheckoutSession');
 

@@ -179,10 +179,14 @@ describe('validation', () => {
     expect(res.body.error.details.issues.map((i: { path: string }) => i.path).sort()).toEqual(['name', 'nested']);
   });
 
-  it('malformed JSON is 400 VALIDATION_ERROR', async () => {
+  it('malformed JSON is 400 VALIDATION_ERROR, its details.issues naming the body as every VALIDATION_ERROR does (review 56)', async () => {
     const res = await t.http.post('/__test/echo', { body: '{"name": "a", ', headers: { 'content-type': 'application/json' } });
     expect(res.status).toBe(400);
-    expect(res.body).toMatchObject({ status: 'error', data: null, error: { code: 'VALIDATION_ERROR', message: 'The body is not valid JSON' } });
+    expect(res.body).toEqual({
+      status: 'error',
+      data: null,
+      error: { code: 'VALIDATION_ERROR', message: 'The body is not valid JSON', details: { issues: [{ path: 'body', message: 'The body is not valid JSON' }] } },
+    });
   });
 
   it.each([

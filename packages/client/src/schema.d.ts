@@ -3023,7 +3023,8 @@ export interface components {
              * @example complete
              */
             status: string | null;
-            subscription: components["schemas"]["Subscription"] & (Record<string, never> | null);
+            /** @description The local subscription once the webhook has placed it; null until then */
+            subscription: components["schemas"]["Subscription"] | null;
             /** Format: uuid */
             tierId: string | null;
         };
