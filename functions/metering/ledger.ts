@@ -32,6 +32,18 @@ interface LedgerRow {
 const num = (v: number | null) => (v === null ? null : Number(v));
 const iso = isoOrNull;
 
+/**
+ * A row's details with its times (`expiresAt`, ...) written as every other time of the API, ISO 8601 with `Z`: the
+ * SQL that records them builds jsonb, which writes PostgreSQL's `+00:00` (review 56).
+ */
+function detailsOf(details: Record<string, unknown> | null): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...details };
+  for (const [key, value] of Object.entries(out)) {
+    if (key.endsWith('At') && typeof value === 'string' && !Number.isNaN(Date.parse(value))) out[key] = iso(value);
+  }
+  return out;
+}
+
 function toLedgerEntry(row: LedgerRow): LedgerEntry {
   return {
     id: row.id,
@@ -48,7 +60,7 @@ function toLedgerEntry(row: LedgerRow): LedgerEntry {
     clientReqId: row.client_req_id,
     addonId: row.addon_id,
     actorUserId: row.actor_user_id,
-    details: row.details ?? {},
+    details: detailsOf(row.details),
     createdAt: iso(row.createdAt)!,
   };
 }

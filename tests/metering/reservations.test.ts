@@ -115,6 +115,8 @@ describe('reservation lifecycle', () => {
     expect(ledger.status).toBe(200);
     expect(ledger.body.data.map((e: { event: string }) => e.event)).toEqual(['committed', 'increment', 'reserved']);
     expect(ledger.body.data[2]).toMatchObject({ clientReqId: expect.any(String), details: { reservationId: id, ttlSeconds: 300 } });
+    // its time written as every time of the API (jsonb wrote "+00:00": review 56)
+    expect(ledger.body.data[2].details.expiresAt).toBe(new Date(ledger.body.data[2].details.expiresAt).toISOString());
   });
 
   it('releases everything; release is idempotent and a released hold cannot be committed', async () => {
