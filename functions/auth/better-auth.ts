@@ -37,6 +37,7 @@ import { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
 import { isOrganizationOwnerRefusal, organizationOwnerRefused } from './organization-owners.ts';
 import { isSecondMembership, secondMembershipRefused } from './organization-memberships.ts';
 import { CLOSED_ENDPOINTS } from './oauth/closed-endpoints.ts';
+import { libraryBaseUrl } from './public-path.ts';
 
 
 /**
@@ -107,7 +108,9 @@ export function authOptions(deps: AuthDeps) {
   const https = config.publicBaseUrl.startsWith('https://');
   return {
     appName: 'Agent Marketplace',
-    baseURL: config.publicBaseUrl,
+    // The whole public URL of its routes: with a path in PUBLIC_BASE_URL (the edge) the library ignores `basePath`
+    // and took that path for its own (public-path.ts).
+    baseURL: libraryBaseUrl(config),
     basePath: '/api/auth',
     secret: config.authSecret,
     database: {

@@ -10,6 +10,7 @@ import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
 import { signInOnlyWithAStandingPassword } from './sign-in-password-stands.ts';
 import { signOutOnlyWhenTheSessionEnds } from './sign-out-ends-the-session.ts';
 import { withoutDpop } from './oauth/no-dpop.ts';
+import { onThePublicPath } from './public-path.ts';
 
 /**
  * /api/auth/*: the Better Auth handler, behind the rules the library does not have:
@@ -77,7 +78,11 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
     });
   });
   router.on(['GET', 'POST'], '/api/auth/*', async (c) =>
-    explainMissingOrigin(await c.var.deps.auth.handler(await withEmptyJsonBody(withoutNonBrowserFetchMetadata(withoutEmptyCookie(withoutDpop(c.req.raw)))))),
+    explainMissingOrigin(
+      await c.var.deps.auth.handler(
+        onThePublicPath(c.var.deps.config, await withEmptyJsonBody(withoutNonBrowserFetchMetadata(withoutEmptyCookie(withoutDpop(c.req.raw))))),
+      ),
+    ),
   );
   return router;
 }

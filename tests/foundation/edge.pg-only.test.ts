@@ -162,6 +162,28 @@ describe('serving under Deno', () => {
     expect(operationIds).toEqual(expect.arrayContaining(['getHealth', 'getReady']));
   });
 
+  it("serves the auth library's routes under the public path too: sign-up, sign-in, the session, OpenID discovery and the JWKS (review 58)", async () => {
+    // The library routed by its base URL's path (/api here, /functions/v1/api on Supabase) after the entry had
+    // removed it: every /api/auth/* route answered an empty 404 on the edge.
+    const origin = http.baseUrl;
+    const email = `edge-${crypto.randomUUID()}@example.test`;
+    const password = 'a long enough password';
+    const signUp = await http.post('/api/api/auth/sign-up/email', { headers: { origin }, json: { email, password, name: 'Edge User' } });
+    expect([signUp.status, signUp.body?.user?.email]).toEqual([200, email]);
+    const signIn = await http.post('/api/api/auth/sign-in/email', { headers: { origin }, json: { email, password } });
+    expect(signIn.status, signIn.text).toBe(200);
+    const cookie = signIn.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
+    expect((await http.get('/api/api/auth/get-session', { cookie })).body.user.email).toBe(email);
+    expect((await http.get('/api/me', { cookie })).body.data.email).toBe(email);
+
+    const discovery = await http.get('/api/api/auth/.well-known/openid-configuration');
+    expect(discovery.status).toBe(200);
+    // Its URLs are the public ones, where they answer.
+    expect(discovery.body).toMatchObject({ issuer: `${origin}/api/api/auth`, jwks_uri: `${origin}/api/api/auth/jwks`, token_endpoint: `${origin}/api/api/auth/oauth2/token` });
+    const jwks = await http.get('/api/api/auth/jwks');
+    expect([jwks.status, jwks.body.keys.length > 0]).toEqual([200, true]);
+  });
+
   it('answers unknown routes with the 404 envelope, and logs one JSON line per request', async () => {
     const res = await http.get('/api/no/such/route', { headers: { 'x-request-id': 'edge-404' } });
     expect(res.status).toBe(404);

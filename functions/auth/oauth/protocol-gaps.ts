@@ -33,6 +33,7 @@ import {
 } from './token-records.ts';
 import { withoutDpop } from './no-dpop.ts';
 import { inLibraryTransaction } from '../library-database.ts';
+import { onThePublicPath } from '../public-path.ts';
 
 /**
  * Thin wrappers in front of the library's OAuth endpoints, each closing one measured gap between
@@ -54,7 +55,8 @@ import { inLibraryTransaction } from '../library-database.ts';
  */
 
 /** The Better Auth handler (the library itself), for a request we may have rewritten. */
-const library = (c: Context<AppEnv>, request: Request): Promise<Response> => c.var.deps.auth.handler(withoutDpop(request));
+const library = (c: Context<AppEnv>, request: Request): Promise<Response> =>
+  c.var.deps.auth.handler(onThePublicPath(c.var.deps.config, withoutDpop(request)));
 
 const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' };
 
