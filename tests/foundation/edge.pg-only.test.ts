@@ -1,12 +1,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { edgeConfigFile, expectedEdgeConfig } from '../../scripts/edge-imports.ts';
+import { edgeConfigFile, expectedEdgeConfig, expectedVendoredFiles, vendoredFilesOnDisk } from '../../scripts/edge-imports.ts';
 import { freePort } from '../../scripts/postgres-server.ts';
 import { root } from '../../scripts/supabase-cli.ts';
 import { TEST_SECRET } from '../support/app.ts';
-import { createTestDatabase, type TestDatabase } from '../support/databases.ts';
+import { createTestDatabase, holdOpen, type TestDatabase } from '../support/databases.ts';
 import { HttpClient } from '../support/http.ts';
 
 /**
@@ -44,6 +45,14 @@ describe('edge import map', () => {
     expect(readFileSync(edgeConfigFile, 'utf8'), 'supabase/functions/api/deno.json is stale: run `npm run gen:edge-imports`').toBe(
       expectedEdgeConfig(),
     );
+  });
+
+  it('loads the postgres.js driver from its patched copy beside the function (npm run gen:edge-imports), not unpatched from the registry', () => {
+    const onDisk = vendoredFilesOnDisk();
+    expect([...onDisk.keys()], 'supabase/functions/api/vendor is stale: run `npm run gen:edge-imports`').toEqual([...expectedVendoredFiles().keys()]);
+    for (const [path, text] of expectedVendoredFiles()) expect(onDisk.get(path) === text, `${path} is stale: run \`npm run gen:edge-imports\``).toBe(true);
+    // The copy is the patched driver (patches/postgres+3.4.9.patch, applied by npm install).
+    expect(onDisk.get('vendor/postgres/src/connection.js')).toContain('Patched (porsager/postgres#1154, #1208)');
   });
 });
 
@@ -183,6 +192,49 @@ describe('serving under Deno', () => {
     const jwks = await http.get('/api/api/auth/jwks');
     expect([jwks.status, jwks.body.keys.length > 0]).toEqual([200, true]);
   });
+
+  it('a database that ends its connections under a request in flight: 503, the isolate stays up, the next requests are served (three rounds; review 58)', async () => {
+    // As tests/foundation/db-outage.pg-only.test.ts holds the Node entry to. The edge ran the driver unpatched: the
+    // isolate died with "Cannot read properties of null (reading 'write')" at connection.js:255.
+    const admin = postgres(database.url!, { max: 1, onnotice: () => {} });
+    const appBackends = () => admin<{ pid: number }[]>`select pid from pg_stat_activity
+      where datname = current_database() and application_name = 'agent-marketplace'`;
+    try {
+      for (let round = 1; round <= 3; round++) {
+        const warm = await Promise.all(Array.from({ length: 4 }, () => http.get('/api/agents')));
+        expect(warm.map((r) => r.status), `round ${round}: warm-up`).toEqual([200, 200, 200, 200]);
+        const locker = postgres(database.url!, { max: 1, onnotice: () => {} });
+        const lock = await holdOpen(locker, (tx) => tx.unsafe('lock table public.agents in access exclusive mode'));
+        let inFlight: ReturnType<typeof http.get> | undefined;
+        try {
+          inFlight = http.get('/api/agents');
+          // the request waits on the lock; then the server ends every backend of the edge's pool
+          while ((await admin`select 1 from pg_stat_activity where datname = current_database()
+                                and application_name = 'agent-marketplace' and wait_event_type = 'Lock'`).length === 0) {
+            await new Promise((r) => setTimeout(r, 10));
+          }
+          const ended = await appBackends();
+          await admin`select pg_terminate_backend(pid) from unnest(${ended.map((b) => b.pid)}::int[]) as pid`;
+          const cut = await inFlight;
+          expect([cut.status, (cut.body as { error?: { code?: string } } | undefined)?.error?.code], `round ${round}\n${output.slice(-2000)}`).toEqual([503, 'UNAVAILABLE']);
+        } finally {
+          await lock.release();
+          await locker.end();
+          await inFlight?.catch(() => undefined);
+        }
+        // Up, and serving on fresh connections: a few 503s at most while the pool finds out, then 200s.
+        const next: number[] = [];
+        for (let i = 0; i < 10 && next.slice(-3).join() !== '200,200,200'; i++) {
+          next.push((await http.get('/api/agents').catch(() => ({ status: -1 }))).status);
+        }
+        expect(next.slice(-3), `round ${round}: ${next.join(' ')}\n${output.slice(-2000)}`).toEqual([200, 200, 200]);
+        expect(next.filter((status) => status !== 200 && status !== 503), `round ${round}: ${next.join(' ')}`).toEqual([]);
+        expect(child!.exitCode).toBeNull();
+      }
+    } finally {
+      await admin.end();
+    }
+  }, 120_000);
 
   it('answers unknown routes with the 404 envelope, and logs one JSON line per request', async () => {
     const res = await http.get('/api/no/such/route', { headers: { 'x-request-id': 'edge-404' } });
