@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
  * The Deno edge entry resolves bare imports (`hono`, `zod`, ...) through supabase/functions/api/deno.json,
  * which maps each runtime dependency of package.json to `npm:<name>@<exact version>`, plus `<name>/` for
  * subpath imports. Generated from package.json so the two never drift: `npm run gen:edge-imports` rewrites it,
- * and tests/foundation/edge.test.ts fails when it is out of date.
+ * and tests/foundation/edge.pg-only.test.ts fails when it (or the vendored copy below) is out of date.
  */
 
 const root = fileURLToPath(new URL('..', import.meta.url));
