@@ -8,7 +8,7 @@ import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { purchaseAbandoned } from './purchase-claims.ts';
 import { ensureCustomer } from './customers.ts';
 import { askStripe, callStripe, isStripeMissing, requirePayments } from './payments.ts';
-import { applyStripeRead, readPurchaseToPlace, undoPurchaseOfDeletedAgent } from './subscription-state.ts';
+import { applyStripeRead, readPurchaseToPlace, servedBefore, undoPurchaseOfDeletedAgent } from './subscription-state.ts';
 import { startFreeSubscription, type SubscriptionDto } from './subscriptions.ts';
 import { findSubscriptionByStripeId, liveSubscription } from './subscription-queries.ts';
 import { requireWithinAgent } from '../http/access.ts';
@@ -118,7 +118,7 @@ async function deletedBeforeItServed(deps: BillingDeps, agentId: string, stripeS
     deps.database.db,
     sql`select 1 as gone from public.agents a
          where a.id = ${agentId} and a.status = 'inactive'
-           and not exists (select 1 from public.subscriptions s where s.stripe_subscription_id = ${stripeSubscriptionId} and s.granted_access)`,
+           and not ${servedBefore(stripeSubscriptionId)}`,
   ));
 }
 

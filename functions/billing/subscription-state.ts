@@ -404,6 +404,14 @@ async function endPurchaseOfRemovedUser(
 }
 
 /**
+ * Whether the marketplace has served a Stripe subscription: a row of it granted access (`granted_access`, set once and
+ * never cleared). The one rule that tells a purchase still to be undone in full (refunded, canceled, never written
+ * live: a banned buyer's, a deleted agent's) from one that has served and ends as its ban or deletion says.
+ */
+export const servedBefore = (stripeSubscriptionId: string) =>
+  sql<boolean>`exists (select 1 from public.subscriptions s where s.stripe_subscription_id = ${stripeSubscriptionId} and s.granted_access)`;
+
+/**
  * A Stripe subscription the marketplace has not served yet, still live at Stripe, of a user who is banned now. Not
  * served: no row, or a row that never granted access (written `incomplete` while its first payment was pending: paid
  * after the ban it was written live; found by a review). A subscription that has served stays as the ban left it
@@ -414,8 +422,7 @@ async function newPurchaseOfBannedUser(deps: BillingDeps, userId: string, subscr
   const row = await first<{ banned: boolean; served: boolean }>(
     deps.database.db,
     sql`select public.banned_at(u.banned, u."banExpires", ${deps.clock.now()}) as banned,
-               exists (select 1 from public.subscriptions s
-                        where s.stripe_subscription_id = ${subscription.id} and s.granted_access) as served
+               ${servedBefore(subscription.id)} as served
           from "user" u where u.id = ${userId}`,
   );
   return !!row?.banned && !row.served;
@@ -439,7 +446,7 @@ export async function undoPurchaseOfDeletedAgent(deps: BillingDeps, read: Stripe
     deps.database.db,
     sql`select a.id as "agentId" from public.tiers t join public.agents a on a.id = t.agent_id
          where t.stripe_price_id = ${priceId} and a.status = 'inactive'
-           and not exists (select 1 from public.subscriptions s where s.stripe_subscription_id = ${subscription.id} and s.granted_access)`,
+           and not ${servedBefore(subscription.id)}`,
   );
   if (!found) return read;
   const refunds = await refundAndCancel(deps, subscription, { metadata: { deletedAgentId: found.agentId } });
