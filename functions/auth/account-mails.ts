@@ -1,5 +1,6 @@
 import { pagesOrigin, type Config } from '../platform/config.ts';
 import { quotedText as quoted, type Mail } from '../platform/mailer.ts';
+import { libraryBaseUrl } from './public-path.ts';
 
 /**
  * The texts of the identity mails (verification, "someone signed up with your address", organization
@@ -22,7 +23,7 @@ export function verificationLink(config: Config, libraryUrl: string, token: stri
     callback = null;
   }
   if (!callback || callback.startsWith('/')) callback = `${pagesOrigin(config)}/sign-in?verified=true`;
-  const url = new URL(`${config.publicBaseUrl}/api/auth/verify-email`);
+  const url = new URL(`${libraryBaseUrl(config)}/verify-email`);
   url.searchParams.set('token', token);
   url.searchParams.set('callbackURL', callback);
   return url.href;

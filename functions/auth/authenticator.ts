@@ -9,6 +9,7 @@ import { trustedOrigins, type Auth } from './better-auth.ts';
 import { crossSiteRequest, requestOfTheUser } from './fetch-metadata.ts';
 import { revocationKeys } from './oauth/token-records.ts';
 import { ADMIN_SCOPE } from './oauth/provider-options.ts';
+import { libraryBaseUrl } from './public-path.ts';
 
 /**
  * Who is calling, for every route outside /api/auth: the session cookie first, else an
@@ -60,7 +61,7 @@ interface SessionRow {
 
 export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
   const { auth, db, config, clock } = deps;
-  const issuer = `${config.publicBaseUrl}/api/auth`;
+  const issuer = libraryBaseUrl(config);
   const origins = new Set(trustedOrigins(config));
   const keys = new SigningKeys(db, clock);
   const verified = new VerifiedTokens(keys);

@@ -361,7 +361,7 @@ export function authOptions(deps: AuthDeps) {
         },
       }),
       jwt({
-        jwt: { issuer: `${config.publicBaseUrl}/api/auth`, audience: config.publicBaseUrl, expirationTime: '10h' },
+        jwt: { issuer: libraryBaseUrl(config), audience: config.publicBaseUrl, expirationTime: '10h' },
         // No extra signing per get-session: bearer tokens come from the OAuth token endpoint only.
         disableSettingJwtHeader: true,
       }),

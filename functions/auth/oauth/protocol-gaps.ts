@@ -33,7 +33,7 @@ import {
 } from './token-records.ts';
 import { withoutDpop } from './no-dpop.ts';
 import { inLibraryTransaction } from '../library-database.ts';
-import { onThePublicPath } from '../public-path.ts';
+import { libraryBaseUrl, onThePublicPath } from '../public-path.ts';
 
 /**
  * Thin wrappers in front of the library's OAuth endpoints, each closing one measured gap between
@@ -68,7 +68,7 @@ export function oauthProtocolRoutes() {
     const request = c.req.raw;
     const read = await readParams(request);
     if ('refused' in read) {
-      const error = new URL(`${config.publicBaseUrl}/api/auth/error`);
+      const error = new URL(`${libraryBaseUrl(config)}/error`);
       error.searchParams.set('error', 'invalid_request');
       error.searchParams.set('error_description', read.refused);
       return redirectOrJson(request, error.toString());
@@ -84,7 +84,7 @@ export function oauthProtocolRoutes() {
     if (checked && !registered) {
       // The library's page says "client_id is required" for a client_id it does not know, which sends its developer
       // looking for a missing parameter; the code is the same (invalid_client), the words say what is wrong.
-      const error = new URL(`${config.publicBaseUrl}/api/auth/error`);
+      const error = new URL(`${libraryBaseUrl(config)}/error`);
       error.searchParams.set('error', 'invalid_client');
       error.searchParams.set('error_description', 'client_id is not registered with the marketplace');
       return redirectOrJson(request, error.toString());
@@ -93,7 +93,7 @@ export function oauthProtocolRoutes() {
       // The library would also accept another port on a loopback host (RFC 8252 native apps); our contract
       // says "matched exactly". Same answer as the library gives for an unregistered URI.
       if (registered && !registered.includes(redirectUri)) {
-        const error = new URL(`${config.publicBaseUrl}/api/auth/error`);
+        const error = new URL(`${libraryBaseUrl(config)}/error`);
         error.searchParams.set('error', 'invalid_redirect');
         error.searchParams.set('error_description', 'redirect_uri is not registered for this client (exact match required)');
         return redirectOrJson(request, error.toString());
@@ -712,7 +712,7 @@ function authorizationError(config: Config, to: { redirectUri: string; state: st
   url.searchParams.set('error', error);
   url.searchParams.set('error_description', description);
   if (to.state) url.searchParams.set('state', to.state);
-  url.searchParams.set('iss', `${config.publicBaseUrl}/api/auth`);
+  url.searchParams.set('iss', libraryBaseUrl(config));
   return url.toString();
 }
 
