@@ -64,6 +64,31 @@ describe('deno check', () => {
   }, 300_000);
 });
 
+describe('starting in production', () => {
+  it('refuses to start without FRONTEND_URL, saying why: Supabase serves HTML from a function as text/plain, so the built-in pages cannot be shown there', async () => {
+    const started = await new Promise<{ code: number | null; output: string }>((resolve) => {
+      const child = spawn(deno, ['run', '--allow-net', '--allow-env', '--allow-read', '--allow-sys', '--config', edgeConfigFile, entry], {
+        cwd: root,
+        env: {
+          ...denoEnv,
+          SUPABASE_DB_URL: 'postgres://nobody@127.0.0.1:1/none',
+          AUTH_SECRET: TEST_SECRET,
+          PUBLIC_BASE_URL: 'https://example.supabase.co/functions/v1/api',
+          NODE_ENV: 'production',
+          FRONTEND_URL: '',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let output = '';
+      child.stdout.on('data', (d) => (output += d));
+      child.stderr.on('data', (d) => (output += d));
+      child.on('exit', (code) => resolve({ code, output }));
+    });
+    expect(started.code).not.toBe(0);
+    expect(started.output).toContain('FRONTEND_URL: is required on the edge in production');
+  }, 300_000);
+});
+
 describe('serving under Deno', () => {
   let database: TestDatabase;
   let child: ChildProcess | undefined;

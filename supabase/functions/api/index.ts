@@ -20,7 +20,16 @@ const logger = createLogger();
 
 function configure() {
   try {
-    return loadConfig({ ...env, DATABASE_URL: env.DATABASE_URL || env.SUPABASE_DB_URL });
+    const config = loadConfig({ ...env, DATABASE_URL: env.DATABASE_URL || env.SUPABASE_DB_URL });
+    // Supabase rewrites a function's text/html answer to a GET into text/plain ("HTML content is not supported"), so
+    // the built-in sign-in, consent and billing pages would reach browsers as source text: a production edge sends
+    // browsers to the front end instead. Outside production (supabase functions serve, the edge test) they are served.
+    if (config.isProduction && !config.frontendUrl) {
+      throw new ConfigError([
+        'FRONTEND_URL: is required on the edge in production (Supabase serves HTML from a function as text/plain, so the built-in pages cannot be shown)',
+      ]);
+    }
+    return config;
   } catch (err) {
     if (err instanceof ConfigError) logger.error('invalid configuration', { problems: err.problems });
     throw err;
