@@ -70,6 +70,17 @@ function addRequestStatuses(op: Json, content: Json): void {
   }
 }
 
+/**
+ * Our routes validate a request without a body as `{}` (http/router.ts `jsonBody`), so a body whose fields are all
+ * optional may be left out: the document says so, and typed clients need not send `{}` (review 56 found requestDemo
+ * and createEnterpriseInquiry documented with a required body they never needed).
+ */
+function markOmittableBody(op: Json, schemas: Json): void {
+  let schema = op.requestBody?.content?.['application/json']?.schema;
+  if (typeof schema?.$ref === 'string') schema = schemas[schema.$ref.replace('#/components/schemas/', '')];
+  if (op.requestBody?.required && schema?.type === 'object' && !(schema.required?.length > 0)) op.requestBody.required = false;
+}
+
 /** The served document: the app's, with the auth library's operations merged in and every tag grouped. */
 export async function openApiDocument(appDocument: Json, auth: Auth): Promise<Json> {
   const library = await authOpenApi(auth);
@@ -94,6 +105,7 @@ export async function openApiDocument(appDocument: Json, auth: Auth): Promise<Js
     for (const [method, op] of Object.entries<Json>(item)) {
       if (!METHODS.has(method)) continue;
       addRequestStatuses(op, path in library.paths ? LIBRARY_ERROR : ENVELOPE_ERROR);
+      if (!(path in library.paths)) markOmittableBody(op, doc.components.schemas);
       if (!Array.isArray(op.tags)) continue;
       op.tags = op.tags.map(groupedTag);
       for (const tag of op.tags) used.add(tag);

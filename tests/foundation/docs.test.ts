@@ -10,6 +10,8 @@ import { docsVendorDir } from '../../scripts/vendor-docs.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { blockOtherHosts, launchChromium } from '../support/browser.ts';
 import { contractText } from '../support/contract.ts';
+import { insertAgent } from '../support/fixtures.ts';
+import { signUp } from '../support/users.ts';
 
 /**
  * GET /openapi.json is a valid OpenAPI 3.1 document covering every route of every domain (validated with a
@@ -85,6 +87,19 @@ describe('GET /openapi.json', () => {
     expect(tagOf('/api/auth/oauth2/token', 'post')).toBe('Agent backends · OAuth 2.1 and OIDC');
     expect(tagOf('/api/auth/sign-in/email', 'post')).toBe('Front end · Sign-in and account');
     expect(tagOf('/admin/users', 'get')).toBe('Admin · Administration');
+  });
+
+  it('marks a JSON body optional where every field of it is (a request without one is read as `{}`), required elsewhere', async () => {
+    const bodyOf = (path: string, method: string) => (doc.paths[path]![method] as Record<string, any>).requestBody;
+    expect(bodyOf('/agents/{agentId}/demo-requests', 'post').required).toBe(false);
+    expect(bodyOf('/agents/{agentId}/enterprise-inquiries', 'post').required).toBe(false);
+    expect(bodyOf('/me/usage/{agentId}/{metricSlug}/increment', 'post').required).toBe(true);
+    expect(bodyOf('/agents', 'post').required).toBe(true);
+    // What the document says holds: an optional body may be left out (a required one may not).
+    const user = await signUp(t, { verified: true });
+    const agent = await insertAgent(t.db);
+    expect((await t.http.post(`/agents/${agent.id}/demo-requests`, { cookie: user.cookie })).status).toBe(202);
+    expect((await t.http.post(`/agents/${agent.id}/enterprise-inquiries`, { cookie: user.cookie })).status).toBe(202);
   });
 
   it('names the service itself as the server', () => {
