@@ -3361,6 +3361,10 @@ export type Database = {
         Args: { "p_status": string };
         Returns: boolean;
       };
+      "subscription_is_restart": {
+        Args: { "p_subscription_id": string };
+        Returns: boolean;
+      };
       "subscription_predecessor": {
         Args: {
           "p_agent_id": string;
@@ -3371,6 +3375,16 @@ export type Database = {
           "anchor": string;
           "free_cycle": boolean;
           "id": string;
+        }[];
+      };
+      "subscription_restarted": {
+        Args: { "p_subscription_id": string };
+        Returns: boolean;
+      };
+      "subscription_with_restarts": {
+        Args: { "p_subscription_id": string };
+        Returns: {
+          "subscription_id": string;
         }[];
       };
       "usage_writer": {
