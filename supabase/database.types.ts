@@ -2851,6 +2851,13 @@ export type Database = {
           "period_start": string;
         }[];
       };
+      "catalog_review_totals": {
+        Args: { "p_agent_id": string };
+        Returns: {
+          "average_rating": number;
+          "review_count": number;
+        }[];
+      };
       "checkout_sessions_prune": {
         Args: { "p_limit": number; "p_now": string };
         Returns: number;
