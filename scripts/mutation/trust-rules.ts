@@ -735,6 +735,25 @@ export const mutations: Mutation[] = [
     tests: ['tests/metering/reservations.test.ts'],
   },
   {
+    rule: 28,
+    name: 'an anonymous Data API read of catalog_agents counts every review through review_shown again, seconds at 100,000 reviews (review 60)',
+    file: 'supabase/migrations/20261127005500_data_api_catalog_reads_tallies.sql',
+    find: '  left join lateral public.catalog_review_totals(a.id) r on true -- (changed in 20261127005500)',
+    replace: `  left join lateral (
+    select count(*)::integer as review_count, round(avg(rv.rating)::numeric, 2) as average_rating
+    from public.reviews rv where rv.agent_id = a.id and not rv.author_banned_for_good and public.review_shown(rv.id)
+  ) r on true`,
+    tests: ['tests/catalog/data-api-costs-and-defaults.pg-only.test.ts'],
+  },
+  {
+    rule: 28,
+    name: "the Data API's roles keep the TRUNCATE Supabase's default privileges give them, which ignores row-level security (review 60)",
+    file: 'supabase/migrations/20261127005500_data_api_catalog_reads_tallies.sql',
+    find: 'revoke truncate on all tables in schema public from anon, authenticated;',
+    replace: '',
+    tests: ['tests/catalog/data-api-costs-and-defaults.pg-only.test.ts'],
+  },
+  {
     rule: 9,
     name: 'a sign-out answers 200 while the database refused to delete its session, which lives on (stop 44)',
     file: 'functions/auth/mount.ts',
