@@ -1737,6 +1737,8 @@ export type Database = {
           "pending_change_kind": string | null;
           "pending_invoice_id": string | null;
           "pending_tier_id": string | null;
+          "purchase_of": string | null;
+          "restarted": boolean;
           "status": string;
           "stripe_checked_at": string | null;
           "stripe_customer_id": string | null;
@@ -1765,6 +1767,8 @@ export type Database = {
           "pending_change_kind"?: string | null;
           "pending_invoice_id"?: string | null;
           "pending_tier_id"?: string | null;
+          "purchase_of"?: string | null;
+          "restarted"?: boolean;
           "status": string;
           "stripe_checked_at"?: string | null;
           "stripe_customer_id"?: string | null;
@@ -1791,6 +1795,8 @@ export type Database = {
           "pending_change_kind"?: string | null;
           "pending_invoice_id"?: string | null;
           "pending_tier_id"?: string | null;
+          "purchase_of"?: string | null;
+          "restarted"?: boolean;
           "status"?: string;
           "stripe_checked_at"?: string | null;
           "stripe_customer_id"?: string | null;
@@ -1835,6 +1841,13 @@ export type Database = {
             columns: ["pending_tier_id"];
             isOneToOne: false;
             referencedRelation: "tiers";
+            referencedColumns: ["id"];
+          },
+          {
+            foreignKeyName: "subscriptions_purchase_of_fkey";
+            columns: ["purchase_of"];
+            isOneToOne: false;
+            referencedRelation: "subscriptions";
             referencedColumns: ["id"];
           },
           {
@@ -3369,7 +3382,16 @@ export type Database = {
         Returns: boolean;
       };
       "subscription_is_restart": {
-        Args: { "p_subscription_id": string };
+        Args: {
+          "p_next": Omit<
+            Database["public"]["Tables"]["subscriptions"]["Row"],
+            Database["public"]["Tables"]["subscriptions"]["ComputedFields"]
+          >;
+          "p_prev": Omit<
+            Database["public"]["Tables"]["subscriptions"]["Row"],
+            Database["public"]["Tables"]["subscriptions"]["ComputedFields"]
+          >;
+        };
         Returns: boolean;
       };
       "subscription_predecessor": {
@@ -3382,16 +3404,6 @@ export type Database = {
           "anchor": string;
           "free_cycle": boolean;
           "id": string;
-        }[];
-      };
-      "subscription_restarted": {
-        Args: { "p_subscription_id": string };
-        Returns: boolean;
-      };
-      "subscription_with_restarts": {
-        Args: { "p_subscription_id": string };
-        Returns: {
-          "subscription_id": string;
         }[];
       };
       "usage_writer": {

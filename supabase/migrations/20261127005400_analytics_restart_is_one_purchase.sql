@@ -7,65 +7,90 @@
 -- with them (only the first subscription of the run had the usage). It is the harm 20261127000300 removed for unpaid
 -- checkouts, by another path.
 --
--- A restart: a free subscription continuing a free one, started in the billing period (of their shared cycle) in
--- which that one was canceled, so its counters go on where they were. It is no purchase (funnel, newSubscriptions),
--- the cancel it followed is no churn (cancellations), and its usage and install count for the purchase it continues
--- (activated, used). Not a restart, and counted as before: anything paid (money changed hands), and a free plan
--- taken again in a later month (the user came back; its counters started from zero). A cancel counts as churn until
--- its restart comes (within the month): a window read in between shows it, the same window read after does not.
--- The functions (from 20261127000300) are restated whole; changes are marked "(changed in 20261127005400)".
+-- A restart: a free subscription continuing a free one that was bought, started in the billing period (of their
+-- shared cycle) in which that one was canceled, so its counters go on where they were. It is no purchase (funnel,
+-- newSubscriptions), the cancel it followed is no churn (cancellations), and its usage and install count for the
+-- purchase it continues (activated, used). Not a restart, and counted as before: anything paid when it started
+-- (money changed hands), and a free plan taken again in a later month (the user came back). A cancel counts as churn
+-- until its restart comes (within the month): a window read in between shows it, the same window read after does not.
+--
+-- Decided once, when the subscription is found to continue another (the trigger below, on the write that sets
+-- continued_from), and stored, so the analytics stay index-only counts whatever the history: a per-row function asked
+-- at read time cost every analytics call about 0.5 ms per restart ever made and a probe per subscription ever
+-- created (review 62). A free restart later converted to paid in place stays a restart: converting without a restart
+-- counts once too.
+--   subscriptions.purchase_of: for a restart, the purchase it continues (the first subscription of the run); null for
+--     a purchase of its own.
+--   subscriptions.restarted: a restart continued it, so its cancel was no churn.
+-- The analytics functions (from 20261127000300) are restated whole; changes are marked "(changed in 20261127005400)".
 
-create index subscriptions_continued_from_idx on public.subscriptions (continued_from) where continued_from is not null;
+alter table public.subscriptions add column purchase_of uuid references public.subscriptions (id) on delete set null;
+alter table public.subscriptions add column restarted boolean not null default false;
+create index subscriptions_purchase_of_idx on public.subscriptions (purchase_of) where purchase_of is not null;
 
--- Whether a subscription is a restart, as above: the one definition the analytics use.
-create function public.subscription_is_restart(p_subscription_id uuid)
-returns boolean
-language sql stable parallel safe
+-- Whether `p_next`, found to continue `p_prev`, is a restart as above: the one definition (the trigger and the
+-- backfill below ask it).
+create function public.subscription_is_restart(p_next public.subscriptions, p_prev public.subscriptions) returns boolean
+language sql stable as $$
+  select p_next.stripe_subscription_id is null and p_prev.stripe_subscription_id is null
+     and p_prev.granted_access and p_prev.canceled_at is not null
+     and (select b.period_start from public.billing_period(p_next.current_period_start, null, true, p_next.created_at) b)
+       = (select b.period_start from public.billing_period(p_next.current_period_start, null, true, p_prev.canceled_at) b)
+$$;
+revoke execute on function public.subscription_is_restart(public.subscriptions, public.subscriptions) from public, anon, authenticated;
+
+create function public.subscription_note_restart() returns trigger
+language plpgsql
 set search_path = public, pg_temp
 as $$
-  select exists (
-    select 1
-    from public.subscriptions n
-    join public.subscriptions p on p.id = n.continued_from
-    cross join lateral public.billing_period(n.current_period_start, null, true, n.created_at) started
-    cross join lateral public.billing_period(n.current_period_start, null, true, p.canceled_at) ended
-    where n.id = p_subscription_id
-      and n.stripe_subscription_id is null and p.stripe_subscription_id is null
-      and p.granted_access and p.canceled_at is not null
-      and started.period_start = ended.period_start
-  )
+declare
+  v_prev public.subscriptions;
+begin
+  select * into v_prev from public.subscriptions where id = new.continued_from;
+  if found and public.subscription_is_restart(new, v_prev) then
+    new.purchase_of := coalesce(v_prev.purchase_of, v_prev.id);
+    update public.subscriptions set restarted = true where id = v_prev.id and not restarted;
+  end if;
+  return new;
+end
+$$;
+revoke execute on function public.subscription_note_restart() from public, anon, authenticated;
+
+-- continued_from is written by subscription_continue_usage (after the insert, or the update that first grants access)
+-- once per subscription; this runs on that write. No other trigger watches these two columns.
+create trigger subscriptions_note_restart before update of continued_from on public.subscriptions
+  for each row when (new.continued_from is not null and new.continued_from is distinct from old.continued_from)
+  execute function public.subscription_note_restart();
+
+-- What is already there, oldest first (a run's purchase is written before its restarts read it).
+do $$
+declare
+  v_next public.subscriptions;
+  v_prev public.subscriptions;
+begin
+  for v_next in select * from public.subscriptions where continued_from is not null order by created_at, id loop
+    select * into v_prev from public.subscriptions where id = v_next.continued_from;
+    if found and public.subscription_is_restart(v_next, v_prev) then
+      update public.subscriptions set purchase_of = coalesce(v_prev.purchase_of, v_prev.id) where id = v_next.id;
+      update public.subscriptions set restarted = true where id = v_prev.id;
+    end if;
+  end loop;
+end
 $$;
 
--- Whether a subscription was followed by a restart that was bought (its cancel then was no churn).
-create function public.subscription_restarted(p_subscription_id uuid)
-returns boolean
-language sql stable parallel safe
-set search_path = public, pg_temp
-as $$
-  select exists (
-    select 1 from public.subscriptions n
-    where n.continued_from = p_subscription_id and n.granted_access and public.subscription_is_restart(n.id)
-  )
-$$;
-
--- A purchase and the restarts that continued it, the purchase first (its usage is theirs together).
-create function public.subscription_with_restarts(p_subscription_id uuid)
-returns table (subscription_id uuid)
-language sql stable parallel safe
-set search_path = public, pg_temp
-as $$
-  with recursive run (id) as (
-    select p_subscription_id
-    union
-    select n.id from run r join public.subscriptions n on n.continued_from = r.id
-     where n.granted_access and public.subscription_is_restart(n.id)
-  )
-  select id from run
-$$;
-
-revoke execute on function public.subscription_is_restart(uuid) from public, anon, authenticated;
-revoke execute on function public.subscription_restarted(uuid) from public, anon, authenticated;
-revoke execute on function public.subscription_with_restarts(uuid) from public, anon, authenticated;
+-- The counted rows' indexes (20261127000300), now of purchases and of cancels that were churn: index-only counts again.
+drop index public.subscriptions_counted_created_at_idx;
+drop index public.subscriptions_counted_agent_created_at_idx;
+drop index public.subscriptions_canceled_at_idx;
+drop index public.subscriptions_agent_canceled_at_idx;
+create index subscriptions_counted_created_at_idx on public.subscriptions (created_at)
+  include (id, agent_id, user_id) where granted_access and purchase_of is null;
+create index subscriptions_counted_agent_created_at_idx on public.subscriptions (agent_id, created_at)
+  include (id, user_id) where granted_access and purchase_of is null;
+create index subscriptions_canceled_at_idx on public.subscriptions (canceled_at)
+  where canceled_at is not null and granted_access and not restarted;
+create index subscriptions_agent_canceled_at_idx on public.subscriptions (agent_id, canceled_at)
+  where canceled_at is not null and granted_access and not restarted;
 
 create or replace function public.admin_analytics_funnel(p_from timestamptz, p_to timestamptz, p_agent_id uuid)
 returns table (agent_id uuid, purchased bigint, activated bigint, used bigint)
@@ -76,14 +101,21 @@ language sql stable parallel safe as $$
          count(*) filter (where u.last_at >= greatest(p_from, p_to - interval '30 days')) as used
   from public.subscriptions s
   cross join lateral (
-    select max(l.created_at) as last_at
-    from public.subscription_with_restarts(s.id) r -- (changed in 20261127005400)
-    join public.quota_ledger l on l.subscription_id = r.subscription_id -- (changed in 20261127005400)
-    where l.event = 'increment' and l.created_at <= p_to
+    -- the purchase's latest increment at or before p_to, its restarts' included: one backward index probe for each
+    -- (changed in 20261127005400)
+    select max(x.last_at) as last_at
+    from (select s.id union all select m.id from public.subscriptions m where m.purchase_of = s.id) run (id)
+    cross join lateral (
+      select l.created_at as last_at
+      from public.quota_ledger l
+      where l.subscription_id = run.id and l.event = 'increment' and l.created_at <= p_to
+      order by l.created_at desc
+      limit 1
+    ) x
   ) u
   left join public.agent_installs i on i.agent_id = s.agent_id and i.user_id = s.user_id and i.created_at <= p_to
   where s.created_at >= p_from and s.created_at <= p_to and s.granted_access
-    and not public.subscription_is_restart(s.id) -- (changed in 20261127005400)
+    and s.purchase_of is null -- (changed in 20261127005400)
     and (p_agent_id is null or s.agent_id = p_agent_id)
   group by s.agent_id
 $$;
@@ -99,24 +131,24 @@ language sql stable parallel safe as $$
     select date_trunc('week', s.created_at at time zone 'UTC') as week_start, count(*) as n
     from public.subscriptions s
     where s.created_at >= p_from and s.created_at <= p_to and s.granted_access
-      and not public.subscription_is_restart(s.id) -- (changed in 20261127005400)
+      and s.purchase_of is null -- (changed in 20261127005400)
       and (p_agent_id is null or s.agent_id = p_agent_id)
     group by 1
   ), canceled as (
     select date_trunc('week', s.canceled_at at time zone 'UTC') as week_start, count(*) as n
     from public.subscriptions s
     where s.canceled_at >= p_from and s.canceled_at <= p_to and s.granted_access
-      and not public.subscription_restarted(s.id) -- (changed in 20261127005400)
+      and not s.restarted -- (changed in 20261127005400)
       and (p_agent_id is null or s.agent_id = p_agent_id)
     group by 1
   ), before_window as (
     select (select count(*) from public.subscriptions s
              where s.created_at < p_from and s.granted_access
-               and not public.subscription_is_restart(s.id) -- (changed in 20261127005400)
+               and s.purchase_of is null -- (changed in 20261127005400)
                and (p_agent_id is null or s.agent_id = p_agent_id))
          - (select count(*) from public.subscriptions s
              where s.canceled_at < p_from and s.granted_access
-               and not public.subscription_restarted(s.id) -- (changed in 20261127005400)
+               and not s.restarted -- (changed in 20261127005400)
                and (p_agent_id is null or s.agent_id = p_agent_id)) as n
   )
   select w.week_start::date as week,
