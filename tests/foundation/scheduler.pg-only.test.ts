@@ -165,6 +165,8 @@ describe('the edge entry under Deno, with no loop, drained by the scheduled job'
         FUNCTION_PATH_PREFIX: '',
         // Production, where the Node entry would start its loops: the edge entry must not.
         NODE_ENV: 'production',
+        // which the edge refuses to start in without a front end (Supabase serves no HTML from a function)
+        FRONTEND_URL: 'https://marketplace.example',
         SMTP_URL: smtp.url,
         DRAIN_TOKEN,
         AUTH_RATE_LIMIT_PER_MINUTE: '0',
