@@ -8,22 +8,11 @@ import type { Config } from '../platform/config.ts';
  * the edge (review 58). Without a path in `PUBLIC_BASE_URL` (Node's usual case) the request is handed over as it is.
  */
 export function onThePublicPath(config: Pick<Config, 'publicBaseUrl'>, request: Request): Request {
-  const base = publicPathOf(config);
+  const base = new URL(config.publicBaseUrl).pathname.replace(/\/+$/, '');
   if (!base) return request;
   const url = new URL(request.url);
   url.pathname = `${base}${url.pathname}`;
   return new Request(url, request);
-}
-
-/** PUBLIC_BASE_URL's path, without a trailing slash: parsed once per configuration, not on every auth request. */
-const publicPaths = new WeakMap<Pick<Config, 'publicBaseUrl'>, string>();
-function publicPathOf(config: Pick<Config, 'publicBaseUrl'>): string {
-  let path = publicPaths.get(config);
-  if (path === undefined) {
-    path = new URL(config.publicBaseUrl).pathname.replace(/\/+$/, '');
-    publicPaths.set(config, path);
-  }
-  return path;
 }
 
 /** The auth library's own base URL: where its routes are, publicly (its issuer, links and redirects follow it). */
