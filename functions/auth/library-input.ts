@@ -1,4 +1,5 @@
 import { APIError } from '@better-auth/core/error';
+import { breaksLine } from '../platform/text.ts';
 
 /**
  * Input the auth library passes on unchecked, refused before it runs (400 VALIDATION_ERROR, the library's JSON
@@ -135,8 +136,6 @@ export function refuseBadLibraryInput(path: string, body: unknown, query: unknow
 }
 
 /** The roles of the marketplace (the user_role_known check of migration 20261122000200). */
-/** C0 and C1 controls (line breaks, tabs, escapes) and the Unicode line and paragraph separators. */
-const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;
 const USER_ROLES = new Set(['user', 'platform_admin']);
 const MAX_BAN_SECONDS = 100 * 365 * 24 * 60 * 60;
 
@@ -147,7 +146,7 @@ function refuseUnknownRole(path: string, role: unknown): void {
 /** What each user field an admin may write holds: the user table's own columns, `id` excepted. */
 const USER_FIELDS: Record<string, (value: unknown) => boolean> = {
   // one line: a name is shown in mails and pages, and line breaks let it write lines of its own there (review 19)
-  name: (v) => typeof v === 'string' && v.trim() !== '' && v.length <= 200 && !CONTROL_CHARACTERS.test(v),
+  name: (v) => typeof v === 'string' && v.trim() !== '' && v.length <= 200 && !breaksLine(v),
   email: (v) => typeof v === 'string' && v.length <= MAX_EMAIL_LENGTH && /^[^\s@]+@[^\s@]+$/.test(v),
   emailVerified: (v) => typeof v === 'boolean',
   image: (v) => v === null || (typeof v === 'string' && v.length <= MAX_URL_LENGTH),

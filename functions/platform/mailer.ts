@@ -3,6 +3,7 @@ import type { Config } from './config.ts';
 import { isConnectionLost, rows, sql, type Db } from './db.ts';
 import { claimable, leaseEnd, leaseEndsAt, recordWithinLease } from './lease.ts';
 import type { Logger } from './logger.ts';
+import { oneLine } from './text.ts';
 
 /**
  * Outgoing mail through an outbox table (`mail_outbox`, migration 20261122000200_auth.sql).
@@ -44,8 +45,8 @@ import type { Logger } from './logger.ts';
  * so that it can neither start lines of its own in the mail nor pass for the mail's own words.
  */
 export function quotedText(text: string): string {
-  const oneLine = text.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]+/g, ' ').trim();
-  const short = oneLine.length > 80 ? `${oneLine.slice(0, 79)}…` : oneLine;
+  const line = oneLine(text);
+  const short = line.length > 80 ? `${line.slice(0, 79)}…` : line;
   return `"${short}"`;
 }
 

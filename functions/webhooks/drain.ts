@@ -4,6 +4,7 @@ import type { Config } from '../platform/config.ts';
 import { first, rows, sql, type Database } from '../platform/db.ts';
 import { claimable, leaseEnd, leaseEndsAt, recordWithinLease } from '../platform/lease.ts';
 import type { Logger } from '../platform/logger.ts';
+import { oneLine } from '../platform/text.ts';
 import { eventPayload } from './deliveries.ts';
 import { secretBox, TYPE_TAKEN_OFF } from './endpoints.ts';
 import type { WebhookEventType } from './schemas.ts';
@@ -292,7 +293,11 @@ async function attempt(
   // again changes nothing.
   const attemptId = crypto.randomUUID();
   const cutoff = new Date(now.getTime() - RETRY_WINDOW_MS);
-  const record = () => first<{ status: 'delivered' | 'failed' | 'pending' | null; behind: number }>(
+  // An endpoint given a new url while this attempt was in flight (review 63) started a fresh run then (endpoints.ts
+  // updateWebhook), but could not queue this delivery again: this drain held it. A failure at the old url is then no
+  // news about the new one: the delivery is due at once, its retry delays starting over, and the endpoint's run of
+  // failures is not begun by it (the old url's failure had held the backlog up to 2 hours from the new receiver).
+  const record = () => first<{ status: 'delivered' | 'failed' | 'pending' | null; moved: boolean; behind: number }>(
     deps.database.db,
     sql`with logged as (
           insert into public.webhook_delivery_attempts (id, delivery_id, attempted_at, duration_ms, status_code, error)
@@ -301,14 +306,19 @@ async function attempt(
           on conflict (id) do nothing
         ), endpoint as (
           update public.webhook_endpoints e
-             set failing_since = case when ${error === null} then null else coalesce(e.failing_since, ${sentAt}::timestamptz) end
+             set failing_since = case when ${error === null} then null
+                                      when e.url <> ${d.url} then e.failing_since
+                                      else coalesce(e.failing_since, ${sentAt}::timestamptz) end
            where e.id = ${d.endpointId}
              and exists (select 1 from public.webhook_deliveries where id = ${d.id} and claim_id = ${claimId})
-          returning e.id, e.failing_since, e.events
+          returning e.id, e.failing_since, e.events, e.url <> ${d.url} as moved
         ), recorded as (
           update public.webhook_deliveries d
              set status = o.status,
-                 next_attempt_at = case when o.status = 'pending' then ${retryAt}::timestamptz else ${now}::timestamptz end,
+                 next_attempt_at = case when o.status <> 'pending' then ${now}::timestamptz
+                                        when endpoint.moved then '-infinity'::timestamptz
+                                        else ${retryAt}::timestamptz end,
+                 attempts = case when o.status = 'pending' and endpoint.moved then 0 else d.attempts end,
                  delivered_at = case when o.status = 'delivered' then ${now}::timestamptz end,
                  last_status_code = ${statusCode},
                  last_error = ${error},
@@ -317,6 +327,7 @@ async function attempt(
                  (select case when ${error === null} then 'delivered'
                               -- its type was taken off the endpoint while it was in flight: not tried again
                               when not (${d.type}::text = any (e.events)) then 'failed'
+                              when e.moved then 'pending'
                               when public.webhook_retries_over(coalesce(x.redelivered_at, x.created_at), e.failing_since, ${cutoff}) then 'failed'
                               else 'pending' end as status
                     from public.webhook_deliveries x, endpoint e
@@ -339,7 +350,8 @@ async function attempt(
                   or public.webhook_delivery_outlived(coalesce(w.redelivered_at, w.created_at), ${cutoff}))
           returning 1
         )
-        select (select status from recorded) as status, (select count(*) from behind)::int as behind`,
+        select (select status from recorded) as status, coalesce((select moved from endpoint), false) as moved,
+               (select count(*) from behind)::int as behind`,
   );
   const row = await recordWithinLease(d.leaseEndsAt, record, (err, n) => {
     if (n === 1) logger.warn('webhook attempt made; recording it failed, retrying until its claim expires', { deliveryId: d.id, webhookId: d.endpointId, error: (err as Error).message });
@@ -353,6 +365,8 @@ async function attempt(
     const fields = { deliveryId: d.id, webhookId: d.endpointId, eventId: d.eventId, attempts: d.attempts, statusCode, error };
     if (outcome === 'failed') {
       logger.warn('webhook delivery failed for good after its retry window; an admin can redeliver it', { ...fields, failedBehindIt: behind });
+    } else if (row?.moved) {
+      logger.warn('webhook delivery attempt to the endpoint\'s old url failed; its new url is tried at the next drain', fields);
     } else logger.warn('webhook delivery attempt failed; retrying', { ...fields, nextAttemptAt: retryAt.toISOString() });
   }
   return { outcome, failedBehind: behind };
@@ -375,16 +389,7 @@ function describeFailure(err: unknown, timeoutMs: number): string {
   const e = err as { name?: string; message?: string; cause?: { code?: string; message?: string } };
   if (e?.name === 'TimeoutError' || e?.name === 'AbortError') return `no answer within ${timeoutMs / 1000} s`;
   const cause = e?.cause?.code ?? e?.cause?.message;
-  return storable(`${e?.message ?? String(err)}${cause ? ` (${cause})` : ''}`).slice(0, 500);
-}
-
-/**
- * Text a receiver chose, made fit for the attempt log: control characters (NUL above all, which PostgreSQL's text
- * cannot hold: a hostile endpoint answering one made the attempt's bookkeeping throw, so its delivery was never
- * logged, never backed off and never `failed`) become spaces, and runs of white space one space.
- */
-function storable(text: string): string {
-  return text.replace(/[\u0000-\u001f\u007f\s]+/g, ' ').trim();
+  return oneLine(`${e?.message ?? String(err)}${cause ? ` (${cause})` : ''}`).slice(0, 500);
 }
 
 /** The start of an error answer's body, for the attempt log (bounded: a receiver cannot make us read megabytes). */
@@ -404,7 +409,9 @@ async function readSnippet(res: Response, max: number): Promise<string> {
   } finally {
     reader.cancel().catch(() => {});
   }
-  return storable(text).slice(0, max);
+  // one line (platform/text.ts): NUL above all, which PostgreSQL's text cannot hold (a hostile endpoint answering one
+  // made the attempt's bookkeeping throw, so its delivery was never logged, never backed off and never `failed`)
+  return oneLine(text).slice(0, max);
 }
 
 /**

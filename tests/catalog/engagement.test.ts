@@ -284,6 +284,26 @@ describe('a requester name that would write the staff mail itself', () => {
     expect(firstLine.startsWith('"Victim CTO <')).toBe(true);
     expect(firstLine).toContain(`" <${victim}> (address not verified) asked for a demo of Contract Copilot (${agent.slug}).`);
   });
+
+  it('attack: a name with a right-to-left override, which shows a forged address reversed into the right order, is refused and quoted without it', async () => {
+    // Review 63's rule for one line (functions/platform/text.ts): U+202E makes "<cto@victim.example>" of the reversed
+    // text after it, in any mail reader or admin page that shows the name.
+    const staff = `sales-${crypto.randomUUID().slice(0, 8)}@example.test`;
+    expect((await t.http.post('/admin/notification-recipients', { cookie: admin.cookie, json: { email: staff } })).status).toBe(201);
+    const agent = await createAgent(t, admin, { name: 'Contract Copilot' });
+    const squatterEmail = `squat-${crypto.randomUUID().slice(0, 8)}@example.test`;
+    const forged = 'Victim CTO \u202e>elpmaxe.mitciv@otc<';
+    const refused = await t.http.post('/api/auth/sign-up/email', { json: { email: squatterEmail, password: 'a long enough password', name: forged } });
+    expect(refused.status, refused.text).toBe(400);
+    const squatter = await signUp(t, { email: squatterEmail, name: 'Victim CTO' });
+    const renamed = await t.http.post('/api/auth/update-user', { cookie: squatter.cookie, headers: { origin: t.baseUrl }, json: { name: forged } });
+    expect(renamed.status, renamed.text).toBe(400);
+    await sql`update "user" set name = ${forged} where id = ${squatter.userId}`.execute(t.db);
+    expect((await t.http.post(`/agents/${agent.id}/demo-requests`, { cookie: squatter.cookie, json: {} })).status).toBe(202);
+    const [mail] = await mailsTo(t, staff);
+    expect(mail!.text.split('\n')[0]).toContain(`"Victim CTO >elpmaxe.mitciv@otc<" <${squatterEmail}>`);
+    expect(mail!.text).not.toContain('\u202e');
+  });
 });
 
 describe('enterprise inquiries', () => {

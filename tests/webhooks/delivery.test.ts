@@ -391,6 +391,23 @@ describe('delivery', () => {
     expect(new Date(d!.nextAttemptAt).getTime() - t.clock.now().getTime()).toBeLessThanOrEqual(20_000);
   });
 
+  it('attack: an error answer with C1 controls, line separators and bidi overrides is logged and shown on one line, as written', async () => {
+    // Review 63: only C0 controls were replaced, so U+0085 (a line end to some log readers), U+009B (a terminal's
+    // escape), U+2028 and a right-to-left override reached the attempt log, the admin page and our JSON log line.
+    const agent = await agentWithTiers();
+    const hostile = await receiver();
+    const endpoint = await addEndpoint(t, admin, agent.agentId, hostile, ['subscription.created']);
+    hostile.mode = { status: 500, body: 'down\u0085{"level":"info"}\u009b2Jfor\u2028\u2029maint\u202eecnane\u2066x\u2069' };
+    await startFree(await signUp(t), agent.tierId);
+    expect(await drain(t)).toMatchObject({ attempted: 1, retrying: 1 });
+    const expected = 'answered HTTP 500: down {"level":"info"} 2Jfor maint ecnane x';
+    const [d] = await deliveries(t, admin, agent.agentId, endpoint.id);
+    expect(d).toMatchObject({ status: 'pending', lastStatusCode: 500, lastError: expected });
+    expect(d!.attemptLog[0].error).toBe(expected);
+    const logged = t.logs.filter((l) => l.deliveryId === d!.id);
+    expect(logged.map((l) => l.error)).toEqual([expected]);
+  });
+
   it('retries for at least 24 hours with growing delays, then fails; an admin redelivers', async () => {
     const agent = await agentWithTiers();
     const hook = await receiver();

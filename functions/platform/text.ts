@@ -1,0 +1,22 @@
+/**
+ * Text someone else chose (a user's name, a receiver's error answer) shown on one line of ours: a log line, a mail,
+ * an admin page. One definition of what may not pass as it came: the C0 and C1 controls (line breaks, tabs, NUL,
+ * U+0085 that ends a line for some log readers, U+009B that starts a terminal escape: review 63), the Unicode line
+ * and paragraph separators, and the bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069),
+ * which make what follows them read in another order than it is written. Joiners stay: Persian, Indic scripts and
+ * emoji need them.
+ */
+const LINE_BREAKING = '\\p{Cc}\\p{Zl}\\p{Zp}\\u202a-\\u202e\\u2066-\\u2069';
+
+const ANY_LINE_BREAKING = new RegExp(`[${LINE_BREAKING}]`, 'u');
+const RUNS = new RegExp(`[${LINE_BREAKING}\\s]+`, 'gu');
+
+/** Whether the text holds any of those characters (a field that must be one line refuses it). */
+export function breaksLine(text: string): boolean {
+  return ANY_LINE_BREAKING.test(text);
+}
+
+/** The text on one line: each run of those characters and white space becomes one space, and the ends are trimmed. */
+export function oneLine(text: string): string {
+  return text.replace(RUNS, ' ').trim();
+}
