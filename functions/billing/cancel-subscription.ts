@@ -5,7 +5,7 @@ import { notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { callStripe, isStripeRefusal, requirePayments, stripeRefused } from './payments.ts';
 import { billingSubscription, liveSubscription, liveSubscriptionsOf, type BillingSubscription } from './subscription-queries.ts';
-import { readStripeSubscription, syncStripeSubscription } from './subscription-state.ts';
+import { readStripeSubscription, readToApply, stateOf, syncStripeSubscription } from './subscription-state.ts';
 import { grantsAccess, type SubscriptionDto } from './subscriptions.ts';
 import { invalidState } from './tiers.ts';
 
@@ -35,7 +35,7 @@ export async function cancelMySubscription(deps: BillingDeps, asker: Asker, agen
   // be neither paid nor ended by its owner, nor bought again (found by review 45).
   if (!sub || (!grantsAccess(sub.status) && !sub.stripeSubscriptionId)) throw notFound('Active subscription', { agentId });
   if (sub.stripeSubscriptionId) await takeBillingAllowance(deps, asker, 'cancel');
-  return cancel(deps, sub, !grantsAccess(sub.status));
+  return cancel(deps, sub, 'unless served');
 }
 
 /**
@@ -67,7 +67,18 @@ export async function cancelForDeletedAgent(deps: BillingDeps, subscriptionId: s
   await cancel(deps, sub, immediate, true);
 }
 
-async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: boolean, byDeletedAgentRound = false): Promise<SubscriptionDto> {
+/**
+ * `immediate`: true ends it now, false at period end; 'unless served' (the user's own cancel) at period end when
+ * Stripe's state grants access, else now. Judged from Stripe's state read here, not from the row: a first payment
+ * that went through at Stripe, its events still on their way, left the row `incomplete`, and the user's cancel ended
+ * at once, with nothing refunded, the period they had just paid for (review 65).
+ */
+async function cancel(
+  deps: BillingDeps,
+  sub: BillingSubscription,
+  immediate: boolean | 'unless served',
+  byDeletedAgentRound = false,
+): Promise<SubscriptionDto> {
   if (sub.status === 'canceled') throw invalidState('The subscription is already canceled');
   if (!sub.stripeSubscriptionId) {
     const now = deps.clock.now();
@@ -96,10 +107,11 @@ async function cancel(deps: BillingDeps, sub: BillingSubscription, immediate: bo
   // nothing asked (review 13).
   if (!byDeletedAgentRound) await dropDeletedAgentMark(deps, sub.id);
   try {
-    if (immediate) {
+    const judged = immediate === 'unless served' ? await readToApply(deps, stripeSubscriptionId) : undefined;
+    if (immediate === true || (judged && !grantsAccess(stateOf(judged).status))) {
       await callStripe(() => stripe.subscriptions.cancel(stripeSubscriptionId));
     } else {
-      const current = await readStripeSubscription(deps, stripeSubscriptionId);
+      const current = judged?.subscription ?? (await readStripeSubscription(deps, stripeSubscriptionId));
       if (!current.cancel_at_period_end) {
         // Stripe refuses to change the cancellation of a subscription a schedule manages: a pending downgrade
         // is dropped first (the subscription ends, so it would never take effect).

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signUp } from '../support/users.ts';
+import { first, sql } from '../../functions/platform/db.ts';
 import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
@@ -54,6 +55,30 @@ describe('a paid subscription that grants nothing', () => {
     expect(again.status, again.text).toBe(200);
     // and a second cancel finds nothing to cancel
     expect((await w.t.http.post(`/me/subscriptions/${agent.id}/cancel`, { cookie: user.cookie })).status).toBe(404);
+  });
+
+  it('judged by Stripe, not by the row: one whose payment Stripe took, its events still on their way, ends at period end', async () => {
+    // Review 65: the cancel judged the row, still `incomplete`, and ended at once, with nothing refunded, the period
+    // the user had just paid for (a bank debit clearing, 3-D Secure answered). contract.md: paid, at period end.
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 9900 });
+    const user = await signUp(w.t);
+    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+    expect(checkout.status).toBe(200);
+    const sub = w.fake.completeCheckout(checkout.body.data.sessionId, { payment: 'pending' });
+    await deliverPending(w);
+    const row = () => first<{ status: string }>(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${sub.id}`);
+    expect(await row()).toEqual({ status: 'incomplete' });
+
+    w.fake.payInvoice(sub.latest_invoice);
+    expect(w.fake.takeEvents().length).toBeGreaterThan(0);
+    expect(w.fake.subscriptions.get(sub.id)!.status).toBe('active');
+
+    const res = await w.t.http.post(`/me/subscriptions/${agent.id}/cancel`, { cookie: user.cookie });
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.data).toMatchObject({ status: 'active', cancelAtPeriodEnd: true });
+    expect(w.fake.subscriptions.get(sub.id)).toMatchObject({ status: 'active', cancel_at_period_end: true });
+    expect([...w.fake.refunds.values()].filter((r) => r.metadata?.stripeSubscriptionId === sub.id)).toEqual([]);
   });
 
   it('of another user stays out of reach: 404, and nothing changes at Stripe', async () => {
