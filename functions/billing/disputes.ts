@@ -14,9 +14,12 @@ import { applyStripeState, idOf, syncStripeSubscription, type ApplyOutcome } fro
  * the buyer buys again if they want the agent.
  *
  * The disputed payment leads to its subscription through Stripe's invoice payments (payment intent -> invoice ->
- * subscription). Only a subscription this deployment knows (a row, or an anonymous purchase waiting for its claim) is
- * canceled: one of another deployment on the same Stripe account is not ours to end. A payment of no subscription,
- * or one Stripe no longer has, is recorded and nothing else. A failure leaves the event unrecorded, so Stripe's
+ * subscription). Only a subscription this deployment knows (a row, an anonymous purchase waiting for its claim, or one
+ * of a tier's prices) is canceled: one of another deployment on the same Stripe account is not ours to end. The price
+ * counts because Stripe does not deliver events in order: a dispute delivered before its purchase's own events found
+ * no row, was recorded for good, and the late events then wrote the purchase live, served and charged on (review 65);
+ * canceled at Stripe first, it is written canceled by those events, which write what Stripe says. A payment of no
+ * subscription, or one Stripe no longer has, is recorded and nothing else. A failure leaves the event unrecorded, so Stripe's
  * redelivery runs this again; the cancel is idempotent (an ended subscription is not canceled twice).
  */
 export async function endDisputedSubscription(
@@ -26,18 +29,23 @@ export async function endDisputedSubscription(
 ): Promise<ApplyOutcome> {
   const dispute = event.data.object as Stripe.Dispute;
   const stripeSubscriptionId = await disputedSubscription(deps, dispute);
-  if (!stripeSubscriptionId || !(await knownHere(deps, stripeSubscriptionId))) {
+  const { stripe } = requirePayments(deps);
+  const current = stripeSubscriptionId
+    ? await callStripe(() => stripe.subscriptions.retrieve(stripeSubscriptionId)).catch((err) => {
+        if (isStripeMissing(err)) return undefined;
+        throw err;
+      })
+    : undefined;
+  if (!stripeSubscriptionId || !current || !(await knownHere(deps, stripeSubscriptionId, current.items.data[0]?.price.id))) {
     return (await applyStripeState(deps, { event: ref })).outcome;
   }
-  const { stripe } = requirePayments(deps);
-  try {
-    const current = await callStripe(() => stripe.subscriptions.retrieve(stripeSubscriptionId));
-    if (current.status !== 'canceled' && current.status !== 'incomplete_expired') {
+  if (current.status !== 'canceled' && current.status !== 'incomplete_expired') {
+    try {
       await callStripe(() => stripe.subscriptions.cancel(stripeSubscriptionId, {}, { idempotencyKey: `dispute:${dispute.id}` }));
+    } catch (err) {
+      // gone from Stripe, or ended meanwhile: what this step wants
+      if (!isStripeMissing(err)) throw err;
     }
-  } catch (err) {
-    // gone from Stripe, or ended meanwhile: what this step wants
-    if (!isStripeMissing(err)) throw err;
   }
   // Ids only: the subscription id leads to the buyer for whoever may see them.
   deps.logger.warn('subscription canceled: the bank took back one of its payments (chargeback)', {
@@ -73,11 +81,12 @@ async function disputedSubscription(deps: BillingDeps, dispute: Stripe.Dispute):
   }
 }
 
-async function knownHere(deps: BillingDeps, stripeSubscriptionId: string): Promise<boolean> {
+async function knownHere(deps: BillingDeps, stripeSubscriptionId: string, priceId: string | undefined): Promise<boolean> {
   const row = await first<{ known: boolean }>(
     deps.database.db,
     sql`select exists (select 1 from public.subscriptions where stripe_subscription_id = ${stripeSubscriptionId})
-            or exists (select 1 from public.purchase_claims where stripe_subscription_id = ${stripeSubscriptionId}) as known`,
+            or exists (select 1 from public.purchase_claims where stripe_subscription_id = ${stripeSubscriptionId})
+            or exists (select 1 from public.tiers where stripe_price_id = ${priceId ?? null}) as known`,
   );
   return row?.known ?? false;
 }

@@ -1022,6 +1022,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 15,
+    name: 'a chargeback delivered before its purchase is recorded and forgotten (review 65)',
+    file: 'functions/billing/disputes.ts',
+    find: '            or exists (select 1 from public.tiers where stripe_price_id = ${priceId ?? null}) as known`,',
+    replace: '            or false) as known`,',
+    tests: ['tests/billing/unpaid-access.test.ts'],
+  },
+  {
+    rule: 15,
     name: 'a chargeback ends the row but Stripe charges on (review 15)',
     file: 'functions/billing/disputes.ts',
     find: '      await callStripe(() => stripe.subscriptions.cancel(stripeSubscriptionId, {}, { idempotencyKey: `dispute:${dispute.id}` }));',

@@ -60,6 +60,30 @@ describe('a chargeback ends the subscription it took money from', () => {
     expect(await access(user, agent.id)).toMatchObject({ status: 'active' });
   });
 
+  it('attack: the dispute is delivered before the purchase it takes back; the late purchase events write it canceled', async () => {
+    // Review 65: Stripe does not order its deliveries (and retries a failed one hours later). The dispute found no row,
+    // was recorded for good, and the purchase's late events then wrote the subscription live: served and charged on.
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
+    const user = await signUp(w.t);
+    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+    expect(checkout.status, checkout.text).toBe(200);
+    const sub = w.fake.completeCheckout(checkout.body.data.sessionId);
+    const purchaseEvents = w.fake.takeEvents();
+
+    w.fake.dispute(sub.latest_invoice);
+    const [disputed] = w.fake.takeEvents();
+    expect(disputed!.type).toBe('charge.dispute.created');
+    const res = await w.fake.deliver(w.webhookUrl, disputed!);
+    expect(res.status).toBe(200);
+    expect(w.fake.subscriptions.get(sub.id)!.status).toBe('canceled');
+
+    await deliver(w, purchaseEvents);
+    await deliverPending(w);
+    expect(await rowStatus(sub.id)).toBe('canceled');
+    expect(await access(user, agent.id)).toBeNull();
+  });
+
   it('a dispute of a payment this deployment never took (another deployment on the same Stripe account) is recorded and nothing is canceled', async () => {
     const stripe = w.fake.client();
     const product = await stripe.products.create({ name: 'Elsewhere' });
