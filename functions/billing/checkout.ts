@@ -5,10 +5,10 @@ import type { Principal } from '../http/context.ts';
 import { first, sql } from '../platform/db.ts';
 import { takeBillingAllowance, type Asker } from './allowances.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
-import { purchaseAbandoned } from './purchase-claims.ts';
+import { claimOfSubscription, purchaseAbandoned, purchaseEnded } from './purchase-claims.ts';
 import { ensureCustomer } from './customers.ts';
 import { askStripe, callStripe, isStripeMissing, requirePayments } from './payments.ts';
-import { applyStripeRead, readPurchaseToPlace, servedBefore, undoPurchaseOfDeletedAgent } from './subscription-state.ts';
+import { applyStripeRead, localStatus, namedSubscriber, readPurchaseToPlace, servedBefore, undoPurchaseOfDeletedAgent } from './subscription-state.ts';
 import { startFreeSubscription, type SubscriptionDto } from './subscriptions.ts';
 import { findSubscriptionByStripeId, liveSubscription } from './subscription-queries.ts';
 import { requireWithinAgent } from '../http/access.ts';
@@ -200,6 +200,14 @@ export async function completeAnonymousCheckout(deps: BillingDeps, sessionId: st
     throw invalidState('This agent was removed from the marketplace before your purchase went through: your payment is refunded in full', {
       reason: 'agent_deleted',
     });
+  }
+  // Placed with nobody here when the webhook places it with nobody (subscriberOf): a purchase whose buyer's account was
+  // removed, and one Stripe has ended that nobody holds. The session id outlives both (the success page's URL, in a
+  // browser's history), and posting it again made the removed person a new account and mailed it (review 65).
+  const named = await namedSubscriber(deps, read.subscription);
+  if (named === null || named?.removed || (named === undefined && localStatus(read.subscription.status) === 'canceled')) {
+    // (one given up unclaimed says so: it was refunded, which the buyer wants to know)
+    throw (await claimOfSubscription(deps, stripeSubscriptionId))?.abandonedAt ? purchaseAbandoned() : purchaseEnded();
   }
   const placement = await placeAnonymousPurchase(
     deps,

@@ -207,23 +207,8 @@ export interface Subscriber {
  * redelivery then finds the user removed.
  */
 export async function subscriberOf(deps: BillingDeps, sub: Stripe.Subscription): Promise<Subscriber | undefined> {
-  const customerId = idOf(sub.customer as string | { id: string })!;
-  const named = await first<{ userId: string; present: boolean; ours: boolean }>(
-    deps.database.db,
-    sql`with named as (
-          select coalesce(${sub.metadata?.userId || null}::text,
-                          (select s.user_id from public.subscriptions s where s.stripe_subscription_id = ${sub.id}),
-                          (select c.user_id from public.billing_customers c where c.stripe_customer_id = ${customerId})) as user_id
-        )
-        select n.user_id as "userId",
-               exists (select 1 from "user" u where u.id = n.user_id) as present,
-               exists (select 1 from public.billing_customers c where c.user_id = n.user_id and c.stripe_customer_id = ${customerId}) as ours
-          from named n where n.user_id is not null`,
-  );
-  if (named) {
-    if (named.present) return { userId: named.userId, removed: false };
-    return named.ours ? { userId: named.userId, removed: true } : undefined;
-  }
+  const named = await namedSubscriber(deps, sub);
+  if (named !== undefined) return named ?? undefined;
   if (sub.metadata?.anonymous !== 'true') return undefined;
   // An anonymous purchase is placed once it is paid (or in Stripe's retries of a later payment), never before: no
   // account is made, no claim link mailed and no row written on a verified holder's account for a purchase nobody
@@ -233,6 +218,7 @@ export async function subscriberOf(deps: BillingDeps, sub: Stripe.Subscription):
   // review). An ended one is placed with nobody too (the cancellation of a removed user's purchase would otherwise
   // make them a new account).
   if (!grantsAccess(localStatus(sub.status))) return undefined;
+  const customerId = idOf(sub.customer as string | { id: string })!;
   const { stripe } = requirePayments(deps);
   const customer = await callStripe(() => stripe.customers.retrieve(customerId));
   const email = 'deleted' in customer && customer.deleted ? undefined : (customer as Stripe.Customer).email;
@@ -251,6 +237,30 @@ export async function subscriberOf(deps: BillingDeps, sub: Stripe.Subscription):
     { renewExpiredClaim: false },
   );
   return placement.kind === 'attached' ? { userId: placement.buyer.userId, removed: false } : undefined;
+}
+
+/**
+ * The user a Stripe subscription names (subscriberOf's first step, which the anonymous success page asks too): our
+ * checkout's metadata, the subscription's row, or its Stripe customer's link. Null when the named user is one this
+ * deployment never had (another deployment's); undefined when it names nobody (an anonymous purchase not placed yet).
+ */
+export async function namedSubscriber(deps: BillingDeps, sub: Stripe.Subscription): Promise<Subscriber | null | undefined> {
+  const customerId = idOf(sub.customer as string | { id: string })!;
+  const named = await first<{ userId: string; present: boolean; ours: boolean }>(
+    deps.database.db,
+    sql`with named as (
+          select coalesce(${sub.metadata?.userId || null}::text,
+                          (select s.user_id from public.subscriptions s where s.stripe_subscription_id = ${sub.id}),
+                          (select c.user_id from public.billing_customers c where c.stripe_customer_id = ${customerId})) as user_id
+        )
+        select n.user_id as "userId",
+               exists (select 1 from "user" u where u.id = n.user_id) as present,
+               exists (select 1 from public.billing_customers c where c.user_id = n.user_id and c.stripe_customer_id = ${customerId}) as ours
+          from named n where n.user_id is not null`,
+  );
+  if (!named) return undefined;
+  if (named.present) return { userId: named.userId, removed: false };
+  return named.ours ? { userId: named.userId, removed: true } : null;
 }
 
 /** Stripe has not ended it: it can still charge. */

@@ -1021,6 +1021,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/billing/unpaid-access.test.ts'],
   },
   {
+    rule: 4,
+    name: "an anonymous purchase's success page, posted again, makes its removed buyer a new account (review 65)",
+    file: 'functions/billing/checkout.ts',
+    find: "  if (named === null || named?.removed || (named === undefined && localStatus(read.subscription.status) === 'canceled')) {",
+    replace: '  if (false) {',
+    tests: ['tests/billing/unpaid-anonymous-purchases.test.ts'],
+  },
+  {
     rule: 15,
     name: 'a chargeback delivered before its purchase is recorded and forgotten (review 65)',
     file: 'functions/billing/disputes.ts',

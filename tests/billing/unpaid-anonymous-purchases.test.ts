@@ -90,3 +90,62 @@ describe('an anonymous purchase nobody paid for', () => {
     expect(row).toEqual({ email, status: 'active' });
   });
 });
+
+describe('the success page of an anonymous purchase that nobody may hold', () => {
+  // Review 65: the success page placed the purchase from the address typed at checkout before it asked what the webhook
+  // asks (subscriberOf): whether the buyer's account was removed, and whether Stripe has ended the purchase. Anyone
+  // with the session id (the success page's URL, in a browser's history) made a removed person a new account and
+  // had it mailed a set-password link.
+  const complete = (sessionId: string) => w.t.http.post('/checkout/anonymous/complete', { json: { sessionId } });
+  const accountsWith = async (email: string) =>
+    (await first<{ n: number }>(w.t.db, sql`select count(*)::int as n from "user" where lower(email) = lower(${email})`))!.n;
+
+  it("attack: posted again after the buyer's account was removed, it makes no account and mails nothing (422 ended)", async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 2900 });
+    const email = `gone-${crypto.randomUUID().slice(0, 8)}@example.test`;
+    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: tier.id } });
+    expect(start.status).toBe(200);
+    const sessionId = start.body.data.sessionId as string;
+    const stripeSub = w.fake.completeCheckout(sessionId, { email, name: 'Gone Buyer' });
+    const placed = await complete(sessionId);
+    expect(placed.status, placed.text).toBe(200);
+    expect(placed.body.data.created).toBe(true);
+    await deliver(w, w.fake.takeEvents());
+    const mailsBefore = (await mailsTo(w.t, email)).length;
+
+    const removed = await w.t.http.post('/api/auth/admin/remove-user', {
+      cookie: w.admin.cookie,
+      headers: { origin: w.t.baseUrl },
+      json: { userId: placed.body.data.user.id },
+    });
+    expect(removed.status, removed.text).toBe(200);
+    await deliver(w, w.fake.takeEvents());
+    expect(w.fake.subscriptions.get(stripeSub.id)!.status).toBe('canceled');
+    expect(await accountsWith(email)).toBe(0);
+
+    const again = await complete(sessionId);
+    expect(again.status, again.text).toBe(422);
+    expect(again.body.error).toMatchObject({ code: 'INVALID_STATE', details: { reason: 'ended' } });
+    expect(await accountsWith(email)).toBe(0);
+    expect((await mailsTo(w.t, email)).length).toBe(mailsBefore);
+  });
+
+  it('one Stripe ended before anyone placed it makes no account and mails nothing (422 ended)', async () => {
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 2900 });
+    const email = `ended-${crypto.randomUUID().slice(0, 8)}@example.test`;
+    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: tier.id } });
+    const sessionId = start.body.data.sessionId as string;
+    const stripeSub = w.fake.completeCheckout(sessionId, { email, name: 'Ended Buyer' });
+    w.fake.takeEvents();
+    await w.fake.client().subscriptions.cancel(stripeSub.id);
+    w.fake.takeEvents();
+
+    const res = await complete(sessionId);
+    expect(res.status, res.text).toBe(422);
+    expect(res.body.error).toMatchObject({ code: 'INVALID_STATE', details: { reason: 'ended' } });
+    expect(await accountsWith(email)).toBe(0);
+    expect(await mailsTo(w.t, email)).toEqual([]);
+  });
+});
