@@ -11,6 +11,7 @@ export { oauthRoutes } from './oauth/routes.ts';
 export { AUTH_TAGS, authOpenApi } from './openapi.ts';
 export { createAuth, type Auth, type PasswordHashing } from './better-auth.ts';
 export { PASSWORD_RESET_SUBJECT } from './account-mails.ts';
+export { MAX_NAME_LENGTH } from './library-input.ts';
 export { createAuthenticator } from './authenticator.ts';
 export { ensureAdmin } from './ensure-admin.ts';
 export { ensureSigningKey } from './signing-key.ts';

@@ -19,7 +19,8 @@ import { breaksLine } from '../platform/text.ts';
  *     within 100 years (a larger banExpiresIn made no date at all);
  *   * free text the library stores and shows back is bounded (a later review stored 900 KB in each, returned by every
  *     get-session or kept 50 times per account): a user's `image` and an organization's `logo` at most 2,048
- *     characters (a URL), an organization's `name` and `slug` at most 200 (as a user's name), its `metadata` at most
+ *     characters (a URL), an organization's `name` and `slug` at most 200 and on one line (as a user's name: review
+ *     66), its `metadata` at most
  *     4 KiB as JSON and nested at most 5 levels (100,000 levels made the library's JSON.stringify throw, a 500);
  *     on sign-up, update-user, the admin's create-user and update-user, and organization create and update; an
  *     email address the library stores at most 320 characters (sign-up, create-user, and an organization
@@ -135,6 +136,9 @@ export function refuseBadLibraryInput(path: string, body: unknown, query: unknow
   }
 }
 
+/** A user's name: shown in mails, pages and the admin's lists. */
+export const MAX_NAME_LENGTH = 200;
+
 /** The roles of the marketplace (the user_role_known check of migration 20261122000200). */
 const USER_ROLES = new Set(['user', 'platform_admin']);
 const MAX_BAN_SECONDS = 100 * 365 * 24 * 60 * 60;
@@ -146,7 +150,7 @@ function refuseUnknownRole(path: string, role: unknown): void {
 /** What each user field an admin may write holds: the user table's own columns, `id` excepted. */
 const USER_FIELDS: Record<string, (value: unknown) => boolean> = {
   // one line: a name is shown in mails and pages, and line breaks let it write lines of its own there (review 19)
-  name: (v) => typeof v === 'string' && v.trim() !== '' && v.length <= 200 && !breaksLine(v),
+  name: (v) => typeof v === 'string' && v.trim() !== '' && v.length <= MAX_NAME_LENGTH && !breaksLine(v),
   email: (v) => typeof v === 'string' && v.length <= MAX_EMAIL_LENGTH && /^[^\s@]+@[^\s@]+$/.test(v),
   emailVerified: (v) => typeof v === 'boolean',
   image: (v) => v === null || (typeof v === 'string' && v.length <= MAX_URL_LENGTH),
@@ -158,7 +162,7 @@ const USER_FIELDS: Record<string, (value: unknown) => boolean> = {
   updatedAt: isDate,
 };
 
-const NAME_RULE = 'name must be a non-empty string of at most 200 characters, on one line (no control characters)';
+const NAME_RULE = `name must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, on one line (no control characters)`;
 
 /**
  * An address the library stores (and mails): its own schema checks only the shape, so sign-up stored, and an
@@ -178,7 +182,7 @@ const BAN_REASON_RULE = `banReason must be a string of at most ${MAX_BAN_REASON_
 const MAX_URL_LENGTH = 2048;
 const IMAGE_RULE = `image must be a URL string of at most ${MAX_URL_LENGTH} characters, or null`;
 /** An organization's name and slug, as long as a user's name may be. */
-const MAX_ORGANIZATION_NAME_LENGTH = 200;
+const MAX_ORGANIZATION_NAME_LENGTH = MAX_NAME_LENGTH;
 /** An organization's metadata: a few settings, not storage. */
 const MAX_METADATA_JSON_LENGTH = 4096;
 const MAX_METADATA_DEPTH = 5;
@@ -191,6 +195,10 @@ function refuseBadOrganization(fields: Record<string, unknown>, prefix: string):
   for (const [field, max] of [['name', MAX_ORGANIZATION_NAME_LENGTH], ['slug', MAX_ORGANIZATION_NAME_LENGTH], ['logo', MAX_URL_LENGTH]] as const) {
     const value = fields[field];
     if (typeof value === 'string' && value.length > max) throw invalid(`${prefix}${field}`, `${field} must be at most ${max} characters`);
+    // shown in a sentence of the accept-invitation page and in mails, as a user's name is (review 66)
+    if (field !== 'logo' && typeof value === 'string' && breaksLine(value)) {
+      throw invalid(`${prefix}${field}`, `${field} must be on one line (no control characters)`);
+    }
   }
   const metadata = fields.metadata;
   if (metadata === undefined || metadata === null) return;

@@ -2,7 +2,8 @@ import type { BillingDeps } from './billing-deps.ts';
 import { first, sql } from '../platform/db.ts';
 import { claimOfSubscription, ensureClaimMailed } from './purchase-claims.ts';
 import { pagesOrigin } from '../platform/config.ts';
-import { PASSWORD_RESET_SUBJECT } from '../auth/index.ts';
+import { MAX_NAME_LENGTH, PASSWORD_RESET_SUBJECT } from '../auth/index.ts';
+import { oneLine } from '../platform/text.ts';
 import { DAY_MS } from '../platform/rate-limits.ts';
 
 /**
@@ -57,7 +58,10 @@ export async function placeAnonymousPurchase(
 
   let user = await findUserByEmail(deps, email);
   if (!user) {
-    const created = await createBuyerAccount(deps, email, purchase.name?.trim() || email.split('@')[0]!, purchase.stripeCustomerId);
+    // The name typed on Stripe's page, held to a name's rule (auth/library-input.ts: one line, at most 200 characters):
+    // taken as typed, a right-to-left override or a C1 control reached the admin's user list and the session (review 66).
+    const name = oneLine(purchase.name ?? '').slice(0, MAX_NAME_LENGTH).trim() || email.split('@')[0]!;
+    const created = await createBuyerAccount(deps, email, name, purchase.stripeCustomerId);
     // The loser of a race with the other writer finds the winner's account (made for this purchase too).
     user = await findUserByEmail(deps, email);
     if (!user) throw new Error('buyer account was not created');

@@ -149,3 +149,25 @@ describe('the success page of an anonymous purchase that nobody may hold', () =>
     expect(await mailsTo(w.t, email)).toEqual([]);
   });
 });
+
+describe("the name of the account made for an anonymous buyer", () => {
+  it("attack: a name typed on Stripe's page with a right-to-left override and a C1 control is put on one line, as a name typed here must be", async () => {
+    // Review 66: sign-up refuses such a name, but the one typed on Stripe's page became the new account's name as it
+    // was, shown in the admin's user list and the session (and 200 characters did not bound it).
+    const forged = 'Victim CTO \u202e>elpmaxe.mitciv@otc<\u0085x';
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id);
+    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: tier.id } });
+    expect(start.status).toBe(200);
+    const email = `buyer-${crypto.randomUUID().slice(0, 8)}@example.test`;
+    w.fake.completeCheckout(start.body.data.sessionId, { email, name: forged });
+    const done = await w.t.http.post('/checkout/anonymous/complete', { json: { sessionId: start.body.data.sessionId } });
+    expect(done.status, done.text).toBe(200);
+
+    const list = await w.t.http.get(`/api/auth/admin/list-users?searchField=email&searchValue=${encodeURIComponent(email)}`, {
+      cookie: w.admin.cookie,
+    });
+    expect(list.status, list.text).toBe(200);
+    expect(list.body.users.map((u: { email: string; name: string }) => [u.email, u.name])).toEqual([[email, 'Victim CTO >elpmaxe.mitciv@otc< x']]);
+  });
+});

@@ -159,6 +159,10 @@ describe('free text the library stores and shows back (review 52: 900 KB in each
     ['a 900 KB logo', () => ({ name: 'Acme', slug: slug(), logo: `https://img.example/${big}` })],
     ['900 KB of metadata', () => ({ name: 'Acme', slug: slug(), metadata: { notes: big } })],
     ['metadata nested 6 levels', () => ({ name: 'Acme', slug: slug(), metadata: { a: { b: { c: { d: { e: {} } } } } } })],
+    // shown in a sentence of the accept-invitation page: the override reversed the rest of it (review 66)
+    ['a name with a right-to-left override', () => ({ name: 'Victim CTO \u202e>elpmaxe.mitciv@otc<', slug: slug() })],
+    ['a name with a C1 control', () => ({ name: 'Acme\u0085Support', slug: slug() })],
+    ['a name of two lines', () => ({ name: 'Acme\nClaim your prize', slug: slug() })],
   ])('organization/create and organization/update refuse %s (400), and store nothing', async (_what, fields) => {
     const before = await organizations();
     const created = await asOwner('/api/auth/organization/create', fields());
