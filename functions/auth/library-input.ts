@@ -20,8 +20,8 @@ import { breaksLine } from '../platform/text.ts';
  *   * free text the library stores and shows back is bounded (a later review stored 900 KB in each, returned by every
  *     get-session or kept 50 times per account): a user's `image` and an organization's `logo` at most 2,048
  *     characters (a URL), an organization's `name` and `slug` at most 200 and on one line (as a user's name: review
- *     66), its `metadata` at most
- *     4 KiB as JSON and nested at most 5 levels (100,000 levels made the library's JSON.stringify throw, a 500);
+ *     66), its `metadata` at most 4 KiB as JSON and nested at most 5 levels (100,000 levels made the library's
+ *     JSON.stringify throw, a 500);
  *     on sign-up, update-user, the admin's create-user and update-user, and organization create and update; an
  *     email address the library stores at most 320 characters (sign-up, create-user, and an organization
  *     invitation, which is also mailed), and a ban's reason at most 1,000 (ban-user, update-user);

@@ -19,8 +19,8 @@ import { applyStripeState, idOf, syncStripeSubscription, type ApplyOutcome } fro
  * counts because Stripe does not deliver events in order: a dispute delivered before its purchase's own events found
  * no row, was recorded for good, and the late events then wrote the purchase live, served and charged on (review 65);
  * canceled at Stripe first, it is written canceled by those events, which write what Stripe says. A payment of no
- * subscription, or one Stripe no longer has, is recorded and nothing else. A failure leaves the event unrecorded, so Stripe's
- * redelivery runs this again; the cancel is idempotent (an ended subscription is not canceled twice).
+ * subscription, or one Stripe no longer has, is recorded and nothing else. A failure leaves the event unrecorded, so
+ * Stripe's redelivery runs this again; the cancel is idempotent (an ended subscription is not canceled twice).
  */
 export async function endDisputedSubscription(
   deps: BillingDeps,

@@ -49,10 +49,6 @@ export function purchaseAbandoned(): ApiError {
   );
 }
 
-/**
- * The answer to a claim link, or a return to the success page, of a purchase Stripe no longer has (deleted at
- * Stripe, or of another account or mode): nothing can be added to an account, and nothing is used up or made.
- */
 /** An anonymous purchase that ended before anyone held it, or whose buyer's account was removed: nothing to place. */
 export function purchaseEnded(): ApiError {
   return new ApiError('INVALID_STATE', 'This purchase has ended, so there is nothing to add to an account; buy again to use the agent', {
@@ -60,6 +56,10 @@ export function purchaseEnded(): ApiError {
   });
 }
 
+/**
+ * The answer to a claim link, or a return to the success page, of a purchase Stripe no longer has (deleted at
+ * Stripe, or of another account or mode): nothing can be added to an account, and nothing is used up or made.
+ */
 export function purchaseGone(): ApiError {
   return new ApiError('INVALID_STATE', 'Stripe no longer has this purchase, so there is nothing to add to an account; contact support', {
     reason: 'gone',
