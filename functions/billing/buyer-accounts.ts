@@ -58,10 +58,7 @@ export async function placeAnonymousPurchase(
 
   let user = await findUserByEmail(deps, email);
   if (!user) {
-    // The name typed on Stripe's page, held to a name's rule (auth/library-input.ts: one line, at most 200 characters):
-    // taken as typed, a right-to-left override or a C1 control reached the admin's user list and the session (review 66).
-    const name = oneLine(purchase.name ?? '').slice(0, MAX_NAME_LENGTH).trim() || email.split('@')[0]!;
-    const created = await createBuyerAccount(deps, email, name, purchase.stripeCustomerId);
+    const created = await createBuyerAccount(deps, email, purchase.name, purchase.stripeCustomerId);
     // The loser of a race with the other writer finds the winner's account (made for this purchase too).
     user = await findUserByEmail(deps, email);
     if (!user) throw new Error('buyer account was not created');
@@ -97,8 +94,17 @@ export async function placeAnonymousPurchase(
  * purchase. `on conflict (email) do nothing` makes the loser of a race wait for the winner, then step aside.
  * Made without the library's sign-up, which would mail a verification link too, and answer an existing address
  * with a made-up user; the role and ban fields are the admin plugin's defaults. Returns whether it was made now.
+ * Its name is the one typed on Stripe's page held to a name's rule (auth/library-input.ts: one line, at most 200
+ * characters; taken as typed, a right-to-left override or a C1 control reached the admin's user list and the session:
+ * review 66), else the address's local part.
  */
-export async function createBuyerAccount(deps: BillingDeps, email: string, name: string, stripeCustomerId: string): Promise<boolean> {
+export async function createBuyerAccount(
+  deps: BillingDeps,
+  email: string,
+  typedName: string | undefined,
+  stripeCustomerId: string,
+): Promise<boolean> {
+  const name = oneLine(typedName ?? '').slice(0, MAX_NAME_LENGTH).trim() || email.split('@')[0]!;
   const ctx = await deps.auth.$context;
   const hash = await ctx.password.hash(randomPassword());
   const now = deps.clock.now();

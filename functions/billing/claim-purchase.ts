@@ -40,7 +40,7 @@ export async function claimPurchase(deps: BillingDeps, token: string): Promise<C
   let user = await findUserByEmail(deps, claim.email);
   if (!user) {
     // The account that held the address is gone: the purchase gets a new one, like any anonymous buyer's.
-    await createBuyerAccount(deps, claim.email, claim.email.split('@')[0]!, claim.stripeCustomerId);
+    await createBuyerAccount(deps, claim.email, undefined, claim.stripeCustomerId);
     user = await findUserByEmail(deps, claim.email);
     if (!user) throw new Error('claimant account was not created');
   }

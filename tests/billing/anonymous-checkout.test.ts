@@ -4,7 +4,7 @@ import { insertTier } from '../support/fixtures.ts';
 import { deliverMail, lastMailTo, linkIn, mailsTo } from '../support/mail.ts';
 import { accessTokenFor, authorizeUrl, createOAuthClient, followAuthorize, pkcePair, postForm } from '../support/oauth.ts';
 import { signIn, signUp, type TestUser } from '../support/users.ts';
-import { activeAgent, buyPaidTier, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, buyPaidTier, completeAnonymous, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /** Anonymous checkout: Stripe collects the email; the success page and the webhook both may place it, once. */
 let w: BillingWorld;
@@ -23,7 +23,6 @@ async function paidAnonymously(email: string, of?: { agent: { id: string }; tier
   return { agent, tier, sessionId: start.body.data.sessionId as string, stripeSub, events: w.fake.takeEvents() };
 }
 
-const complete = (sessionId: string) => w.t.http.post('/checkout/anonymous/complete', { json: { sessionId } });
 const claim = (token: string) => w.t.http.post('/checkout/anonymous/claim', { json: { token } });
 const CLAIM_SUBJECT = 'Confirm your Agent Marketplace purchase';
 const claimMailsTo = async (email: string) => (await mailsTo(w.t, email)).filter((m) => m.subject === CLAIM_SUBJECT);
@@ -74,7 +73,7 @@ describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => 
     const { agent, tier, sessionId, stripeSub } = await paidAnonymously(email);
     const subscriptionReads = () => w.fake.requests.filter((r) => r.method === 'GET' && r.path === `/v1/subscriptions/${stripeSub.id}`).length;
     const readsBefore = subscriptionReads();
-    const res = await complete(sessionId);
+    const res = await completeAnonymous(w, sessionId);
     expect(res.status).toBe(200);
     // One read of the subscription serves both the check that Stripe still has it and the write (it was two).
     expect(subscriptionReads() - readsBefore).toBe(1);
@@ -95,7 +94,7 @@ describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => 
     expect(mine.body.data.id).toBe(res.body.data.subscription.id);
 
     // Completing again changes nothing and still answers.
-    const again = await complete(sessionId);
+    const again = await completeAnonymous(w, sessionId);
     expect(again.status).toBe(200);
     expect(again.body.data.subscription.id).toBe(res.body.data.subscription.id);
     expect(again.body.data.created).toBe(true);
@@ -104,7 +103,7 @@ describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => 
   it('attaches the purchase at once to an existing account whose email is verified (no new account)', async () => {
     const existing = await signUp(w.t, { verified: true });
     const { agent, sessionId } = await paidAnonymously(existing.email.toUpperCase());
-    const res = await complete(sessionId);
+    const res = await completeAnonymous(w, sessionId);
     expect(res.body.data).toMatchObject({ created: false, user: { id: existing.userId, email: existing.email } });
     expect(res.status).toBe(200);
     const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: existing.cookie });
@@ -116,7 +115,7 @@ describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => 
     for (let round = 0; round < 3; round++) {
       const email = `race-${round}-${Date.now()}@example.test`;
       const { sessionId, stripeSub, events } = await paidAnonymously(email);
-      const results = await Promise.all([complete(sessionId), deliver(w, events), complete(sessionId), deliver(w, [...events].reverse())]);
+      const results = await Promise.all([completeAnonymous(w, sessionId), deliver(w, events), completeAnonymous(w, sessionId), deliver(w, [...events].reverse())]);
       expect(results[0]!.status).toBe(200);
       expect(results[2]!.status).toBe(200);
       const subs = await rows(w.t.db, sql`select id from subscriptions where stripe_subscription_id = ${stripeSub.id}`);
@@ -144,18 +143,18 @@ describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => 
     const agent = await activeAgent(w);
     const tier = await paidTier(w, agent.id);
     const open = await w.t.http.post('/checkout/anonymous', { json: { tierId: tier.id } });
-    const notPaid = await complete(open.body.data.sessionId);
+    const notPaid = await completeAnonymous(w, open.body.data.sessionId);
     expect(notPaid.status).toBe(422);
     expect(notPaid.body.error.code).toBe('INVALID_STATE');
 
-    expect((await complete('cs_test_unknown')).status).toBe(404);
-    expect((await complete('../etc')).status).toBe(400);
+    expect((await completeAnonymous(w, 'cs_test_unknown')).status).toBe(404);
+    expect((await completeAnonymous(w, '../etc')).status).toBe(400);
 
     // A signed-in buyer's session is not completed (nor revealed) through the public endpoint.
     const user = await signUp(w.t);
     const mine = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
     w.fake.completeCheckout(mine.body.data.sessionId);
-    const res = await complete(mine.body.data.sessionId);
+    const res = await completeAnonymous(w, mine.body.data.sessionId);
     expect(res.status).toBe(404);
     expect(res.text).not.toContain(user.email);
   });
@@ -167,7 +166,7 @@ describe('completeAnonymousCheckout (POST /checkout/anonymous/complete)', () => 
     const banned = await signUp(w.t, { verified: true });
     expect((await w.t.http.post(`/admin/users/${banned.userId}/ban`, { cookie: w.admin.cookie, json: {} })).status).toBe(200);
     const { agent, sessionId, stripeSub, events } = await paidAnonymously(banned.email);
-    const res = await complete(sessionId);
+    const res = await completeAnonymous(w, sessionId);
     expect(res.status).toBe(200);
     expect(res.body.data.subscription).toMatchObject({ userId: banned.userId, status: 'canceled' });
     await deliver(w, events);
@@ -213,14 +212,14 @@ describe('anonymous purchases and unverified accounts (account pre-hijacking, is
     const attacker = await attackerHolding(email);
     const { agent, sessionId, stripeSub, events } = await paidAnonymously(email);
 
-    const res = await complete(sessionId);
+    const res = await completeAnonymous(w, sessionId);
     expect(res.status, res.text).toBe(202);
     expect(res.body).toEqual({ status: 'success', data: { claim: 'mailed' }, error: null });
     await deliver(w, events);
     await expectNothingAttachedTo(attacker, stripeSub.id, agent.id);
 
     // The address (the victim's mailbox) got exactly one claim link; completing again mails no second one.
-    expect((await complete(sessionId)).status).toBe(202);
+    expect((await completeAnonymous(w, sessionId)).status).toBe(202);
     const mails = await claimMailsTo(email);
     expect(mails).toHaveLength(1);
     const token = claimTokenIn(mails[0]!);
@@ -245,7 +244,7 @@ describe('anonymous purchases and unverified accounts (account pre-hijacking, is
     const reused = await claim(token);
     expect(reused.status).toBe(422);
     expect(reused.body.error).toMatchObject({ code: 'INVALID_STATE', details: { reason: 'used' } });
-    const again = await complete(sessionId);
+    const again = await completeAnonymous(w, sessionId);
     expect(again.status).toBe(200);
     expect(again.body.data).toMatchObject({ created: false, subscription: { id: claimed.body.data.subscription.id } });
 
@@ -262,7 +261,7 @@ describe('anonymous purchases and unverified accounts (account pre-hijacking, is
     await deliver(w, events);
     await expectNothingAttachedTo(attacker, stripeSub.id, agent.id);
     expect(await claimMailsTo(email)).toHaveLength(1);
-    const results = await Promise.all([complete(sessionId), deliver(w, [...events].reverse()), complete(sessionId)]);
+    const results = await Promise.all([completeAnonymous(w, sessionId), deliver(w, [...events].reverse()), completeAnonymous(w, sessionId)]);
     expect(results[0]!.status).toBe(202);
     expect(results[2]!.status).toBe(202);
     await expectNothingAttachedTo(attacker, stripeSub.id, agent.id);
@@ -289,7 +288,7 @@ describe('anonymous purchases and unverified accounts (account pre-hijacking, is
     const email = `victim-c-${Date.now()}@example.test`;
     const attacker = await attackerHolding(email);
     const { agent, sessionId, stripeSub } = await paidAnonymously(email);
-    expect((await complete(sessionId)).status).toBe(202);
+    expect((await completeAnonymous(w, sessionId)).status).toBe(202);
     const first = claimTokenIn((await claimMailsTo(email))[0]!);
     const start = w.t.clock.now();
     try {
@@ -300,7 +299,7 @@ describe('anonymous purchases and unverified accounts (account pre-hijacking, is
       await expectNothingAttachedTo(attacker, stripeSub.id, agent.id);
 
       // Back on the success page, the buyer gets a new link; the old one stays dead.
-      expect((await complete(sessionId)).status).toBe(202);
+      expect((await completeAnonymous(w, sessionId)).status).toBe(202);
       const mails = await claimMailsTo(email);
       expect(mails).toHaveLength(2);
       const fresh = mails.map(claimTokenIn).find((t) => t !== first)!;
@@ -321,7 +320,7 @@ describe('anonymous purchases and unverified accounts (account pre-hijacking, is
     const tier = await paidTier(w, agent.id, { priceCents: 3100 });
     const kept = await buyPaidTier(w, owner, tier.id);
     const { sessionId, stripeSub, events } = await paidAnonymously(owner.email, { agent, tier });
-    expect((await complete(sessionId)).status).toBe(202);
+    expect((await completeAnonymous(w, sessionId)).status).toBe(202);
     await deliver(w, events); // recorded, nothing written: the claim is pending
 
     const res = await claim(claimTokenIn((await claimMailsTo(owner.email))[0]!));
@@ -350,7 +349,7 @@ describe('anonymous purchases and unverified accounts (account pre-hijacking, is
     const held = await attackerHolding(email);
     expect((await w.t.http.post(`/admin/users/${held.userId}/ban`, { cookie: w.admin.cookie, json: {} })).status).toBe(200);
     const { agent, sessionId, stripeSub, events } = await paidAnonymously(email);
-    expect((await complete(sessionId)).status).toBe(202);
+    expect((await completeAnonymous(w, sessionId)).status).toBe(202);
     await deliver(w, events);
 
     const res = await claim(claimTokenIn((await claimMailsTo(email))[0]!));
@@ -376,7 +375,7 @@ describe('anonymous purchases and unverified accounts (account pre-hijacking, is
     const hostileAgent = await createOAuthClient(w.t, { name: 'Hostile agent' });
     const attackersTokens = await accessTokenFor(w.t, attacker, { client: hostileAgent });
     const { sessionId, events } = await paidAnonymously(email);
-    expect((await complete(sessionId)).status).toBe(202);
+    expect((await completeAnonymous(w, sessionId)).status).toBe(202);
     await deliver(w, events);
 
     const res = await claim(claimTokenIn((await claimMailsTo(email))[0]!));
@@ -405,7 +404,7 @@ describe('anonymous purchases and unverified accounts (account pre-hijacking, is
     const email = `victim-d-${Date.now()}@example.test`;
     await attackerHolding(email);
     const { sessionId } = await paidAnonymously(email);
-    expect((await complete(sessionId)).status).toBe(202);
+    expect((await completeAnonymous(w, sessionId)).status).toBe(202);
     const token = claimTokenIn((await claimMailsTo(email))[0]!);
     const stored = await rows<Record<string, unknown>>(w.t.db, sql`select * from purchase_claims where email = ${email}`);
     expect(stored).toHaveLength(1);

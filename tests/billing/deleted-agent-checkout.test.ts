@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { linkIn, mailsTo } from '../support/mail.ts';
 import { signUp } from '../support/users.ts';
-import { activeAgent, deliver, deliverPending, paidTier, DRAIN_TOKEN, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, deliver, deliverPending, openPaidCheckout, paidTier, DRAIN_TOKEN, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * A checkout opened while the agent was live and paid after an admin deleted the agent (Stripe keeps the hosted page
@@ -20,17 +20,13 @@ afterAll(() => w.close());
 
 describe('a checkout paid after its agent was deleted', () => {
   it('is refunded and canceled, never served for a period nobody can use', async () => {
-    const agent = await activeAgent(w);
-    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
-    const user = await signUp(w.t);
-    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
-    expect(checkout.status).toBe(200);
+    const { agent, sessionId } = await openPaidCheckout(w, { priceCents: 4900 });
 
     // the admin deletes the agent while the buyer's Stripe page is open
     expect((await w.t.http.delete(`/agents/${agent.id}`, { cookie: w.admin.cookie })).status).toBe(200);
 
     // the buyer pays on the page still open; Stripe's events arrive; the background round runs
-    const sub = w.fake.completeCheckout(checkout.body.data.sessionId);
+    const sub = w.fake.completeCheckout(sessionId);
     await deliverPending(w);
     const drained = await w.t.http.post('/internal/drain', { bearer: DRAIN_TOKEN });
     expect(drained.status, drained.text).toBe(200);

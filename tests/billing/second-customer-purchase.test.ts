@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signUp } from '../support/users.ts';
 import { first, sql } from '../../functions/platform/db.ts';
-import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, buyPaidTier, deliverPending, openPaidCheckout, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * A verified user who already pays for one agent (so has a Stripe customer) buys another agent signed out, typing
@@ -60,12 +60,8 @@ describe('a paid subscription that grants nothing', () => {
   it('judged by Stripe, not by the row: one whose payment Stripe took, its events still on their way, ends at period end', async () => {
     // Review 65: the cancel judged the row, still `incomplete`, and ended at once, with nothing refunded, the period
     // the user had just paid for (a bank debit clearing, 3-D Secure answered). contract.md: paid, at period end.
-    const agent = await activeAgent(w);
-    const tier = await paidTier(w, agent.id, { priceCents: 9900 });
-    const user = await signUp(w.t);
-    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
-    expect(checkout.status).toBe(200);
-    const sub = w.fake.completeCheckout(checkout.body.data.sessionId, { payment: 'pending' });
+    const { agent, user, sessionId } = await openPaidCheckout(w, { priceCents: 9900 });
+    const sub = w.fake.completeCheckout(sessionId, { payment: 'pending' });
     await deliverPending(w);
     const row = () => first<{ status: string }>(w.t.db, sql`select status from subscriptions where stripe_subscription_id = ${sub.id}`);
     expect(await row()).toEqual({ status: 'incomplete' });

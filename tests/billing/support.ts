@@ -88,6 +88,34 @@ export async function buyPaidTier(w: BillingWorld, user: TestUser, tierId: strin
   return { sessionId: checkout.body.data.sessionId as string, stripeSubscriptionId: stripeSub.id as string, subscriptionId: local.id };
 }
 
+/**
+ * A signed-in user opens a Checkout for a new paid tier of a new active agent (Stripe's page open, nothing paid yet):
+ * the start of every test of what happens between the checkout and its payment.
+ */
+export async function openPaidCheckout(w: BillingWorld, tierFields: Parameters<typeof paidTier>[2] = {}) {
+  const agent = await activeAgent(w);
+  const tier = await paidTier(w, agent.id, tierFields);
+  const user = await signUp(w.t);
+  const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+  if (checkout.status !== 200) throw new Error(`checkout answered ${checkout.status}: ${checkout.text}`);
+  return { agent, tier, user, sessionId: checkout.body.data.sessionId as string };
+}
+
+/** The success page of an anonymous checkout, as the buyer's browser posts it (public: the session id is the credential). */
+export function completeAnonymous(w: BillingWorld, sessionId: string) {
+  return w.t.http.post('/checkout/anonymous/complete', { json: { sessionId } });
+}
+
+/** How many accounts hold the address (any case). */
+export async function accountsWith(w: BillingWorld, email: string): Promise<number> {
+  return (await first<{ n: number }>(w.t.db, sql`select count(*)::int as n from "user" where lower(email) = lower(${email})`))!.n;
+}
+
+/** An admin removes the account through the auth library's admin endpoint. */
+export function removeUser(w: BillingWorld, userId: string) {
+  return w.t.http.post('/api/auth/admin/remove-user', { cookie: w.admin.cookie, headers: { origin: w.t.baseUrl }, json: { userId } });
+}
+
 export async function countRows(t: TestApp, table: 'subscriptions' | 'stripe_events' | 'billing_customers'): Promise<number> {
   const row = await first<{ n: number }>(t.db, sql`select count(*)::int as n from ${sql.table(table)}`);
   return row!.n;

@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { first, rows, sql } from '../../functions/platform/db.ts';
 import { insertTier } from '../support/fixtures.ts';
 import { signUp, type TestUser } from '../support/users.ts';
-import { activeAgent, buyPaidTier, deliver, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { accountsWith, activeAgent, buyPaidTier, deliver, deliverPending, openPaidCheckout, paidTier, removeUser, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * Admin tier changes (upgrade, downgrade, cancel pending), cancellation (admin, user, ban, removal of the user) and
@@ -267,14 +267,10 @@ describe('ban with cancelSubscriptions', () => {
   it('attack on the banned user: a checkout opened before the ban and paid after it is refunded and canceled, never served', async () => {
     // Stripe keeps a Checkout page payable for a day: the purchase was written active and charged the banned user
     // every period for an agent they could not use (found by a review).
-    const agent = await activeAgent(w);
-    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
-    const user = await signUp(w.t);
-    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
-    expect(checkout.status).toBe(200);
+    const { user, sessionId } = await openPaidCheckout(w, { priceCents: 4900 });
     const ban = await w.t.http.post(`/admin/users/${user.userId}/ban`, { cookie: w.admin.cookie, json: { cancelSubscriptions: true } });
     expect(ban.status).toBe(200);
-    const paid = w.fake.completeCheckout(checkout.body.data.sessionId);
+    const paid = w.fake.completeCheckout(sessionId);
     await deliverPending(w);
     expect(w.fake.subscriptions.get(paid.id)!.status).toBe('canceled');
     const refunds = [...w.fake.refunds.values()].filter((r) => r.metadata.stripeSubscriptionId === paid.id);
@@ -310,10 +306,6 @@ describe('ban with cancelSubscriptions', () => {
 });
 
 describe('removing a user (POST /api/auth/admin/remove-user)', () => {
-  const removeUser = (userId: string) =>
-    w.t.http.post('/api/auth/admin/remove-user', { cookie: w.admin.cookie, headers: { origin: w.t.baseUrl }, json: { userId } });
-  const accountsWith = async (email: string) =>
-    (await first<{ n: number }>(w.t.db, sql`select count(*)::int as n from "user" where lower(email) = lower(${email})`))!.n;
 
   it('attack: the removed user\'s paid subscriptions are canceled at Stripe at once, without a refund; every event about them is recorded, none a 500', async () => {
     // The subscriptions' rows went with the user, but Stripe renewed and charged every period for an account that no
@@ -331,7 +323,7 @@ describe('removing a user (POST /api/auth/admin/remove-user)', () => {
     await deliverPending(w);
     expect(await rowOf(anonymous)).toEqual({ status: 'active' });
 
-    const removed = await removeUser(user.userId);
+    const removed = await removeUser(w, user.userId);
     expect(removed.status, removed.text).toBe(200);
     for (const id of [signedIn.stripeSubscriptionId, anonymous]) {
       expect(w.fake.subscriptions.get(id)!.status).toBe('canceled');
@@ -345,7 +337,7 @@ describe('removing a user (POST /api/auth/admin/remove-user)', () => {
     await deliver(w, events);
     const recorded = await rows(w.t.db, sql`select id from stripe_events where id in (${sql.join(events.map((e) => e.id))})`);
     expect(recorded).toHaveLength(events.length);
-    expect(await accountsWith(user.email)).toBe(0);
+    expect(await accountsWith(w, user.email)).toBe(0);
   });
 
   it('attack: a checkout the user opened before their removal and paid after it is refunded in full and canceled; its events answer 200', async () => {
@@ -354,7 +346,7 @@ describe('removing a user (POST /api/auth/admin/remove-user)', () => {
     const tier = await paidTier(w, agent.id, { priceCents: 4900 });
     const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
     expect(checkout.status).toBe(200);
-    expect((await removeUser(user.userId)).status).toBe(200);
+    expect((await removeUser(w, user.userId)).status).toBe(200);
     const paid = w.fake.completeCheckout(checkout.body.data.sessionId).id as string;
     await deliverPending(w); // every one 200 (deliver throws otherwise)
     expect(w.fake.subscriptions.get(paid)!.status).toBe('canceled');
@@ -370,7 +362,7 @@ describe('removing a user (POST /api/auth/admin/remove-user)', () => {
     const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
     w.fake.outage(`DELETE /v1/subscriptions/${stripeSubscriptionId}`);
     try {
-      expect((await removeUser(user.userId)).status).toBe(200);
+      expect((await removeUser(w, user.userId)).status).toBe(200);
     } finally {
       w.fake.recover();
     }

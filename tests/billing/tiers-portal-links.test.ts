@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { insertTier } from '../support/fixtures.ts';
 import { signUp } from '../support/users.ts';
-import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, buyPaidTier, deliverPending, openPaidCheckout, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /** Tier create/delete with Stripe products, the customer portal, and admin checkout links. */
 let w: BillingWorld;
@@ -120,12 +120,8 @@ describe('deleteTier (DELETE /agents/{agentId}/pricing/{tierId})', () => {
   it('attack on the buyer: a tier deleted after its checkout was paid, before Stripe\'s events came, still serves the purchase', async () => {
     // No local row referenced the tier yet, so it was deleted outright; the events then named a price no tier had
     // (unknown_price, nothing written), and Stripe went on charging every period for a subscription never served.
-    const agent = await activeAgent(w);
-    const tier = await paidTier(w, agent.id, { priceCents: 2500 });
-    const user = await signUp(w.t);
-    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
-    expect(checkout.status).toBe(200);
-    const paid = w.fake.completeCheckout(checkout.body.data.sessionId); // its events wait in the fake
+    const { agent, tier, user, sessionId } = await openPaidCheckout(w, { priceCents: 2500 });
+    const paid = w.fake.completeCheckout(sessionId); // its events wait in the fake
     expect((await w.t.http.delete(`/agents/${agent.id}/pricing/${tier.id}`, { cookie: w.admin.cookie })).status).toBe(200);
     await deliverPending(w);
     const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });

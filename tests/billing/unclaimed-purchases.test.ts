@@ -5,7 +5,7 @@ import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp } from '../support/app.ts';
 import { linkIn, mailsTo } from '../support/mail.ts';
 import { signUp } from '../support/users.ts';
-import { activeAgent, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, completeAnonymous, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * Anonymous purchases nobody claims (functions/billing/unclaimed-purchases.ts). When the buyer's address belongs to an
@@ -40,7 +40,6 @@ const drain = async () => {
   expect(res.status, res.text).toBe(200);
   return res.body.data as { purchases: { abandoned: number; undone: number } };
 };
-const complete = (sessionId: string) => w.t.http.post('/checkout/anonymous/complete', { json: { sessionId } });
 const claim = (token: string) => w.t.http.post('/checkout/anonymous/claim', { json: { token } });
 const mailsWith = async (email: string, subject: string) => (await mailsTo(w.t, email)).filter((m) => m.subject === subject);
 const tokensIn = async (email: string) => (await mailsWith(email, CLAIM_SUBJECT)).map((m) => linkIn(m).searchParams.get('token')!);
@@ -66,7 +65,7 @@ async function unclaimedPurchase(label: string) {
   w.fake.takeEvents();
   const stripeSub = w.fake.completeCheckout(start.body.data.sessionId, { email, name: 'Ann Buyer' });
   const sessionId = start.body.data.sessionId as string;
-  expect((await complete(sessionId)).status).toBe(202);
+  expect((await completeAnonymous(w, sessionId)).status).toBe(202);
   await deliver(w, w.fake.takeEvents());
   const [token] = await tokensIn(email);
   return { email, holder, sessionId, stripeSubscriptionId: stripeSub.id as string, token: token! };
@@ -118,7 +117,7 @@ describe('an anonymous purchase nobody claims', () => {
       expect(holder).toEqual({ verified: false, subscriptions: 0, customers: 0 });
 
       // Back on the success page: no new link for a purchase that is gone, and the same answer.
-      const again = await complete(p.sessionId);
+      const again = await completeAnonymous(w, p.sessionId);
       expect(again.status).toBe(422);
       expect(again.body.error).toMatchObject({ code: 'INVALID_STATE', details: { reason: 'abandoned' } });
       expect(await tokensIn(p.email)).toEqual([p.token]);
@@ -142,7 +141,7 @@ describe('an anonymous purchase nobody claims', () => {
       expect((await claim(p.token)).body.error).toMatchObject({ details: { reason: 'expired' } });
 
       // The buyer is back on the success page: a new link, whose expiry the grace now counts from.
-      expect((await complete(p.sessionId)).status).toBe(202);
+      expect((await completeAnonymous(w, p.sessionId)).status).toBe(202);
       const fresh = (await tokensIn(p.email)).find((t) => t !== p.token)!;
       w.t.clock.advance(2 * DAY);
       expect((await drain()).purchases).toEqual({ abandoned: 0, undone: 0 });

@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { signUp, type TestUser } from '../support/users.ts';
-import { activeAgent, buyPaidTier, deliver, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, buyPaidTier, deliver, deliverPending, openPaidCheckout, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * docs/security.md rule 15: a paid subscription grants access while it is paid or while Stripe retries a failed
@@ -63,12 +63,8 @@ describe('a chargeback ends the subscription it took money from', () => {
   it('attack: the dispute is delivered before the purchase it takes back; the late purchase events write it canceled', async () => {
     // Review 65: Stripe does not order its deliveries (and retries a failed one hours later). The dispute found no row,
     // was recorded for good, and the purchase's late events then wrote the subscription live: served and charged on.
-    const agent = await activeAgent(w);
-    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
-    const user = await signUp(w.t);
-    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
-    expect(checkout.status, checkout.text).toBe(200);
-    const sub = w.fake.completeCheckout(checkout.body.data.sessionId);
+    const { agent, user, sessionId } = await openPaidCheckout(w, { priceCents: 4900 });
+    const sub = w.fake.completeCheckout(sessionId);
     const purchaseEvents = w.fake.takeEvents();
 
     w.fake.dispute(sub.latest_invoice);

@@ -3,7 +3,7 @@ import { first, rows, sql } from '../../functions/platform/db.ts';
 import { insertTier } from '../support/fixtures.ts';
 import { mailsTo } from '../support/mail.ts';
 import { signUp } from '../support/users.ts';
-import { activeAgent, deliver, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { accountsWith, activeAgent, completeAnonymous, deliver, paidTier, removeUser, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * An anonymous checkout whose first payment is not made (Stripe:
@@ -96,9 +96,6 @@ describe('the success page of an anonymous purchase that nobody may hold', () =>
   // asks (subscriberOf): whether the buyer's account was removed, and whether Stripe has ended the purchase. Anyone
   // with the session id (the success page's URL, in a browser's history) made a removed person a new account and
   // had it mailed a set-password link.
-  const complete = (sessionId: string) => w.t.http.post('/checkout/anonymous/complete', { json: { sessionId } });
-  const accountsWith = async (email: string) =>
-    (await first<{ n: number }>(w.t.db, sql`select count(*)::int as n from "user" where lower(email) = lower(${email})`))!.n;
 
   it("attack: posted again after the buyer's account was removed, it makes no account and mails nothing (422 ended)", async () => {
     const agent = await activeAgent(w);
@@ -108,26 +105,22 @@ describe('the success page of an anonymous purchase that nobody may hold', () =>
     expect(start.status).toBe(200);
     const sessionId = start.body.data.sessionId as string;
     const stripeSub = w.fake.completeCheckout(sessionId, { email, name: 'Gone Buyer' });
-    const placed = await complete(sessionId);
+    const placed = await completeAnonymous(w, sessionId);
     expect(placed.status, placed.text).toBe(200);
     expect(placed.body.data.created).toBe(true);
     await deliver(w, w.fake.takeEvents());
     const mailsBefore = (await mailsTo(w.t, email)).length;
 
-    const removed = await w.t.http.post('/api/auth/admin/remove-user', {
-      cookie: w.admin.cookie,
-      headers: { origin: w.t.baseUrl },
-      json: { userId: placed.body.data.user.id },
-    });
+    const removed = await removeUser(w, placed.body.data.user.id);
     expect(removed.status, removed.text).toBe(200);
     await deliver(w, w.fake.takeEvents());
     expect(w.fake.subscriptions.get(stripeSub.id)!.status).toBe('canceled');
-    expect(await accountsWith(email)).toBe(0);
+    expect(await accountsWith(w, email)).toBe(0);
 
-    const again = await complete(sessionId);
+    const again = await completeAnonymous(w, sessionId);
     expect(again.status, again.text).toBe(422);
     expect(again.body.error).toMatchObject({ code: 'INVALID_STATE', details: { reason: 'ended' } });
-    expect(await accountsWith(email)).toBe(0);
+    expect(await accountsWith(w, email)).toBe(0);
     expect((await mailsTo(w.t, email)).length).toBe(mailsBefore);
   });
 
@@ -142,10 +135,10 @@ describe('the success page of an anonymous purchase that nobody may hold', () =>
     await w.fake.client().subscriptions.cancel(stripeSub.id);
     w.fake.takeEvents();
 
-    const res = await complete(sessionId);
+    const res = await completeAnonymous(w, sessionId);
     expect(res.status, res.text).toBe(422);
     expect(res.body.error).toMatchObject({ code: 'INVALID_STATE', details: { reason: 'ended' } });
-    expect(await accountsWith(email)).toBe(0);
+    expect(await accountsWith(w, email)).toBe(0);
     expect(await mailsTo(w.t, email)).toEqual([]);
   });
 });
