@@ -1584,6 +1584,7 @@ export type Database = {
           "created_at": string;
           "id": string;
           "rating": number;
+          "shown_from": string;
           "title": string | null;
           "updated_at": string;
           "user_id": string;
@@ -1597,6 +1598,7 @@ export type Database = {
           "created_at"?: string;
           "id"?: string;
           "rating": number;
+          "shown_from"?: string;
           "title"?: string | null;
           "updated_at"?: string;
           "user_id": string;
@@ -1609,6 +1611,7 @@ export type Database = {
           "created_at"?: string;
           "id"?: string;
           "rating"?: number;
+          "shown_from"?: string;
           "title"?: string | null;
           "updated_at"?: string;
           "user_id"?: string;

@@ -12,7 +12,9 @@ import { insertAgent } from '../support/fixtures.ts';
  * pg-only: PGlite is no Data API's database.
  *   - Review 60: an anonymous read of `catalog_agents` counted every review of every listed agent through the
  *     security-definer `review_shown`, twice per review (seconds at 100,000 reviews, past Supabase's 3 s timeout for
- *     `anon` further on); it now reads the tallies the HTTP API reads (migration 20261127005500).
+ *     `anon` further on); it now reads the tallies the HTTP API reads (migration 20261127005500). Their reads and exact counts of an
+ *     agent's reviews (`reviews`, `catalog_reviews`) asked it about every row too; a review now keeps from when it is
+ *     shown (migration 20261127005600).
  *   - Those roles hold no TRUNCATE on any table (the defaults grant it, and TRUNCATE ignores row-level security).
  */
 
@@ -72,6 +74,30 @@ describe('the Data API on a database with Supabase’s default privileges', () =
     const numbers = (r: { id: string; review_count: number; average_rating: string | number | null }) => ({ ...r, average_rating: Number(r.average_rating) });
     expect(read.rows.map(numbers)).toEqual(rule.map(numbers));
     expect(rule.map((r) => r.review_count)).toEqual([999, 999]);
+  });
+
+  it('an anonymous read or exact count of an agent’s reviews asks review_shown about none, and shows what the rule shows', async () => {
+    const agent = await insertAgent(database.db, { status: 'active' });
+    await sql`insert into reviews (agent_id, user_id, rating)
+              select ${agent.id}, 'counted-' || g, 1 + g % 5 from generate_series(1, 1000) g`.execute(database.db);
+    // one author banned for a week, one whose ban ended yesterday, one banned for good
+    await sql`insert into "user" (id, name, email, "emailVerified", banned, "banExpires", "createdAt", "updatedAt")
+              values ('counted-1', 'R', 'c1@example.test', true, true, now() + interval '7 days', now(), now()),
+                     ('counted-2', 'R', 'c2@example.test', true, true, now() - interval '1 day', now(), now()),
+                     ('counted-3', 'R', 'c3@example.test', true, true, null, now(), now())`.execute(database.db);
+    const rule = await rows<{ id: string }>(
+      database.db,
+      sql`select id from reviews where agent_id = ${agent.id} and public.review_shown(id) order by id`,
+    );
+    expect(rule).toHaveLength(998);
+    for (const table of ['reviews', 'catalog_reviews']) {
+      // PostgREST's `Prefer: count=exact`, beside its page
+      const counted = await asAnonCountingReviewChecks(sql<{ n: number }>`select count(*)::int as n from ${sql.table(table)} where agent_id = ${agent.id}`);
+      expect({ table, n: counted.rows[0]!.n, reviewChecks: counted.reviewChecks }).toEqual({ table, n: 998, reviewChecks: 0 });
+      const read = await asAnonCountingReviewChecks(sql<{ id: string }>`select id from ${sql.table(table)} where agent_id = ${agent.id} order by id`);
+      expect({ table, reviewChecks: read.reviewChecks }).toEqual({ table, reviewChecks: 0 });
+      expect(read.rows).toEqual(rule);
+    }
   });
 
   it('anon and authenticated hold no TRUNCATE on any table (it ignores row-level security)', async () => {

@@ -169,6 +169,12 @@ describe('review counts', () => {
     await sql`insert into "user" (id, name, email, "emailVerified", banned) values
                 ('imported-1', 'I', 'imported-1@example.test', true, true), ('imported-2', 'I', 'imported-2@example.test', true, false)`.execute(t.db);
     await expectCounts(agent.id, { reviewCount: 1, averageRating: 5 });
+    // a review imported for an account already under a temporary ban is hidden while the ban lasts, listed nowhere
+    await sql`insert into "user" (id, name, email, "emailVerified", banned, "banExpires") values
+                ('imported-3', 'I', 'imported-3@example.test', true, true, now() + interval '1 hour')`.execute(t.db);
+    await sql`insert into reviews (agent_id, user_id, rating) values (${agent.id}, 'imported-3', 1)`.execute(t.db);
+    await expectCounts(agent.id, { reviewCount: 1, averageRating: 5 });
+    expect(await listedAuthors(agent.id)).toEqual(['imported-2']);
   });
 
   it("the Data API reads the flag of a ban for good as false on every review it can read", async () => {

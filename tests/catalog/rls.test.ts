@@ -142,6 +142,9 @@ describe('anon and authenticated reads', () => {
     expect(await as(role, sql`select user_id from reviews`, 'user-a')).toEqual({ error: '42501' });
     expect(await as(role, sql`select * from reviews`, 'user-a')).toEqual({ error: '42501' });
     expect(await as(role, sql`select user_id from catalog_reviews`, 'user-a')).toEqual({ error: '42703' });
+    // nor from when a review is shown (a shown row's value would tell its author's past ban: migration 20261127005600)
+    expect(await as(role, sql`select shown_from from reviews`, 'user-a')).toEqual({ error: '42501' });
+    expect(await as(role, sql`select id from reviews where shown_from > '-infinity'`, 'user-a')).toEqual({ error: '42501' });
     const [row] = (await as(role, sql`select * from catalog_reviews where agent_id = ${agents.active!.id}`, 'user-a')) as any[];
     expect(Object.keys(row).sort()).toEqual(['agent_id', 'body', 'created_at', 'id', 'rating', 'title', 'updated_at', 'written_by_agent']);
     const [granted] = (await as(role, sql`select id, rating, written_by_agent from reviews where agent_id = ${agents.active!.id}`, 'user-a')) as any[];
