@@ -1911,7 +1911,7 @@ export const mutations: Mutation[] = [
   {
     rule: 27,
     name: "an unverified squatter's removal takes the real owner's waitlist entries",
-    file: 'supabase/migrations/20261127003900_catalog_review_19.sql',
+    file: 'supabase/migrations/20261127005800_removal_takes_address_from_every_waitlist_join.sql',
     find: '  delete from public.waitlist_entries where old."emailVerified" and email = lower(old.email);',
     replace: '  delete from public.waitlist_entries where email = lower(old.email);',
     tests: ['tests/catalog/removed-users.test.ts'],
@@ -1919,7 +1919,7 @@ export const mutations: Mutation[] = [
   {
     rule: 27,
     name: "the removal of an account that typed the owner's address first takes the owner's entry (review 19)",
-    file: 'supabase/migrations/20261127003900_catalog_review_19.sql',
+    file: 'supabase/migrations/20261127005800_removal_takes_address_from_every_waitlist_join.sql',
     find: '  update public.waitlist_entries set user_id = null where user_id = old.id;',
     replace: '  delete from public.waitlist_entries where user_id = old.id;',
     tests: ['tests/catalog/removed-users.test.ts'],
@@ -1983,7 +1983,7 @@ export const mutations: Mutation[] = [
   {
     rule: 27,
     name: "a removed account's reviews stay listed and counted",
-    file: 'supabase/migrations/20261127003900_catalog_review_19.sql',
+    file: 'supabase/migrations/20261127005800_removal_takes_address_from_every_waitlist_join.sql',
     find: '  delete from public.reviews where user_id = old.id;',
     replace: '',
     tests: ['tests/catalog/removed-users.test.ts'],
@@ -1991,7 +1991,7 @@ export const mutations: Mutation[] = [
   {
     rule: 27,
     name: "a removed account's installs stay counted",
-    file: 'supabase/migrations/20261127003900_catalog_review_19.sql',
+    file: 'supabase/migrations/20261127005800_removal_takes_address_from_every_waitlist_join.sql',
     find: '  update public.agents a set installs = greatest(a.installs - 1, 0) from gone where a.id = gone.agent_id;',
     replace: '  select 1;',
     tests: ['tests/catalog/removed-users.test.ts'],
@@ -1999,9 +1999,17 @@ export const mutations: Mutation[] = [
   {
     rule: 27,
     name: "a removed user's email, name and messages stay in the interaction feed",
-    file: 'supabase/migrations/20261127003900_catalog_review_19.sql',
+    file: 'supabase/migrations/20261127005800_removal_takes_address_from_every_waitlist_join.sql',
     find: "  update public.interactions set metadata = metadata - array['email', 'name', 'message']",
     replace: "  update public.interactions set metadata = metadata - array['x']",
+    tests: ['tests/catalog/removed-users.test.ts'],
+  },
+  {
+    rule: 27,
+    name: "a removed user's proved address stays in a waitlist join another signed-in account made with it (review 71)",
+    file: 'supabase/migrations/20261127005800_removal_takes_address_from_every_waitlist_join.sql',
+    find: "   where old.\"emailVerified\" and type = 'waitlist_signup' and lower(metadata ->> 'email') = lower(old.email);",
+    replace: "   where old.\"emailVerified\" and user_id is null and lower(metadata ->> 'email') = lower(old.email);",
     tests: ['tests/catalog/removed-users.test.ts'],
   },
   {

@@ -97,6 +97,18 @@ describe('a removed user', () => {
     expect(kept).toEqual([{ metadata: {} }]);
   });
 
+  it("attack: a waitlist join another signed-in account made with the user's proved address leaves the feed with them (review 71)", async () => {
+    const soon = await createAgent(t, admin, { status: 'coming_soon' });
+    const owner = await signUp(t, { verified: true });
+    const other = await signUp(t); // a colleague, or the owner's second account
+    expect((await t.http.post(`/agents/${soon.id}/waitlist`, { cookie: other.cookie, json: { email: owner.email } })).status).toBe(201);
+    const joins = async () => (await walk(t, '/admin/interactions?type=waitlist_signup', { cookie: admin.cookie, limit: 100 })).filter((i: any) => i.agentId === soon.id);
+    expect((await joins()).map((i: any) => [i.userId, i.metadata])).toEqual([[other.userId, { email: owner.email.toLowerCase() }]]);
+    expect((await removeUser(owner.userId)).status).toBe(200);
+    // the row stays, the joining account's, without the removed owner's address
+    expect((await joins()).map((i: any) => [i.userId, i.metadata])).toEqual([[other.userId, {}]]);
+  });
+
   it("attack: removing an account that never proved its address leaves the address owner's waitlist entries", async () => {
     // The removal erased every entry of the account's address, whoever made it: an account squatting someone's address
     // (sign-up needs no verified address), once removed, took that person's own entries with it (found by a review).
