@@ -14,7 +14,8 @@ import { jsonStrings } from './protocol-gaps.ts';
  * setting FRONTEND_URL; the library then sends browsers there instead and these routes are not mounted.
  *
  * The pages talk to the same public endpoints a front end would: sign-in/up through /api/auth with fetch, then
- * the authorize URL again (rebuilt from the signed query the library put on the sign-in URL) to continue; the
+ * the authorize URL again (rebuilt from the signed query the library put on the sign-in URL, less the prompt the
+ * sign-in satisfied: satisfiedBySignIn) to continue; the
  * consent page posts a plain form `{ accept, consent_code }` to /api/auth/oauth2/consent, which answers 302.
  * Every page sets a strict CSP (scripts by nonce only) and refuses framing, so the consent buttons cannot be
  * clickjacked.
@@ -103,7 +104,7 @@ function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
   // Or a built-in page that needs a session (an invitation, the billing page): only those, never another site.
   const returnPath = returnPathAfterSignIn(new URL(c.req.url).searchParams.get('next'));
   const continueUrl =
-    authorize.has('client_id') && authorize.has('response_type') ? `/api/auth/oauth2/authorize?${authorize}` : verifyUrl || returnPath;
+    authorize.has('client_id') && authorize.has('response_type') ? `/api/auth/oauth2/authorize?${satisfiedBySignIn(authorize)}` : verifyUrl || returnPath;
   const notice = verifyUrl ? '<p id="notice">Sign in to confirm your email address.</p>' : '';
   const other = kind === 'sign-in' ? '/sign-up' : '/sign-in';
   const nonce = randomNonce();
@@ -161,6 +162,21 @@ function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
       });
     </script>`;
   return page(c, 200, kind === 'sign-in' ? 'Sign in' : 'Create an account', body, nonce);
+}
+
+/**
+ * The authorize query to request again once the user has signed in on this page: without what the sign-in just did.
+ * `prompt=login` (an agent asking for a fresh sign-in), `prompt=create` (for a new account) and `max_age` (a sign-in
+ * no older than that) sent the browser here; asked again with them, the library sent the new session back to this
+ * page, for ever (review 69). The library does the same when a sign-in carries its signed query (`oauth_query`).
+ */
+function satisfiedBySignIn(authorize: URLSearchParams): URLSearchParams {
+  const query = new URLSearchParams(authorize);
+  const prompts = (query.get('prompt') ?? '').split(' ').filter((p) => p && p !== 'login' && p !== 'create');
+  if (prompts.length > 0) query.set('prompt', prompts.join(' '));
+  else query.delete('prompt');
+  query.delete('max_age');
+  return query;
 }
 
 function page(c: Context<AppEnv>, status: 200 | 400, title: string, body: string, nonce?: string) {

@@ -98,6 +98,14 @@ export function oauthProtocolRoutes() {
         error.searchParams.set('error_description', 'redirect_uri is not registered for this client (exact match required)');
         return redirectOrJson(request, error.toString());
       }
+      // There is no account chooser (a browser holds one session): the library answered `prompt=select_account` with
+      // its own error page, and the agent never heard back (review 69). OpenID Connect's error for it goes to the
+      // client; prompt=login is how to sign in as another account.
+      if (registered && (params.get('prompt') ?? '').split(' ').includes('select_account')) {
+        const refused = authorizationError(config, { redirectUri, state: params.get('state') }, 'account_selection_required',
+          'This server has no account chooser; send prompt=login to let the user sign in as another account');
+        return redirectOrJson(request, refused);
+      }
       // Only a platform admin may grant the admin scope (only the first-party client may ask for it: the library
       // checks the client's registered scopes). Signed-out callers go on to sign in and come back here. The
       // redirect_uri is the client's registered one (checked just above), so the error goes back to it.
@@ -455,6 +463,11 @@ async function advertiseOurClientAuth(response: Response): Promise<Response> {
   delete metadata.dpop_signing_alg_values_supported;
   delete metadata.backchannel_logout_supported;
   delete metadata.backchannel_logout_session_supported;
+  // No account chooser: a browser holds one session (the authorize wrapper answers select_account at the
+  // redirect_uri; the library stranded the user on its error page while discovery offered it: review 69).
+  if (Array.isArray(metadata.prompt_values_supported)) {
+    metadata.prompt_values_supported = metadata.prompt_values_supported.filter((p) => p !== 'select_account');
+  }
   const headers = new Headers(response.headers);
   headers.delete('content-length');
   return new Response(JSON.stringify(metadata), { status: 200, headers });
