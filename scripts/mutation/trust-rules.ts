@@ -339,14 +339,6 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 9,
-    name: 'the token endpoint hands out the tokens of a refresh the end overtook',
-    file: 'functions/auth/oauth/protocol-gaps.ts',
-    find: '        const refreshLive = !newRefreshToken || fresh?.revoked === false;',
-    replace: '        const refreshLive = true;',
-    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
-  },
-  {
-    rule: 9,
     name: 'a code redeemed after the consent was withdrawn still gives tokens',
     file: 'functions/auth/oauth/protocol-gaps.ts',
     find: '        if (refreshLive && (await grantStands(trx, issued))) return false;',

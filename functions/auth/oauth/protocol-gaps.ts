@@ -277,6 +277,8 @@ export function oauthProtocolRoutes() {
         // 20261125001000). Or the agent was deactivated meanwhile, or the user withdrew or narrowed the consent the
         // code was issued or the refresh token's grant was made under.
         const fresh = newRefreshToken ? await findRefreshToken(trx, newRefreshToken) : undefined;
+        // (No end can overtake a grant since the grant takes the user's, client's and session's rows first, as every
+        // end does (reviews 42, 47): this look stays as a second line, and no test can make it the first.)
         const refreshLive = !newRefreshToken || fresh?.revoked === false;
         if (refreshLive && (await grantStands(trx, issued))) return false;
         await revokeAccessToken(trx, issued.jti, issued.expiresAt);
