@@ -5,7 +5,7 @@ import { envelopeOf, ok } from '../http/envelope.ts';
 import { notFound } from '../http/errors.ts';
 import { askerOf, clientSubject, enforceRateLimit } from '../http/rate-limit.ts';
 import { takeAnonymousAllowance } from './allowances.ts';
-import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../http/router.ts';
+import { errors, jsonBody, jsonResponse, newRouter, oneLineName, uuidParam, SECURITY } from '../http/router.ts';
 import { cancelMySubscription, cancelSubscription } from './cancel-subscription.ts';
 import {
   CHECKOUT_SESSION_ID,
@@ -98,7 +98,7 @@ const claimedPurchaseSchema = z
 
 const createTierBody = z
   .object({
-    name: z.string().trim().min(1).max(100),
+    name: oneLineName(100),
     priceCents: z.int().min(0).max(99_999_999),
     currency: z
       .string()

@@ -7,6 +7,7 @@ import { recordInteraction } from './interactions.ts';
 import { accountGone } from './held-user.ts';
 import { recipientEmails } from './notification-recipients.ts';
 import { quotedText } from '../platform/mailer.ts';
+import { oneLine } from '../platform/text.ts';
 
 /**
  * Demo requests and enterprise inquiries: accepted for later (202). Each is an interaction attributed to the
@@ -136,12 +137,14 @@ export async function requestDemo(
       now,
     );
     const recipients = await recipientEmails(trx);
+    // on one line also when it was stored before names were held to it (review 72)
+    const agentName = oneLine(agent.name);
     for (const to of recipients) {
       await mailer.enqueue(trx, {
         to,
-        subject: `Demo request: ${agent.name}`,
+        subject: `Demo request: ${agentName}`,
         text: [
-          `${requesterLine(requester)} asked for a demo of ${agent.name} (${agent.slug}).`,
+          `${requesterLine(requester)} asked for a demo of ${agentName} (${agent.slug}).`,
           input.message ? `\nMessage:\n${input.message}\n` : '',
           `Agent: ${input.publicBaseUrl}/agents/${agent.id}`,
           `Requested at: ${now.toISOString()}`,

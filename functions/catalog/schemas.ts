@@ -1,5 +1,6 @@
 import { z } from '@hono/zod-openapi';
 import { postLogoutRedirectUrisSchema, redirectUrisSchema } from '../auth/index.ts';
+import { oneLineName } from '../http/router.ts';
 import { iso } from '../platform/clock.ts';
 
 /**
@@ -93,14 +94,14 @@ export const contentItemInput = z.object({
 });
 
 const tagNamesSchema = z
-  .array(z.string().trim().min(1).max(60))
+  .array(oneLineName(60))
   .max(20)
   .openapi({ description: 'Tag names or slugs; tags that do not exist yet are created' });
 
 export const createAgentBody = z
   .object({
     slug: slugSchema,
-    name: z.string().trim().min(1).max(120),
+    name: oneLineName(120),
     description: z.string().max(500),
     longDescription: z.string().max(20000).nullable().optional(),
     status: agentStatusSchema.optional().openapi({ description: 'Defaults to draft' }),
@@ -115,7 +116,7 @@ export const createAgentBody = z
 export const updateAgentBody = z
   .object({
     slug: slugSchema.optional(),
-    name: z.string().trim().min(1).max(120).optional(),
+    name: oneLineName(120).optional(),
     description: z.string().max(500).optional(),
     longDescription: z.string().max(20000).nullable().optional(),
     status: agentStatusSchema.optional(),
@@ -192,7 +193,7 @@ export const uploadSchema = z
   .openapi('Upload');
 
 export const createTagBody = z
-  .object({ name: z.string().trim().min(1).max(60), slug: slugSchema.max(60).optional() })
+  .object({ name: oneLineName(60), slug: slugSchema.max(60).optional() })
   .openapi('CreateTag');
 
 export const reviewSchema = z

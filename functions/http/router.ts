@@ -2,6 +2,7 @@ import { OpenAPIHono, z, type RouteConfig } from '@hono/zod-openapi';
 import type { AppEnv } from '../platform/app-types.ts';
 import { errorBodySchema } from './envelope.ts';
 import { ApiError } from './errors.ts';
+import { breaksLine } from '../platform/text.ts';
 
 /**
  * Every domain builds its routes on `newRouter()`, so a failed zod parse anywhere becomes the same
@@ -155,6 +156,20 @@ export function errors(...items: Array<ErrorStatusCode | ErrorRule>) {
  * in either case, but an id used as text must be the database's own spelling (a webhook secret is sealed to its
  * endpoint's id; sealed to an upper-case path id, no delivery could open it).
  */
+/**
+ * A name the catalog shows on one line and puts into mails (an agent's, a tag's, a tier's, a metric's): trimmed, 1 to
+ * `max` characters, refused when it holds a line break, a control character or a bidirectional override
+ * (platform/text.ts). An agent name with line breaks wrote a forged "(verified)" request line into the staff's
+ * demo-request mail (review 72), as user and organization names did before them (reviews 19, 63, 66).
+ */
+export const oneLineName = (max: number) =>
+  z
+    .string()
+    .trim()
+    .min(1)
+    .max(max)
+    .refine((v) => !breaksLine(v), 'must be one line: no line breaks, control characters or bidirectional overrides');
+
 export const uuidParam = (name: string) =>
   z
     .uuid({ message: `${name} must be a UUID` })

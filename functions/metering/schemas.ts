@@ -1,4 +1,5 @@
 import { z } from '@hono/zod-openapi';
+import { oneLineName } from '../http/router.ts';
 
 /**
  * Metering's request and response shapes. Handlers validate with these and the OpenAPI document is generated
@@ -36,16 +37,16 @@ export type MetricDefinition = z.infer<typeof metricDefinitionSchema>;
 export const createMetricDefinitionBody = z
   .object({
     slug: metricSlugSchema,
-    name: z.string().trim().min(1).max(120),
+    name: oneLineName(120),
     kind: z.enum(METRIC_KINDS),
-    unit: z.string().trim().min(1).max(40).nullable().optional(),
+    unit: oneLineName(40).nullable().optional(),
   })
   .openapi('CreateMetricDefinition');
 
 export const updateMetricDefinitionBody = z
   .object({
-    name: z.string().trim().min(1).max(120).optional(),
-    unit: z.string().trim().min(1).max(40).nullable().optional(),
+    name: oneLineName(120).optional(),
+    unit: oneLineName(40).nullable().optional(),
     slug: z.string().optional().openapi({ description: 'Immutable: a different value is refused with 422 IMMUTABLE_FIELD' }),
     kind: z.string().optional().openapi({ description: 'Immutable: a different value is refused with 422 IMMUTABLE_FIELD' }),
   })
