@@ -1,13 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream, type ReadStream } from 'node:fs';
-import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { link, mkdir, rm, stat } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
-import { FileTooLargeError, STORAGE_KEY_PATTERN, type FileStore } from './storage.ts';
+import { FileExistsError, FileSizeError, FileTooLargeError, STORAGE_KEY_PATTERN, type FileStore } from './storage.ts';
 
 /**
  * The local file store behind LocalStorage (Node only: the Node entry and tests inject it; the edge never
- * imports this file). Writes go to a temporary file and are renamed into place only when complete and within
- * the limit, so a reader never sees half an upload and an oversized upload leaves nothing behind.
+ * imports this file). Writes go to a temporary file and are linked into place only when complete and of a size the
+ * URL allows, so a reader never sees half an upload and a refused one leaves nothing behind. A key is written once:
+ * the link fails when the key holds a file, so a replay of the URL (an empty body included) cannot replace what was
+ * stored and served as immutable (review 72).
  */
 export function diskFileStore(root: string): FileStore {
   const base = resolve(root);
@@ -30,7 +32,7 @@ export function diskFileStore(root: string): FileStore {
     return info?.isFile() ? { full, size: info.size } : undefined;
   };
   return {
-    async write(key, body, maxBytes) {
+    async write(key, body, { maxBytes, exact }) {
       const target = pathOf(key);
       await mkdir(dirname(target), { recursive: true });
       // A name of its own per write, created exclusively: two PUTs of one URL in the same millisecond wrote into one
@@ -51,12 +53,16 @@ export function diskFileStore(root: string): FileStore {
           if (!out.write(value)) await new Promise<void>((r) => out.once('drain', () => r()));
         }
         await new Promise<void>((res, rej) => out.end((err?: Error | null) => (err ? rej(err) : res())));
-        await rename(temp, target);
+        if (written === 0 || (exact && written !== maxBytes)) throw new FileSizeError(written, exact ? maxBytes : undefined);
+        await link(temp, target).catch((err: NodeJS.ErrnoException) => {
+          throw err.code === 'EEXIST' ? new FileExistsError() : err;
+        });
         return written;
       } catch (err) {
         out.destroy();
-        await rm(temp, { force: true });
         throw err;
+      } finally {
+        await rm(temp, { force: true });
       }
     },
     async size(key) {

@@ -41,8 +41,12 @@ export interface ObjectStorage {
 
 /** Where the local implementation keeps bytes (Node only; injected). */
 export interface FileStore {
-  /** Streams the body into `key`, failing with FileTooLargeError past `maxBytes`; returns the bytes written. */
-  write(key: string, body: ReadableStream<Uint8Array>, maxBytes: number): Promise<number>;
+  /**
+   * Streams the body into `key` once, and returns the bytes written. Fails with FileTooLargeError past `maxBytes`,
+   * FileSizeError for an empty body or, when `exact`, any size but `maxBytes`, and FileExistsError when the key holds
+   * a file already; none of them leaves anything behind.
+   */
+  write(key: string, body: ReadableStream<Uint8Array>, limit: { maxBytes: number; exact: boolean }): Promise<number>;
   /** Size in bytes, or undefined when there is no such file. */
   size(key: string): Promise<number | undefined>;
   /** The file (or the inclusive byte range `start..end` of it), with the whole file's size. */
@@ -50,6 +54,26 @@ export interface FileStore {
     key: string,
     range?: { start: number; end: number },
   ): Promise<{ body: ReadableStream<Uint8Array>; size: number } | undefined>;
+}
+
+/** A body of another size than the upload URL allows: none at all, or not the exact size it was signed for. */
+export class FileSizeError extends Error {
+  readonly receivedBytes: number;
+  readonly expectedBytes: number | undefined;
+  constructor(receivedBytes: number, expectedBytes: number | undefined) {
+    super(expectedBytes === undefined ? 'empty file' : `file of ${receivedBytes} bytes, ${expectedBytes} expected`);
+    this.receivedBytes = receivedBytes;
+    this.expectedBytes = expectedBytes;
+    this.name = 'FileSizeError';
+  }
+}
+
+/** The key holds a file already: an upload URL stores its file once. */
+export class FileExistsError extends Error {
+  constructor() {
+    super('the key holds a file already');
+    this.name = 'FileExistsError';
+  }
 }
 
 export class FileTooLargeError extends Error {
@@ -128,17 +152,21 @@ export class LocalStorage implements ObjectStorage {
     ]);
   }
 
-  #payload(key: string, contentType: string, maxBytes: number, expires: number): Uint8Array<ArrayBuffer> {
-    return encoder.encode(JSON.stringify([key, contentType, maxBytes, expires]));
+  // `exact`: the size was declared, and the URL takes that size only (review 72: a shorter body, an empty one, was
+  // stored). Signed only when set, so a URL issued before the flag existed still verifies as it did.
+  #payload(key: string, contentType: string, maxBytes: number, expires: number, exact: boolean): Uint8Array<ArrayBuffer> {
+    return encoder.encode(JSON.stringify(exact ? [key, contentType, maxBytes, expires, 'exact'] : [key, contentType, maxBytes, expires]));
   }
 
   async presignUpload(request: UploadRequest): Promise<PresignedUpload> {
     const expires = Math.floor(request.expiresAt.getTime() / 1000);
     const maxBytes = request.maxBytes;
-    const sig = toHex(await crypto.subtle.sign('HMAC', await this.#key, this.#payload(request.key, request.contentType, maxBytes, expires)));
+    const exact = request.sizeBytes !== undefined;
+    const sig = toHex(await crypto.subtle.sign('HMAC', await this.#key, this.#payload(request.key, request.contentType, maxBytes, expires, exact)));
     const url = new URL(`${this.publicBaseUrl}/files/${encodeKey(request.key)}`);
     url.searchParams.set('expires', String(expires));
     url.searchParams.set('max', String(maxBytes));
+    if (exact) url.searchParams.set('exact', '1');
     url.searchParams.set('sig', sig);
     return {
       uploadUrl: url.toString(),
@@ -147,22 +175,23 @@ export class LocalStorage implements ObjectStorage {
     };
   }
 
-  /** Checks an upload request against its signature; returns the byte limit, or a reason to refuse. */
+  /** Checks an upload request against its signature; returns the byte limit (exact or not), or a reason to refuse. */
   async verifyUpload(
     key: string,
     contentType: string,
-    query: { expires?: string | undefined; max?: string | undefined; sig?: string | undefined },
+    query: { expires?: string | undefined; max?: string | undefined; exact?: string | undefined; sig?: string | undefined },
     now: Date,
-  ): Promise<{ ok: true; maxBytes: number } | { ok: false; reason: 'invalid' | 'expired' }> {
+  ): Promise<{ ok: true; maxBytes: number; exact: boolean } | { ok: false; reason: 'invalid' | 'expired' }> {
     const expires = Number(query.expires);
     const maxBytes = Number(query.max);
     if (!Number.isInteger(expires) || !Number.isInteger(maxBytes) || !query.sig || !/^[0-9a-f]{64}$/.test(query.sig)) {
       return { ok: false, reason: 'invalid' };
     }
     const mac = Uint8Array.from(query.sig.match(/../g)!.map((h) => parseInt(h, 16)));
-    const valid = await crypto.subtle.verify('HMAC', await this.#key, mac, this.#payload(key, contentType, maxBytes, expires));
+    const exact = query.exact === '1';
+    const valid = await crypto.subtle.verify('HMAC', await this.#key, mac, this.#payload(key, contentType, maxBytes, expires, exact));
     if (!valid) return { ok: false, reason: 'invalid' };
     if (now.getTime() > expires * 1000) return { ok: false, reason: 'expired' };
-    return { ok: true, maxBytes };
+    return { ok: true, maxBytes, exact };
   }
 }

@@ -1,7 +1,15 @@
 import { Hono } from 'hono';
 import type { AppEnv } from '../../platform/app-types.ts';
 import { failure } from '../../http/envelope.ts';
-import { FileTooLargeError, LocalStorage, STORAGE_KEY_PATTERN, type FileStore, type ObjectStorage } from '../../platform/storage.ts';
+import {
+  FileExistsError,
+  FileSizeError,
+  FileTooLargeError,
+  LocalStorage,
+  STORAGE_KEY_PATTERN,
+  type FileStore,
+  type ObjectStorage,
+} from '../../platform/storage.ts';
 import { contentTypeOfKey } from '../uploads.ts';
 
 /**
@@ -32,14 +40,25 @@ export function localFileRoutes(objectStorage: ObjectStorage | undefined, files:
     if (declared > verdict.maxBytes) {
       return c.json(failure('PAYLOAD_TOO_LARGE', `The file may be at most ${verdict.maxBytes} bytes`, { maxBytes: verdict.maxBytes }), 413);
     }
-    const body = c.req.raw.body;
-    if (!body) return c.json(failure('VALIDATION_ERROR', 'The upload has no body', { issues: [] }), 400);
+    // A request with no body reads as an empty one: both are refused by the write (nothing is stored).
+    const body = c.req.raw.body ?? new ReadableStream<Uint8Array>({ start: (controller) => controller.close() });
     try {
-      const size = await files.write(key, body, verdict.maxBytes);
+      const size = await files.write(key, body, verdict);
       return c.json({ status: 'success', data: { key, size }, error: null }, 200);
     } catch (err) {
       if (err instanceof FileTooLargeError) {
         return c.json(failure('PAYLOAD_TOO_LARGE', `The file may be at most ${err.maxBytes} bytes`, { maxBytes: err.maxBytes }), 413);
+      }
+      if (err instanceof FileSizeError) {
+        const message =
+          err.expectedBytes === undefined
+            ? 'The upload is empty'
+            : `The upload is ${err.receivedBytes} bytes; this URL was signed for a file of exactly ${err.expectedBytes} bytes (its sizeBytes)`;
+        const details = { issues: [], receivedBytes: err.receivedBytes, ...(err.expectedBytes === undefined ? {} : { expectedBytes: err.expectedBytes }) };
+        return c.json(failure('VALIDATION_ERROR', message, details), 400);
+      }
+      if (err instanceof FileExistsError) {
+        return c.json(failure('CONFLICT', 'This upload URL has stored its file already; ask for a new URL to upload another'), 409);
       }
       throw err;
     }
