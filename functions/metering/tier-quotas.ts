@@ -57,10 +57,13 @@ interface Target {
 
 /** Checks tier and metric belong to the agent, locks what the change touches, and reads the current row. */
 async function prepareChange(trx: Db, now: Date, agentId: string, tierId: string, metricId: string): Promise<Target> {
+  // Both rows held `for key share` to the end: a deletion of the tier or the metric under way is waited for and then
+  // found (404), where the quota's write met it in its foreign key (a 500: review 72), and one that starts later waits
+  // for this change.
   const found = await first<{ tier_ok: boolean; metric_slug: string | null }>(
     trx,
-    sql`select exists (select 1 from public.tiers where id = ${tierId} and agent_id = ${agentId}) as tier_ok,
-               (select slug from public.metric_definitions where id = ${metricId} and agent_id = ${agentId}) as metric_slug`,
+    sql`select exists (select 1 from public.tiers where id = ${tierId} and agent_id = ${agentId} for key share) as tier_ok,
+               (select slug from public.metric_definitions where id = ${metricId} and agent_id = ${agentId} for key share) as metric_slug`,
   );
   if (!found?.tier_ok) throw notFound('Tier', { agentId, tierId });
   if (!found.metric_slug) throw notFound('Metric definition', { agentId, metricId });

@@ -16,6 +16,9 @@ import { insertUser, meteredAgent, subscribe } from './support.ts';
  * for the batch takes the earlier user's counter and then the later one, as the batch function does; the holder lets
  * go. The stand-in gets deadlock_timeout 60 s and the app's connections 1 s (the database's), so in a deadlock the
  * admin's request is the one ended (503).
+ *
+ * And a quota set while its metric is deleted waits for the deletion and finds the metric gone (review 72: its write's
+ * foreign key found it gone, a 500).
  */
 let t: TestApp;
 let holder: postgres.Sql;
@@ -72,4 +75,22 @@ it("lowering a tier's quota while a usage batch holds its subscribers' counters 
   await batchDone;
   const quotas = await t.http.get(`/agents/${agent.agentId}/pricing/${agent.tierId}/quotas`);
   expect(quotas.body.data).toEqual(expect.arrayContaining([expect.objectContaining({ metricId, quotaLimit: 80 })]));
+});
+
+it('a quota set while its metric is being deleted answers 404 once the delete commits, not a 500 (review 72)', async () => {
+  const agent = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 100 }]);
+  const metricId = agent.metrics.calls!;
+  // the metric's deletion under way (deleteMetricDefinition's statements), not yet committed
+  const deletion = await holdOpen(holder, async (tx) => {
+    await tx`select 1 from public.metric_definitions where id = ${metricId} for update`;
+    await tx`delete from public.tier_quotas where metric_id = ${metricId}`;
+    await tx`delete from public.metric_definitions where id = ${metricId}`;
+  });
+  const change = t.http.put(`/agents/${agent.agentId}/pricing/${agent.tierId}/quotas/${metricId}`, { cookie: admin.cookie, json: { quotaLimit: 5 } });
+  await eventually('the quota change waits for the deletion', async () =>
+    (await statementsWaitingForLock(t.db, '%metric_definitions%')) + (await statementsWaitingForLock(t.db, '%tier_quotas%')) > 0);
+  await deletion.release();
+  const changed = await change;
+  expect(changed.status, changed.text).toBe(404);
+  expect(changed.body.error.code).toBe('NOT_FOUND');
 });
