@@ -315,30 +315,6 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 9,
-    name: 'a refresh token still names the session the end deleted',
-    file: 'supabase/migrations/20261125001000_credentials_end_beside_a_refresh.sql',
-    find: '      new."sessionId" := null;',
-    replace: '      null;',
-    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
-  },
-  {
-    rule: 9,
-    name: "a refresh-token write takes the session's row before the user's (the ends' order reversed)",
-    file: 'supabase/migrations/20261125001000_credentials_end_beside_a_refresh.sql',
-    find: '  perform 1 from "user" where id = new."userId" for key share;',
-    replace: '  perform 1;',
-    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
-  },
-  {
-    rule: 9,
-    name: 'the first refresh token of a code exchanged as its session ended is born live',
-    file: 'supabase/migrations/20261125001000_credentials_end_beside_a_refresh.sql',
-    find: '        new.revoked := now();',
-    replace: '        null;',
-    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
-  },
-  {
-    rule: 9,
     name: 'a code redeemed after the consent was withdrawn still gives tokens',
     file: 'functions/auth/oauth/protocol-gaps.ts',
     find: '        if (refreshLive && (await grantStands(trx, issued))) return false;',
@@ -399,14 +375,6 @@ export const mutations: Mutation[] = [
     file: 'functions/auth/oauth/protocol-gaps.ts',
     find: "  if (state === 'live' || response.status !== 400 || clientId !== before.clientId) return false;",
     replace: '  return false;',
-    tests: ['tests/identity/credentials-race.pg-only.test.ts'],
-  },
-  {
-    rule: 9,
-    name: "a replayed code's family is left to the library's deletion",
-    file: 'functions/auth/oauth/protocol-gaps.ts',
-    find: '        await endRefreshTokenFamily(database.db, { ...redeemed, authorizationCodeId: codeId });',
-    replace: '        void 0;',
     tests: ['tests/identity/credentials-race.pg-only.test.ts'],
   },
   {
@@ -1882,6 +1850,15 @@ export const mutations: Mutation[] = [
     file: 'functions/catalog/reviews.ts',
     find: '    sql`with author as (${heldUser(input.userId)})',
     replace: '    sql`with author as (select ${input.userId}::text as id)',
+    // and the second hold of the author's row, the review trigger's (20261127004700, restated in 20261127005600),
+    // which holds the removal back on its own: either alone keeps the review from outliving its author
+    also: [
+      {
+        file: 'supabase/migrations/20261127005600_reviews_know_when_they_show.sql',
+        find: '  select public.ban_ends(u.banned, u."banExpires") into v_ends from public."user" u where u.id = new.user_id for share;',
+        replace: '  select public.ban_ends(u.banned, u."banExpires") into v_ends from public."user" u where u.id = new.user_id;',
+      },
+    ],
     tests: ['tests/catalog/removal-in-flight.pg-only.test.ts'],
   },
   {

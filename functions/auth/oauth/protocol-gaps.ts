@@ -277,8 +277,9 @@ export function oauthProtocolRoutes() {
         // 20261125001000). Or the agent was deactivated meanwhile, or the user withdrew or narrowed the consent the
         // code was issued or the refresh token's grant was made under.
         const fresh = newRefreshToken ? await findRefreshToken(trx, newRefreshToken) : undefined;
-        // (No end can overtake a grant since the grant takes the user's, client's and session's rows first, as every
-        // end does (reviews 42, 47): this look stays as a second line, and no test can make it the first.)
+        // (On PostgreSQL no end can overtake a grant since the grant takes the user's, client's and session's rows
+        // first, as every end does (reviews 42, 47): this look is a second line there, which no test can make the
+        // first; on PGlite the library's statements run outside one transaction.)
         const refreshLive = !newRefreshToken || fresh?.revoked === false;
         if (refreshLive && (await grantStands(trx, issued))) return false;
         await revokeAccessToken(trx, issued.jti, issued.expiresAt);
@@ -305,7 +306,10 @@ export function oauthProtocolRoutes() {
     if (codeId) {
       // RFC 6749 §4.1.2: a code used twice was stolen; the library drops the refresh tokens issued from it, we end the
       // family (a refresh of it under way writes into it no more) and revoke the access tokens.
-      // (Only the code's own client gets here with a used code: another's replay is refused above.)
+      // (Only the code's own client gets here with a used code: another's replay is refused above.) On PostgreSQL a
+      // refresh of that family cannot be under way meanwhile (each grant holds the user's row to its end: reviews 42,
+      // 47), so remembering the family is a second line there; on PGlite the library's statements run outside a
+      // transaction.
       const redeemed = await redeemedCode(database.db, codeId);
       if (redeemed) {
         await endRefreshTokenFamily(database.db, { ...redeemed, authorizationCodeId: codeId });
