@@ -6,7 +6,7 @@ import type { Config } from '../../platform/config.ts';
 import { first, sql } from '../../platform/db.ts';
 import { authorizeParamsOf, decodeConsentCode } from './consent-code.ts';
 import { ADMIN_SCOPE, OAUTH_SCOPES } from './provider-options.ts';
-import { jsonStrings } from './protocol-gaps.ts';
+import { jsonStrings, promptsOf } from './protocol-gaps.ts';
 
 /**
  * The minimal built-in /sign-in, /sign-up and /consent pages, served when there is no FRONTEND_URL so that the
@@ -172,7 +172,7 @@ function credentialsPage(c: Context<AppEnv>, kind: 'sign-in' | 'sign-up') {
  */
 function satisfiedBySignIn(authorize: URLSearchParams): URLSearchParams {
   const query = new URLSearchParams(authorize);
-  const prompts = (query.get('prompt') ?? '').split(' ').filter((p) => p && p !== 'login' && p !== 'create');
+  const prompts = promptsOf(query).filter((p) => p !== 'login' && p !== 'create');
   if (prompts.length > 0) query.set('prompt', prompts.join(' '));
   else query.delete('prompt');
   query.delete('max_age');

@@ -101,7 +101,7 @@ export function oauthProtocolRoutes() {
       // There is no account chooser (a browser holds one session): the library answered `prompt=select_account` with
       // its own error page, and the agent never heard back (review 69). OpenID Connect's error for it goes to the
       // client; prompt=login is how to sign in as another account.
-      if (registered && (params.get('prompt') ?? '').split(' ').includes('select_account')) {
+      if (registered && promptsOf(params).includes('select_account')) {
         const refused = authorizationError(config, { redirectUri, state: params.get('state') }, 'account_selection_required',
           'This server has no account chooser; send prompt=login to let the user sign in as another account');
         return redirectOrJson(request, refused);
@@ -675,6 +675,14 @@ function invalidToken(description: string): Response {
     { error: 'invalid_token', error_description: description },
     { status: 401, headers: { ...NO_STORE, 'www-authenticate': `Bearer error="invalid_token"` } },
   );
+}
+
+/**
+ * An authorization request's prompt values as the library reads them (split on spaces, each trimmed): the wrapper and
+ * the built-in sign-in page judge the same values the library acts on.
+ */
+export function promptsOf(query: URLSearchParams): string[] {
+  return (query.get('prompt') ?? '').split(' ').map((p) => p.trim()).filter(Boolean);
 }
 
 /** A JSON array of strings as the library's adapter stores one (an array, or a JSON string inside the jsonb). */
