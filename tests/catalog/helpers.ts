@@ -24,6 +24,17 @@ export async function createAgent(t: TestApp, admin: TestUser, overrides: Record
   return res.body.data as { id: string; slug: string; name: string; status: string; [k: string]: unknown };
 }
 
+/** A new agent's PNG upload URL and its file's public URL, signed for `sizeBytes` when given. */
+export async function imageUpload(t: TestApp, admin: TestUser, sizeBytes?: number) {
+  const agent = await createAgent(t, admin);
+  const res = await t.http.post(`/agents/${agent.id}/uploads`, {
+    cookie: admin.cookie,
+    json: { kind: 'image', contentType: 'image/png', filename: 'logo.png', ...(sizeBytes === undefined ? {} : { sizeBytes }) },
+  });
+  expect(res.status, res.text).toBe(201);
+  return res.body.data as { uploadUrl: string; publicUrl: string };
+}
+
 export function expectError(res: { status: number; body: any }, status: number, code: string) {
   expect({ status: res.status, code: res.body?.error?.code }).toEqual({ status, code });
   expect(res.body.status).toBe('error');

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, type TestUser } from '../support/users.ts';
-import { createAgent, expectError } from './helpers.ts';
+import { expectError, imageUpload } from './helpers.ts';
 
 /**
  * A local upload URL takes the file it was issued for, once (review 72). docs/catalog.md: `sizeBytes`, "the file's
@@ -17,15 +17,7 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
-async function uploadUrl(sizeBytes?: number) {
-  const agent = await createAgent(t, admin);
-  const res = await t.http.post(`/agents/${agent.id}/uploads`, {
-    cookie: admin.cookie,
-    json: { kind: 'image', contentType: 'image/png', filename: 'logo.png', ...(sizeBytes === undefined ? {} : { sizeBytes }) },
-  });
-  expect(res.status, res.text).toBe(201);
-  return res.body.data as { uploadUrl: string; publicUrl: string };
-}
+const uploadUrl = (sizeBytes?: number) => imageUpload(t, admin, sizeBytes);
 
 const put = async (url: string, body?: Uint8Array<ArrayBuffer>) => {
   const res = await fetch(url, { method: 'PUT', headers: { 'content-type': 'image/png' }, ...(body ? { body } : {}) });

@@ -2,7 +2,7 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, type TestUser } from '../support/users.ts';
-import { createAgent, expectError, S3_TEST_ENV } from './helpers.ts';
+import { createAgent, expectError, imageUpload, S3_TEST_ENV } from './helpers.ts';
 
 /**
  * What a hostile caller tried on agent media (review 37): anonymous HEADs of a public file that each left the file open
@@ -17,16 +17,7 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
-/** An upload URL and the public URL of its file, for a new agent. */
-async function upload(sizeBytes: number) {
-  const agent = await createAgent(t, admin);
-  const res = await t.http.post(`/agents/${agent.id}/uploads`, {
-    cookie: admin.cookie,
-    json: { kind: 'image', contentType: 'image/png', filename: 'logo.png', sizeBytes },
-  });
-  expect(res.status, res.text).toBe(201);
-  return res.body.data as { uploadUrl: string; publicUrl: string };
-}
+const upload = (sizeBytes: number) => imageUpload(t, admin, sizeBytes);
 
 /** File descriptors of this process (the test app serves in-process) open on `path`. */
 function openDescriptorsOn(path: string): number {
