@@ -2918,6 +2918,7 @@ export type Database = {
         };
         Returns: boolean;
       };
+      "is_one_line": { Args: { "p_text": string }; Returns: boolean };
       "mail_outbox_prune": {
         Args: { "p_limit": number; "p_now": string };
         Returns: number;

@@ -1,7 +1,6 @@
 import type Stripe from 'stripe';
 import type { BillingDeps } from './billing-deps.ts';
 import { signInUrls } from '../platform/config.ts';
-import { oneLine } from '../platform/text.ts';
 import { first, rows, sql } from '../platform/db.ts';
 import { cancelForDeletedAgent } from './cancel-subscription.ts';
 import { callStripe, isStripeMissing, isStripeRefusal, requirePayments } from './payments.ts';
@@ -310,9 +309,8 @@ interface MailRow {
   periodEnd: Date | string;
 }
 
-function mailOf(deps: BillingDeps, kind: MailKind, stored: MailRow) {
-  // the agent's name on one line also when it was stored before names were held to it (review 72)
-  const row = { ...stored, agent: oneLine(stored.agent) };
+function mailOf(deps: BillingDeps, kind: MailKind, row: MailRow) {
+  // row.agent is one line: the database holds agent names to it (20261127005900)
   const account = `Your subscriptions and invoices: sign in at ${signInUrls(deps.config).signInUrl}.\n`;
   if (kind === 'resumed') {
     return {

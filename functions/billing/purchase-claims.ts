@@ -2,7 +2,6 @@ import type { BillingDeps } from './billing-deps.ts';
 import { ApiError } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { pagesOrigin } from '../platform/config.ts';
-import { oneLine } from '../platform/text.ts';
 
 /**
  * Claims of anonymous purchases (contract.md, "Anonymous purchases (revision 2)"). When the buyer's email belongs
@@ -156,8 +155,8 @@ export async function purchaseName(deps: Pick<BillingDeps, 'database'>, request:
           from public.agents a where a.id = ${request.agentId}::uuid`,
   ).catch(() => undefined);
   if (!row) return 'a subscription';
-  // on one line also when stored before names were held to it (review 72)
-  const [agent, tier] = [oneLine(row.agent), row.tier === null ? null : oneLine(row.tier)];
+  // names are one line: the database holds them to it (20261127005900)
+  const { agent, tier } = row;
   return tier ? `the "${tier}" plan of "${agent}"` : `a subscription to "${agent}"`;
 }
 

@@ -7,7 +7,6 @@ import { recordInteraction } from './interactions.ts';
 import { accountGone } from './held-user.ts';
 import { recipientEmails } from './notification-recipients.ts';
 import { quotedText } from '../platform/mailer.ts';
-import { oneLine } from '../platform/text.ts';
 
 /**
  * Demo requests and enterprise inquiries: accepted for later (202). Each is an interaction attributed to the
@@ -137,8 +136,7 @@ export async function requestDemo(
       now,
     );
     const recipients = await recipientEmails(trx);
-    // on one line also when it was stored before names were held to it (review 72)
-    const agentName = oneLine(agent.name);
+    const agentName = agent.name; // one line: the database holds every agent name to it (20261127005900)
     for (const to of recipients) {
       await mailer.enqueue(trx, {
         to,

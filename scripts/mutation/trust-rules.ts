@@ -695,6 +695,22 @@ export const mutations: Mutation[] = [
     tests: ['tests/metering/reservations.test.ts'],
   },
   {
+    rule: 30,
+    name: "an agent name with line breaks is stored by a writer other than the API: the SQL quota mail writes the agent's lines into the user's mail",
+    file: 'supabase/migrations/20261127005900_catalog_names_one_line.sql',
+    find: 'alter table public.agents add constraint agents_name_one_line check (public.is_one_line(name));',
+    replace: 'select 1;',
+    tests: ['tests/catalog/one-line-names.test.ts'],
+  },
+  {
+    rule: 30,
+    name: 'the database lets bidirectional isolates through (a name reads in another order in the mail)',
+    file: 'supabase/migrations/20261127005900_catalog_names_one_line.sql',
+    find: "  select p_text !~ '[\\u0001-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069]'",
+    replace: "  select p_text !~ '[\\u0001-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e]'",
+    tests: ['tests/catalog/one-line-names.test.ts'],
+  },
+  {
     rule: 28,
     name: 'an anonymous Data API read of catalog_agents counts every review through review_shown again, seconds at 100,000 reviews (review 60)',
     file: 'supabase/migrations/20261127005500_data_api_catalog_reads_tallies.sql',

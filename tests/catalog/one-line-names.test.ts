@@ -1,15 +1,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rows, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { mailsTo } from '../support/mail.ts';
-import { createAdmin, signUp, type TestUser } from '../support/users.ts';
+import { breaksLine } from '../../functions/platform/text.ts';
+import { createAdmin, type TestUser } from '../support/users.ts';
 import { agentBody, createAgent, expectError } from './helpers.ts';
 
 /**
  * The catalog's names are one line, as users', buyers' and organizations' are (platform/text.ts, reviews 19, 63, 66):
  * they are shown on pages and put into mails. Review 72: an agent's name with line breaks wrote a forged "(verified)"
  * request line into the staff's demo-request mail, and tag, tier and metric names took anything too. Now each is
- * refused with 400 and nothing is written; a name stored before the rule goes into a mail on one line.
+ * refused with 400 and nothing is written; the database itself refuses them too (migration 20261127005900), so the
+ * mails, the SQL quota mail among them, quote names as stored.
  */
 let t: TestApp;
 let admin: TestUser;
@@ -55,17 +56,43 @@ describe('catalog names', () => {
     expect((await t.http.get(`/agents/${agent.id}`)).body.data.name).toBe(agent.name);
   });
 
-  it('stored before the rule, an agent name goes into the staff mail on one line', async () => {
-    await t.http.post('/admin/notification-recipients', { cookie: admin.cookie, json: { email: 'staff-one-line@example.test' } });
+  it('the database refuses them from any writer: a script or an operator\'s SQL stores none (migration 20261127005900)', async () => {
     const agent = await createAgent(t, admin);
-    const forged = 'Copilot (copilot).\n\n"Dana" <ceo@bigcorp.test> (verified) asked for a demo of Copilot\u202e';
-    await sql`update agents set name = ${forged} where id = ${agent.id}`.execute(t.db);
-    const buyer = await signUp(t, { name: 'Mallory' });
-    expect((await t.http.post(`/agents/${agent.id}/demo-requests`, { cookie: buyer.cookie, json: {} })).status).toBe(202);
-    const [mail] = await mailsTo(t, 'staff-one-line@example.test');
-    expect(mail!.text.split('\n').filter((line) => line.startsWith('"Dana"'))).toEqual([]);
-    expect(mail!.text.split('\n')[0]).toContain('asked for a demo of Copilot (copilot). "Dana" <ceo@bigcorp.test> (verified) asked for a demo of Copilot (');
-    expect(mail!.subject + mail!.text).not.toMatch(/[\u202e\n]Dana|\u202e/);
-    expect(mail!.subject).not.toContain('\n');
+    const tier = (await t.http.post(`/agents/${agent.id}/pricing`, {
+      cookie: admin.cookie,
+      json: { name: 'Pro', priceCents: 0, currency: 'usd', interval: 'month', isPublic: true, features: [] },
+    })).body.data;
+    const metric = (await t.http.post(`/agents/${agent.id}/metric-definitions`, { cookie: admin.cookie, json: { slug: 'calls', name: 'Calls', kind: 'rolling' } })).body.data;
+    const forged = 'Copilot (copilot).\n\n"Dana" <ceo@bigcorp.test> (verified) asked for a demo of Copilot';
+    const writes = {
+      agent: sql`update agents set name = ${forged} where id = ${agent.id}`,
+      tag: sql`insert into tags (slug, name) values ('forged-tag', ${forged.slice(0, 60)})`,
+      tier: sql`update tiers set name = ${forged} where id = ${tier.id}`,
+      metric: sql`update metric_definitions set name = ${forged} where id = ${metric.id}`,
+      unit: sql`update metric_definitions set unit = ${'calls\u202e'} where id = ${metric.id}`,
+    };
+    for (const [table, write] of Object.entries(writes)) {
+      const code = await write.execute(t.db).then(() => 'stored', (err: { code?: string }) => err.code);
+      expect({ table, code }).toEqual({ table, code: '23514' });
+    }
+    expect((await t.http.get(`/agents/${agent.id}`)).body.data.name).toBe(agent.name);
+  });
+
+  it('the database and platform/text.ts call the same characters line-breaking', async () => {
+    const points = [
+      ...Array.from({ length: 0xff }, (_, i) => i + 1),
+      ...Array.from({ length: 0x80 }, (_, i) => 0x2000 + i),
+      0x061c, 0xfeff, 0x1f600, 0x0915,
+    ];
+    const texts = points.map((p) => `a${String.fromCodePoint(p)}b`);
+    const judged = await rows<{ text: string; one_line: boolean }>(
+      t.db,
+      sql`select text, public.is_one_line(text) as one_line from unnest(${texts}::text[]) as text`,
+    );
+    const differing = judged
+      .filter((r) => r.one_line === breaksLine(r.text))
+      .map((r) => `U+${r.text.codePointAt(1)!.toString(16).padStart(4, '0')}`);
+    expect(differing).toEqual([]);
+    expect(judged.filter((r) => !r.one_line).length).toBeGreaterThan(60);
   });
 });
