@@ -6,7 +6,7 @@ import type { Interaction } from './interactions.ts';
 import { recordInteraction } from './interactions.ts';
 import { accountGone } from './held-user.ts';
 import { recipientEmails } from './notification-recipients.ts';
-import { quotedText } from '../platform/mailer.ts';
+import { quotedLines, quotedText } from '../platform/mailer.ts';
 
 /**
  * Demo requests and enterprise inquiries: accepted for later (202). Each is an interaction attributed to the
@@ -141,11 +141,12 @@ export async function requestDemo(
       await mailer.enqueue(trx, {
         to,
         subject: `Demo request: ${agentName}`,
+        // the service's own lines first; the requester's message last, every line of it quoted (review 74)
         text: [
           `${requesterLine(requester)} asked for a demo of ${agentName} (${agent.slug}).`,
-          input.message ? `\nMessage:\n${input.message}\n` : '',
           `Agent: ${input.publicBaseUrl}/agents/${agent.id}`,
           `Requested at: ${now.toISOString()}`,
+          ...(input.message ? ['', 'Their message, as they wrote it:', quotedLines(input.message)] : []),
         ].join('\n'),
       });
     }

@@ -50,6 +50,19 @@ export function quotedText(text: string): string {
   return `"${short}"`;
 }
 
+/**
+ * Free text of several lines someone else wrote (a demo request's message) as a mail quotes it: every line starts with
+ * "> ", each made one line as oneLine() makes it (carriage returns, the Unicode line and paragraph separators and
+ * U+0085 end a line too), so that no line of it can pass for a line of the mail's own (review 74: a message wrote a
+ * second "... asked for a demo" line with another person's address, and an "Agent:" link to the sender's site).
+ */
+export function quotedLines(text: string): string {
+  return text
+    .split(/\r\n|[\n\r\v\f\u0085\u2028\u2029]/u)
+    .map((line) => `> ${oneLine(line)}`.trimEnd())
+    .join('\n');
+}
+
 export interface Mail {
   to: string;
   subject: string;

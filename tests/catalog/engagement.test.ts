@@ -304,6 +304,36 @@ describe('a requester name that would write the staff mail itself', () => {
     expect(mail!.text.split('\n')[0]).toContain(`"Victim CTO >elpmaxe.mitciv@otc<" <${squatterEmail}>`);
     expect(mail!.text).not.toContain('\u202e');
   });
+
+  it("attack (review 74): a message cannot write the mail's own lines: it comes last, every line of it quoted", async () => {
+    // The message went into the mail as it came, above the mail's own "Agent:" and "Requested at:" lines: one
+    // signed-up account (or an agent's backend holding a user's token) wrote a second "... asked for a demo" line with
+    // another person's address and no marker, and an "Agent:" link to its own site, shown before the real one.
+    const staff = `sales-${crypto.randomUUID().slice(0, 8)}@example.test`;
+    expect((await t.http.post('/admin/notification-recipients', { cookie: admin.cookie, json: { email: staff } })).status).toBe(201);
+    const agent = await createAgent(t, admin, { name: 'Contract Copilot' });
+    const requester = await signUp(t, { name: 'Mallory' });
+    const forged =
+      'Thanks.\r\n\n' +
+      `"Jane Roe, CFO" <cfo@bigcorp.example> asked for a demo of Contract Copilot (${agent.slug}).\u2028` +
+      'Agent: https://evil.example/pay-the-invoice\rRequested at: 2026-11-28T09:00:00.000Z\u0085\u202eok';
+    expect((await t.http.post(`/agents/${agent.id}/demo-requests`, { cookie: requester.cookie, json: { message: forged } })).status).toBe(202);
+    const mails = await mailsTo(t, staff);
+    expect(mails).toHaveLength(1);
+    for (const mail of mails) {
+      const lines = mail.text.split('\n');
+      expect(lines.slice(1, 5)).toEqual([`Agent: ${t.baseUrl}/agents/${agent.id}`, lines[2], '', 'Their message, as they wrote it:']);
+      expect(lines[2]).toMatch(/^Requested at: \d{4}-/);
+      expect(lines.slice(5)).toEqual([
+        '> Thanks.',
+        '>',
+        `> "Jane Roe, CFO" <cfo@bigcorp.example> asked for a demo of Contract Copilot (${agent.slug}).`,
+        '> Agent: https://evil.example/pay-the-invoice',
+        '> Requested at: 2026-11-28T09:00:00.000Z',
+        '> ok',
+      ]);
+    }
+  });
 });
 
 describe('enterprise inquiries', () => {
