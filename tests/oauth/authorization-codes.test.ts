@@ -230,6 +230,12 @@ describe('OpenID Connect silent renew', () => {
     expect(landing.origin + landing.pathname).toBe(agent.redirectUri);
     expect(landing.searchParams.get('state')).toBe('silent');
     expect((await exchange(agent, { code: landing.searchParams.get('code')!, verifier })).status).toBe(200);
+    // 'none' read as the library reads prompts (each value trimmed: review 74), so a frame sending 'none<TAB>' renews too
+    const tabbed = pkcePair();
+    const renewedTabbed = await crossSite(`${authorizeUrl(agent, { challenge: tabbed.challenge })}&prompt=none%09`, user.cookie, 'frame', agentPage);
+    const tabbedLanding = new URL(renewedTabbed.location!, t.baseUrl);
+    expect(tabbedLanding.origin + tabbedLanding.pathname).toBe(agent.redirectUri);
+    expect((await exchange(agent, { code: tabbedLanding.searchParams.get('code')!, verifier: tabbed.verifier })).status).toBe(200);
 
     const stranger = await signUp(t);
     const refused = await crossSite(`${authorizeUrl(agent, { challenge })}&prompt=none`, stranger.cookie, 'frame', agentPage);

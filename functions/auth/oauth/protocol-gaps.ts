@@ -80,7 +80,7 @@ export function oauthProtocolRoutes() {
     // request_uri_not_supported through its own redirect-URI lookup, which lets loopback ports vary (review 21).
     const checked = clientId && redirectUri !== null;
     const registered = checked ? await registeredRedirectUris(database.db, clientId) : undefined;
-    const signedIn = sessionMayAuthorize(request, config, { silent: params.get('prompt') === 'none', clientPages: registered ?? [] });
+    const signedIn = sessionMayAuthorize(request, config, { silent: promptsOf(params).includes('none'), clientPages: registered ?? [] });
     if (checked && !registered) {
       // The library's page says "client_id is required" for a client_id it does not know, which sends its developer
       // looking for a missing parameter; the code is the same (invalid_client), the words say what is wrong.
