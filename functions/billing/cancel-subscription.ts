@@ -5,7 +5,7 @@ import { notFound } from '../http/errors.ts';
 import { first, sql } from '../platform/db.ts';
 import { callStripe, isStripeRefusal, requirePayments, stripeRefused } from './payments.ts';
 import { billingSubscription, liveSubscription, liveSubscriptionsOf, type BillingSubscription } from './subscription-queries.ts';
-import { readStripeSubscription, readToApply, stateOf, syncStripeSubscription } from './subscription-state.ts';
+import { endsWithItsPeriod, readStripeSubscription, readToApply, stateOf, syncStripeSubscription } from './subscription-state.ts';
 import { grantsAccess, type SubscriptionDto } from './subscriptions.ts';
 import { invalidState } from './tiers.ts';
 
@@ -112,7 +112,7 @@ async function cancel(
       await callStripe(() => stripe.subscriptions.cancel(stripeSubscriptionId));
     } else {
       const current = judged?.subscription ?? (await readStripeSubscription(deps, stripeSubscriptionId));
-      if (!current.cancel_at_period_end) {
+      if (!endsWithItsPeriod(current)) {
         // Stripe refuses to change the cancellation of a subscription a schedule manages: a pending downgrade
         // is dropped first (the subscription ends, so it would never take effect).
         const scheduleId = typeof current.schedule === 'string' ? current.schedule : current.schedule?.id;

@@ -5,7 +5,7 @@ import { first, rows, sql } from '../platform/db.ts';
 import { cancelForDeletedAgent } from './cancel-subscription.ts';
 import { callStripe, isStripeMissing, isStripeRefusal, requirePayments } from './payments.ts';
 import { billingSubscription } from './subscription-queries.ts';
-import { readStripeSubscription, syncStripeSubscription } from './subscription-state.ts';
+import { endsWithItsPeriod, readStripeSubscription, syncStripeSubscription } from './subscription-state.ts';
 
 /**
  * An agent an admin deleted (DELETE /agents/{agentId}: a soft delete, status `inactive`) can no longer be used: its
@@ -128,8 +128,8 @@ async function endBilling(deps: BillingDeps, sub: Due): Promise<Step> {
     return 'passed';
   }
   const paidUp = current.status === 'active' || current.status === 'trialing';
-  if (paidUp && current.cancel_at_period_end) {
-    // Set to end at Stripe already, the row not showing it yet: the user's own cancel (the customer portal's, its event
+  if (paidUp && endsWithItsPeriod(current)) {
+    // Set to end at Stripe already (either way Stripe records it), the row not showing it yet: the user's own cancel (the customer portal's, its event
     // not here yet), or this round's unfinished one (the mark is set then, and stays). The row follows; the round
     // takes no ownership of a user's choice, so a restore never renews it (found by review 10).
     await syncStripeSubscription(deps, sub.stripeSubscriptionId);

@@ -59,6 +59,19 @@ export interface StripeSubscriptionState {
   scheduleId: string | null;
 }
 
+/**
+ * Whether Stripe ends the subscription when its current period ends, however it records that: `cancel_at_period_end`
+ * (classic billing mode, and our own cancels), or `cancel_at` at or before the period's end, which is how Stripe's
+ * flexible billing mode (the default for the subscriptions Checkout makes since API version 2025-09-30) records the
+ * customer portal's "cancel at period end" and a Dashboard cancel on that date. Review 76: read from
+ * `cancel_at_period_end` alone, a portal cancel showed as renewing, the portal link offered to cancel it again, and a
+ * deleted agent's round took it over as its own, so the agent's restore renewed what its user had canceled.
+ */
+export function endsWithItsPeriod(sub: Stripe.Subscription): boolean {
+  const periodEnd = sub.items.data[0]?.current_period_end;
+  return sub.cancel_at_period_end || (sub.cancel_at != null && periodEnd !== undefined && sub.cancel_at <= periodEnd);
+}
+
 /** The id of a Stripe reference, expanded or not. */
 export const idOf = (v: string | { id: string } | null | undefined) => (v == null ? null : typeof v === 'string' ? v : v.id);
 const fromUnix = (s: number) => new Date(s * 1000);
@@ -103,7 +116,7 @@ export function stateOf({ subscription: sub, lapsed }: Pick<StripeRead, 'subscri
     status,
     periodStart: fromUnix(item.current_period_start),
     periodEnd: fromUnix(item.current_period_end),
-    cancelAtPeriodEnd: status !== 'canceled' && sub.cancel_at_period_end,
+    cancelAtPeriodEnd: status !== 'canceled' && endsWithItsPeriod(sub),
     canceledAt: status === 'canceled' && (sub.ended_at ?? sub.canceled_at) ? fromUnix((sub.ended_at ?? sub.canceled_at)!) : null,
     pendingPriceId,
     pendingKind,

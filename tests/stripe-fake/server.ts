@@ -258,6 +258,21 @@ export class StripeFake {
     this.#emit('customer.subscription.updated', sub);
   }
 
+  /**
+   * The customer cancels in the customer portal ("cancel at period end"). The subscriptions Checkout makes are in
+   * flexible billing mode (Stripe's default since API version 2025-09-30), which records that as `cancel_at` = the
+   * period's end with `cancel_at_period_end` false (Stripe's "Compare classic and flexible billing mode"); the
+   * subscription then ends when that period does (advancePeriod).
+   */
+  cancelInPortal(subscriptionId: string): void {
+    const sub = this.#get(this.subscriptions, subscriptionId, 'subscription');
+    if (sub.status === 'canceled') throw new Error(`subscription ${subscriptionId} is canceled`);
+    sub.cancel_at = sub.items.data[0].current_period_end;
+    sub.cancel_at_period_end = false;
+    sub.canceled_at = this.now();
+    this.#emit('customer.subscription.updated', sub);
+  }
+
   /** The customer pays an open invoice (e.g. the proration of an upgrade): a pending update is applied. */
   payInvoice(invoiceId: string): void {
     const invoice = this.#get(this.invoices, invoiceId, 'invoice');
@@ -328,7 +343,7 @@ export class StripeFake {
     const item = sub.items.data[0];
     const boundary: number = item.current_period_end;
     if (this.now() < boundary) this.#now = boundary;
-    if (sub.cancel_at_period_end) {
+    if (sub.cancel_at_period_end || (sub.cancel_at !== null && sub.cancel_at <= boundary)) {
       this.#cancelNow(sub);
       return;
     }
