@@ -9,7 +9,8 @@ import { breaksLine } from '../platform/text.ts';
  *   * organization/list-members: `sortBy` and `filterField` name a member field (an unknown one made the adapter
  *     throw), `limit` and `offset` are whole numbers >= 0, a filter on `createdAt` compares a date and matches no
  *     text, `in` and `not_in` take a list (filterValue repeated) and every other operator one value, and a
- *     filterField comes with a filterValue;
+ *     filterField comes with a filterValue; admin/list-users the same over the user's fields (it answered a query it
+ *     could not run with an empty list and a total of 0: review 75), a boolean field filtered by true or false;
  *   * organization/get-full-organization and get-organization: `membersLimit` is a whole number from 1 to 100;
  *   * organization/update: `data` holds only name, slug, logo and metadata, at least one of them;
  *   * the admin endpoints (a platform admin's input, found by a later review): a role is exactly `user` or
@@ -97,42 +98,59 @@ export function refuseBadLibraryInput(path: string, body: unknown, query: unknow
       throw invalid('membersLimit', `membersLimit must be a whole number from 1 to ${MAX_MEMBERS}`);
     }
   }
-  if (path === '/organization/list-members' && isRecord(query)) {
-    for (const key of ['limit', 'offset'] as const) {
-      const value = query[key];
-      if (value !== undefined && !/^\d{1,9}$/.test(String(value))) throw invalid(key, `${key} must be a whole number >= 0`);
+  if (path === '/organization/list-members' && isRecord(query)) refuseBadListQuery(query, MEMBER_LIST);
+  // The admin's list of users answers any query it cannot run with an empty list and a total of 0 (it catches its own
+  // error), so a mistyped sortBy or a negative limit told an admin there were no users at all (review 75).
+  if (path === '/admin/list-users' && isRecord(query)) refuseBadListQuery(query, USER_LIST);
+}
+
+/** The fields a library list endpoint sorts and filters on, and which of them are dates, text, or true/false. */
+interface ListFields {
+  fields: Set<string>;
+  dates: Set<string>;
+  booleans: Set<string>;
+}
+
+/** organization/list-members and admin/list-users: a query the library's adapter can run, or a 400 naming what is not. */
+function refuseBadListQuery(query: Record<string, unknown>, list: ListFields): void {
+  for (const key of ['limit', 'offset'] as const) {
+    const value = query[key];
+    if (value !== undefined && !/^\d{1,9}$/.test(String(value))) throw invalid(key, `${key} must be a whole number >= 0`);
+  }
+  for (const key of ['sortBy', 'filterField'] as const) {
+    const value = query[key];
+    if (value !== undefined && !list.fields.has(String(value))) {
+      throw invalid(key, `${key} must be one of ${[...list.fields].join(', ')}`);
     }
-    for (const key of ['sortBy', 'filterField'] as const) {
-      const value = query[key];
-      if (value !== undefined && !MEMBER_FIELDS.has(String(value))) {
-        throw invalid(key, `${key} must be one of ${[...MEMBER_FIELDS].join(', ')}`);
-      }
+  }
+  // `in` and `not_in` compare with a list (a single value made the adapter throw "Value must be an array", a 500),
+  // every other operator with one value (a list made "role = ('a', 'b')", a 500); a date is not text to match with
+  // like (a 500 too). Found by a review.
+  const operator = query.filterOperator === undefined ? 'eq' : String(query.filterOperator);
+  const values = Array.isArray(query.filterValue) ? query.filterValue : [query.filterValue];
+  const field = query.filterField === undefined ? undefined : String(query.filterField);
+  // (a filterField without a value filtered on `undefined`: the adapter threw, a 500)
+  if (field !== undefined && query.filterValue === undefined) {
+    throw invalid('filterValue', 'filterValue must be given with filterField');
+  }
+  if (query.filterValue !== undefined) {
+    if (LIST_OPERATORS.has(operator) !== Array.isArray(query.filterValue)) {
+      throw invalid(
+        'filterValue',
+        LIST_OPERATORS.has(operator)
+          ? `filterOperator ${operator} compares with a list: repeat filterValue, once per value`
+          : `filterOperator ${operator} compares with one filterValue`,
+      );
     }
-    // `in` and `not_in` compare with a list (a single value made the adapter throw "Value must be an array", a 500),
-    // every other operator with one value (a list made "role = ('a', 'b')", a 500); createdAt is not text to match
-    // with like (a 500 too). Found by a review.
-    const operator = query.filterOperator === undefined ? 'eq' : String(query.filterOperator);
-    const values = Array.isArray(query.filterValue) ? query.filterValue : [query.filterValue];
-    // (a filterField without a value filtered on `undefined`: the adapter threw, a 500)
-    if (query.filterField !== undefined && query.filterValue === undefined) {
-      throw invalid('filterValue', 'filterValue must be given with filterField');
+    if (field !== undefined && list.dates.has(field) && values.some((value) => Number.isNaN(Date.parse(String(value))))) {
+      throw invalid('filterValue', `filterValue must be a date (ISO 8601) to filter on ${field}`);
     }
-    if (query.filterValue !== undefined) {
-      if (LIST_OPERATORS.has(operator) !== Array.isArray(query.filterValue)) {
-        throw invalid(
-          'filterValue',
-          LIST_OPERATORS.has(operator)
-            ? `filterOperator ${operator} compares with a list: repeat filterValue, once per value`
-            : `filterOperator ${operator} compares with one filterValue`,
-        );
-      }
-      if (query.filterField === 'createdAt' && values.some((value) => Number.isNaN(Date.parse(String(value))))) {
-        throw invalid('filterValue', 'filterValue must be a date (ISO 8601) to filter on createdAt');
-      }
+    if (field !== undefined && list.booleans.has(field) && values.some((value) => !['true', 'false'].includes(String(value)))) {
+      throw invalid('filterValue', `filterValue must be true or false to filter on ${field}`);
     }
-    if (query.filterField === 'createdAt' && TEXT_OPERATORS.has(operator)) {
-      throw invalid('filterOperator', `filterOperator ${operator} matches text; createdAt is a date (eq, ne, lt, lte, gt, gte, in, not_in)`);
-    }
+  }
+  if (field !== undefined && (list.dates.has(field) || list.booleans.has(field)) && TEXT_OPERATORS.has(operator)) {
+    throw invalid('filterOperator', `filterOperator ${operator} matches text; ${field} is not text (eq, ne, lt, lte, gt, gte, in, not_in)`);
   }
 }
 
@@ -261,7 +279,13 @@ const LIST_OPERATORS = new Set(['in', 'not_in']);
 const TEXT_OPERATORS = new Set(['contains', 'starts_with', 'ends_with']);
 
 /** The member fields the organization plugin can sort and filter on. */
-const MEMBER_FIELDS = new Set(['id', 'userId', 'role', 'createdAt']);
+const MEMBER_LIST: ListFields = { fields: new Set(['id', 'userId', 'role', 'createdAt']), dates: new Set(['createdAt']), booleans: new Set() };
+/** The user fields the admin plugin's list-users can sort and filter on (the user table's columns). */
+const USER_LIST: ListFields = {
+  fields: new Set(['id', 'name', 'email', 'emailVerified', 'image', 'role', 'banned', 'banReason', 'banExpires', 'createdAt', 'updatedAt']),
+  dates: new Set(['banExpires', 'createdAt', 'updatedAt']),
+  booleans: new Set(['emailVerified', 'banned']),
+};
 
 const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 

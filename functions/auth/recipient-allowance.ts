@@ -15,8 +15,10 @@ import type { Logger } from '../platform/logger.ts';
  *   * links to its confirmed addresses (an account holds the address verified): MAILS_PER_RECIPIENT_PER_HOUR more
  *     (`mail-to-confirmed|`). With one pool per mailbox, anyone made accounts at its other spellings (`owner+1@`, ...)
  *     and spent the owner's hour on their links, of no use to the owner; only the mailbox's owner confirms an address
- *     (by a link mailed to it), so only their own accounts draw on this pool, and only with reset links that work (a
- *     confirmed address gets no verification link): the owner's reset is held back only by their own reset links;
+ *     (by a link mailed to it), so only their own accounts' addresses draw on this pool, and only with reset links (a
+ *     confirmed address gets no verification link). Anyone may still ask for those links, anonymously, and spend the
+ *     hour (review 75): every link counted went to the owner's mailbox and works, and a request held back ends no
+ *     link, so the owner can still reset with the newest link mailed;
  *   * the "someone tried to create an account with your address" notice: SIGN_UP_NOTICES_PER_RECIPIENT_PER_HOUR
  *     (`signup-notice-to|`). Anyone sets it off by signing up with the address, and it carries no link: out of the
  *     links' pool, ten anonymous sign-ups at the start of each hour left the owner no reset and no verification link,

@@ -169,6 +169,39 @@ describe('the library’s /api/auth/admin/* endpoints', () => {
     expect(ok.body.users.some((u: { id: string }) => u.id === user.userId)).toBe(true);
   });
 
+  it('list-users answers a query it cannot run with 400 naming the parameter, not an empty list (review 75)', async () => {
+    const user = await signUp(t, { name: 'Listed Person' });
+    const list = (query: string) => t.http.get(`/api/auth/admin/list-users?${query}`, { cookie: admin.cookie });
+    for (const [query, field] of [
+      ['limit=-1', 'limit'],
+      ['offset=abc', 'offset'],
+      ['sortBy=password', 'sortBy'],
+      ['filterField=nope&filterValue=x', 'filterField'],
+      ['filterField=email', 'filterValue'],
+      ['filterField=createdAt&filterValue=yesterday', 'filterValue'],
+      ['filterField=banned&filterValue=maybe', 'filterValue'],
+      ['filterField=createdAt&filterOperator=contains&filterValue=2026-01-01', 'filterOperator'],
+      ['filterField=email&filterOperator=in&filterValue=a@example.test', 'filterValue'],
+    ] as const) {
+      const res = await list(query);
+      expect({ query, status: res.status, code: res.body.code, path: res.body.issues?.[0]?.path }).toEqual({
+        query,
+        status: 400,
+        code: 'VALIDATION_ERROR',
+        path: field,
+      });
+    }
+    // what it can run still answers
+    const byEmail = await list(`filterField=email&filterValue=${encodeURIComponent(user.email)}`);
+    expect(byEmail.body.users.map((u: { id: string }) => u.id)).toEqual([user.userId]);
+    const unverified = await list('filterField=emailVerified&filterValue=false&sortBy=createdAt&sortDirection=desc&limit=500');
+    expect(unverified.status).toBe(200);
+    expect(unverified.body.users.some((u: { id: string }) => u.id === user.userId)).toBe(true);
+    expect(unverified.body.users.some((u: { id: string }) => u.id === admin.userId)).toBe(false);
+    const since = await list(`filterField=createdAt&filterOperator=gte&filterValue=${encodeURIComponent('2000-01-01T00:00:00Z')}&limit=1&offset=0`);
+    expect([since.status, since.body.users.length]).toEqual([200, 1]);
+  });
+
   it('attack: an admin cannot impersonate a user (a session of the user that outlived the admin\'s demotion or ban)', async () => {
     const victim = await signUp(t);
     const sessionsBefore = await first<{ n: number }>(t.db, sql`select count(*)::int as n from session where "userId" = ${victim.userId}`);
