@@ -63,14 +63,21 @@ export const tierQuotaSchema = z
   .openapi('TierQuota');
 export type TierQuota = z.infer<typeof tierQuotaSchema>;
 
+/**
+ * The largest tier quota, 10^15 (a million billion units): JSON numbers are exact only to 2^53 - 1 (about 9 x 10^15),
+ * and a user's limit is the quota plus the addons granted on it (up to 10^9 each), so a quota of 2^53 - 1 plus an
+ * addon was answered by every usage read as a limit and a remaining that were not the counter's (review 77).
+ */
+export const MAX_QUOTA_LIMIT = 10 ** 15;
+
 export const upsertTierQuotaBody = z
   .object({
     quotaLimit: z
       .int()
       .min(0)
-      .max(Number.MAX_SAFE_INTEGER)
+      .max(MAX_QUOTA_LIMIT)
       .nullable()
-      .openapi({ description: 'null = unlimited, 0 = deny' }),
+      .openapi({ description: 'null = unlimited, 0 = deny; at most 10^15' }),
   })
   .openapi('UpsertTierQuota');
 

@@ -1221,8 +1221,7 @@ export interface paths {
         /** @description Get the current session */
         get: operations["authGetSession"];
         put?: never;
-        /** @description Get the current session */
-        post: operations["authGetSessionPost"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -2932,7 +2931,7 @@ export interface components {
             createdAt: string;
             readonly id: string;
             logo?: string | null;
-            metadata?: string | null;
+            metadata?: Record<string, never> | string | null;
             name: string;
             slug: string;
         };
@@ -3606,7 +3605,7 @@ export interface components {
             title?: string;
         };
         UpsertTierQuota: {
-            /** @description null = unlimited, 0 = deny */
+            /** @description null = unlimited, 0 = deny; at most 10^15 */
             quotaLimit: number | null;
         };
         UsageRecord: {
@@ -9457,14 +9456,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Success */
+            /** @description Whether the caller has every permission asked about */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
-                        error?: string;
+                        error?: string | null;
                         success: boolean;
                     };
                 };
@@ -10868,111 +10867,6 @@ export interface operations {
             };
         };
     };
-    authGetSessionPost: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: {
-            content: {
-                "application/json": Record<string, never>;
-            };
-        };
-        responses: {
-            /** @description Success */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        session: components["schemas"]["AuthSession"];
-                        user: components["schemas"]["AuthUser"];
-                    } | null;
-                };
-            };
-            /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        message: string;
-                    };
-                };
-            };
-            /** @description Unauthorized. Due to missing or invalid authentication. */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        message: string;
-                    };
-                };
-            };
-            /** @description Forbidden. You do not have permission to access this resource or to perform this action. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        message?: string;
-                    };
-                };
-            };
-            /** @description Not Found. The requested resource was not found. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        message?: string;
-                    };
-                };
-            };
-            /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        code?: string;
-                        message?: string;
-                    };
-                };
-            };
-            /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        message?: string;
-                    };
-                };
-            };
-            /** @description Internal Server Error. This is a problem with the server that you cannot fix. */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": {
-                        message?: string;
-                    };
-                };
-            };
-        };
-    };
     authGetJSONWebKeySet: {
         parameters: {
             query?: never;
@@ -11300,6 +11194,20 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description A `fetch`/XHR caller: where to send the browser (the sign-in, consent or error page, or the redirect URI) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        redirect: true;
+                        /** Format: uri */
+                        url: string;
+                    };
+                };
+            };
             /** @description Redirect to client with code or error */
             302: {
                 headers: {
@@ -11413,6 +11321,20 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description A `fetch`/XHR caller: where to send the browser (the sign-in, consent or error page, or the redirect URI) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        redirect: true;
+                        /** Format: uri */
+                        url: string;
+                    };
+                };
+            };
             /** @description Redirect to client with code or error */
             302: {
                 headers: {
@@ -13641,13 +13563,13 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Success */
+            /** @description The organization, now deleted */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": string;
+                    "application/json": components["schemas"]["AuthOrganization"];
                 };
             };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
@@ -13918,13 +13840,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success */
+            /** @description The organization with its members and invitations; null with no active organization and none named */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["AuthOrganization"];
+                    "application/json": components["schemas"]["AuthOrganization"] | null;
                 };
             };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
@@ -14103,13 +14025,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Success */
+            /** @description The organization; null with no active organization and none named */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["AuthOrganization"];
+                    "application/json": components["schemas"]["AuthOrganization"] | null;
                 };
             };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
@@ -14201,14 +14123,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Success */
+            /** @description Whether the caller has every permission asked about */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
-                        error?: string;
+                        error?: string | null;
                         success: boolean;
                     };
                 };
@@ -15685,6 +15607,13 @@ export interface operations {
                         token?: string;
                     };
                 };
+            };
+            /** @description Location: the callbackURL with `token` (a live link) or `error=INVALID_TOKEN` */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
