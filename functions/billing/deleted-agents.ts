@@ -129,9 +129,10 @@ async function endBilling(deps: BillingDeps, sub: Due): Promise<Step> {
   }
   const paidUp = current.status === 'active' || current.status === 'trialing';
   if (paidUp && endsWithItsPeriod(current)) {
-    // Set to end at Stripe already (either way Stripe records it), the row not showing it yet: the user's own cancel (the customer portal's, its event
-    // not here yet), or this round's unfinished one (the mark is set then, and stays). The row follows; the round
-    // takes no ownership of a user's choice, so a restore never renews it (found by review 10).
+    // Set to end at Stripe already (either way Stripe records that: review 76), the row not showing it yet: the user's
+    // own cancel (the customer portal's, its event not here yet), or this round's unfinished one (the mark is set
+    // then, and stays). The row follows; the round takes no ownership of a user's choice, so a restore never renews it
+    // (found by review 10).
     await syncStripeSubscription(deps, sub.stripeSubscriptionId);
     return 'passed';
   }
