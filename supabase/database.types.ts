@@ -399,6 +399,7 @@ export type Database = {
         Row: {
           "account_created": boolean;
           "created_at": string;
+          "deleted_at": string | null;
           "set_password_resent_at": string | null;
           "stripe_customer_id": string;
           "user_id": string;
@@ -407,6 +408,7 @@ export type Database = {
         Insert: {
           "account_created"?: boolean;
           "created_at"?: string;
+          "deleted_at"?: string | null;
           "set_password_resent_at"?: string | null;
           "stripe_customer_id": string;
           "user_id": string;
@@ -414,6 +416,7 @@ export type Database = {
         Update: {
           "account_created"?: boolean;
           "created_at"?: string;
+          "deleted_at"?: string | null;
           "set_password_resent_at"?: string | null;
           "stripe_customer_id"?: string;
           "user_id"?: string;

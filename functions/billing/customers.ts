@@ -6,33 +6,55 @@ import { askStripe, requirePayments } from './payments.ts';
  * One Stripe customer per marketplace user, made on the first paid checkout and reused afterwards (so the
  * portal shows every subscription and saved card together). The idempotency key makes two concurrent first
  * checkouts of the same user create one customer at Stripe.
+ *
+ * A customer deleted at Stripe (its `customer.deleted` event: forgetDeletedCustomer) is no longer the user's: the
+ * portal has no billing account for them, and their next paid checkout makes a new customer, whose idempotency key
+ * names the deleted one (the first create's key would have Stripe replay its answer, the deleted customer, for 24
+ * hours). Before, the deleted customer stayed linked and every paid checkout and portal session answered 422 "No such
+ * customer" for good (review 79; migration 20261127006000).
  */
 export async function customerIdOf(deps: BillingDeps, userId: string): Promise<string | undefined> {
   const row = await first<{ id: string }>(
     deps.database.db,
-    sql`select stripe_customer_id as id from public.billing_customers where user_id = ${userId}`,
+    sql`select stripe_customer_id as id from public.billing_customers where user_id = ${userId} and deleted_at is null`,
   );
   return row?.id;
 }
 
 export async function ensureCustomer(deps: BillingDeps, user: { userId: string; email: string; name?: string | undefined }): Promise<string> {
-  const existing = await customerIdOf(deps, user.userId);
-  if (existing) return existing;
+  const link = await first<{ id: string; deleted: boolean }>(
+    deps.database.db,
+    sql`select stripe_customer_id as id, deleted_at is not null as deleted from public.billing_customers where user_id = ${user.userId}`,
+  );
+  if (link && !link.deleted) return link.id;
   const { stripe } = requirePayments(deps);
   // Stripe refusing the customer (an address it will not take) is the buyer's 422 with its reason, not a 500.
   const customer = await askStripe('the customer', () =>
     stripe.customers.create(
       { email: user.email, ...(user.name ? { name: user.name } : {}), metadata: { userId: user.userId } },
-      { idempotencyKey: `marketplace-customer:${user.userId}` },
+      { idempotencyKey: link ? `marketplace-customer:${user.userId}:after:${link.id}` : `marketplace-customer:${user.userId}` },
     ),
   );
-  // No conflict target: two first checkouts insert the same (user, customer) row at once, and with a target of
-  // user_id only, the loser can trip over the other unique index (stripe_customer_id) and fail with 23505.
-  await first(
-    deps.database.db,
-    sql`insert into public.billing_customers (user_id, stripe_customer_id, created_at)
-        values (${user.userId}, ${customer.id}, ${deps.clock.now()})
-        on conflict do nothing`,
-  );
+  if (link) {
+    // only over the deleted one: two checkouts at once made the same customer (the same key), and the second finds
+    // the link already moved to it
+    await sql`update public.billing_customers set stripe_customer_id = ${customer.id}, deleted_at = null, created_at = ${deps.clock.now()}
+               where user_id = ${user.userId} and stripe_customer_id = ${link.id} and deleted_at is not null`.execute(deps.database.db);
+  } else {
+    // No conflict target: two first checkouts insert the same (user, customer) row at once, and with a target of
+    // user_id only, the loser can trip over the other unique index (stripe_customer_id) and fail with 23505.
+    await first(
+      deps.database.db,
+      sql`insert into public.billing_customers (user_id, stripe_customer_id, created_at)
+          values (${user.userId}, ${customer.id}, ${deps.clock.now()})
+          on conflict do nothing`,
+    );
+  }
   return (await customerIdOf(deps, user.userId)) ?? customer.id;
+}
+
+/** Stripe deleted the customer (`customer.deleted`): its link is marked, so nothing names it again. Repeating it is safe. */
+export async function forgetDeletedCustomer(deps: BillingDeps, stripeCustomerId: string): Promise<void> {
+  await sql`update public.billing_customers set deleted_at = ${deps.clock.now()}
+             where stripe_customer_id = ${stripeCustomerId} and deleted_at is null`.execute(deps.database.db);
 }

@@ -4,6 +4,7 @@ import { ApiError } from '../http/errors.ts';
 import { isStripeMissing, requirePayments } from './payments.ts';
 import { applyStripeState, eventSeen, syncStripeSubscription, type ApplyOutcome } from './subscription-state.ts';
 import { endDisputedSubscription } from './disputes.ts';
+import { forgetDeletedCustomer } from './customers.ts';
 
 /**
  * POST /webhooks/stripe. Events are notifications, not state: after the signature check, the event's
@@ -32,6 +33,8 @@ export const HANDLED_EVENTS = new Set([
   'subscription_schedule.canceled',
   // a chargeback: the subscription it took money from ends (disputes.ts)
   'charge.dispute.created',
+  // the customer deleted at Stripe (its subscriptions end by their own events): nothing names it again (customers.ts)
+  'customer.deleted',
 ]);
 
 export interface WebhookResult {
@@ -88,6 +91,12 @@ export async function handleStripeWebhook(deps: BillingDeps, payload: string, si
 
   const ref = { id: event.id, type: event.type };
   if (event.type === 'charge.dispute.created') return { ...base, outcome: await endDisputedSubscription(deps, event, ref) };
+  if (event.type === 'customer.deleted') {
+    // final at Stripe (a deleted customer is never restored), so the event's own object says all: no read needed
+    await forgetDeletedCustomer(deps, event.data.object.id);
+    const { outcome } = await applyStripeState(deps, { event: ref });
+    return { ...base, outcome };
+  }
   const stripeSubscriptionId = subscriptionIdOf(event);
   if (!stripeSubscriptionId) {
     const { outcome } = await applyStripeState(deps, { event: ref });

@@ -273,6 +273,20 @@ export class StripeFake {
     this.#emit('customer.subscription.updated', sub);
   }
 
+  /**
+   * The customer is deleted at Stripe (the Dashboard, or DELETE /v1/customers/{id}): "Permanently deletes a customer.
+   * It cannot be undone. Also immediately cancels any active subscriptions on the customer" (Stripe's API reference).
+   * Every later request naming it answers "No such customer"; its subscriptions stay readable, canceled.
+   */
+  deleteCustomer(customerId: string): void {
+    const customer = this.#get(this.customers, customerId, 'customer');
+    for (const sub of this.subscriptions.values()) {
+      if (sub.customer === customerId && sub.status !== 'canceled' && sub.status !== 'incomplete_expired') this.#cancelNow(sub);
+    }
+    this.customers.delete(customerId);
+    this.#emit('customer.deleted', customer);
+  }
+
   /** The customer pays an open invoice (e.g. the proration of an upgrade): a pending update is applied. */
   payInvoice(invoiceId: string): void {
     const invoice = this.#get(this.invoices, invoiceId, 'invoice');

@@ -1,0 +1,11 @@
+-- A Stripe customer deleted at Stripe no longer locks its user out of buying (review 79).
+--
+-- Stripe deletes a customer for good (its Dashboard, or the API: a data-deletion request, a clean-up); every active
+-- subscription of it is canceled, and every later request naming it answers "No such customer". The service kept the
+-- user's link to it (public.billing_customers) and named it in every paid checkout, admin checkout link and billing
+-- portal session: each answered 422 "Stripe refused ...: No such customer", for ever. Now the `customer.deleted` event
+-- marks the link (deleted_at) instead of being ignored; the next paid checkout makes the user a new Stripe customer
+-- and the link names it, and the portal answers "no billing account yet" until then (functions/billing/customers.ts).
+-- The link is marked, not deleted: the new customer's idempotency key names the one it replaces, so Stripe's replay of
+-- the first create (its idempotency keys live 24 hours) cannot hand back the deleted customer.
+alter table public.billing_customers add column deleted_at timestamptz(3);

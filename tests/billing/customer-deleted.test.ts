@@ -1,0 +1,69 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, sql } from '../../functions/platform/db.ts';
+import { signUp } from '../support/users.ts';
+import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+
+/**
+ * A Stripe customer deleted at Stripe (review 79). Stripe deletes a customer for good and cancels its subscriptions;
+ * every later request naming it answers "No such customer". The service kept naming it, so its user's every paid
+ * checkout and billing-portal session answered 422 "Stripe refused ...: No such customer", for good. Now the
+ * `customer.deleted` event unlinks it: the portal has no billing account until the next paid checkout, which makes
+ * the user a new customer (not Stripe's replay of the first create, whose idempotency key would hand the deleted one
+ * back for 24 hours).
+ */
+let w: BillingWorld;
+beforeAll(async () => {
+  w = await startBillingWorld();
+});
+afterAll(() => w.close());
+
+describe('a Stripe customer deleted at Stripe', () => {
+  it('ends its subscriptions here, and its user buys again with a new customer; the portal waits for that checkout', async () => {
+    const agent = await activeAgent(w);
+    const user = await signUp(w.t);
+    const tier = await paidTier(w, agent.id, { priceCents: 1500 });
+    const bought = await buyPaidTier(w, user, tier.id);
+    const deletedId = w.fake.subscriptions.get(bought.stripeSubscriptionId)!.customer as string;
+
+    w.fake.deleteCustomer(deletedId);
+    await deliverPending(w);
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).status).toBe(404);
+    const portal = await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'overview' } });
+    expect([portal.status, portal.body.error?.code, portal.body.error?.message]).toEqual([
+      422,
+      'INVALID_STATE',
+      'There is no billing account yet: the portal opens after a first paid checkout',
+    ]);
+
+    const again = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+    expect(again.status, again.text).toBe(200);
+    const session = w.fake.sessions.get(again.body.data.sessionId)!;
+    expect(session.customer).not.toBe(deletedId);
+    expect(w.fake.customers.has(session.customer)).toBe(true);
+    const link = await first<{ stripe_customer_id: string; deleted_at: Date | null }>(
+      w.t.db,
+      sql`select stripe_customer_id, deleted_at from billing_customers where user_id = ${user.userId}`,
+    );
+    expect(link).toEqual({ stripe_customer_id: session.customer, deleted_at: null });
+    // the same customer for the next checkout, and the portal opens on it
+    const third = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: (await paidTier(w, (await activeAgent(w)).id)).id } });
+    expect(w.fake.sessions.get(third.body.data.sessionId)!.customer).toBe(session.customer);
+    expect((await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'overview' } })).status).toBe(200);
+  });
+
+  it("another user's customer deleted changes nothing of this one's; the event delivered twice is recorded once", async () => {
+    const agent = await activeAgent(w);
+    const [one, other] = [await signUp(w.t), await signUp(w.t)];
+    const tier = await paidTier(w, agent.id);
+    const mine = await buyPaidTier(w, one, tier.id);
+    const theirs = await buyPaidTier(w, other, tier.id);
+    const theirCustomer = w.fake.subscriptions.get(theirs.stripeSubscriptionId)!.customer as string;
+    w.fake.deleteCustomer(theirCustomer);
+    const events = await deliverPending(w);
+    const deleted = events.find((e) => e.type === 'customer.deleted')!;
+    expect((await w.fake.deliver(w.webhookUrl, deleted)).status).toBe(200);
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: one.cookie })).body.data.status).toBe('active');
+    expect((await w.t.http.post('/me/billing-portal', { cookie: one.cookie, json: { flow: 'overview' } })).status).toBe(200);
+    expect(w.fake.subscriptions.get(mine.stripeSubscriptionId)!.status).toBe('active');
+  });
+});
