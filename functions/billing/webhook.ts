@@ -23,6 +23,10 @@ export const HANDLED_EVENTS = new Set([
   'customer.subscription.deleted',
   'customer.subscription.pending_update_applied',
   'customer.subscription.pending_update_expired',
+  // Stripe pauses a subscription (a trial ended without a payment method, or its pause endpoint and portal in flexible
+  // billing mode) and sends these, perhaps alone: a paused one grants nothing until it is resumed (review 79)
+  'customer.subscription.paused',
+  'customer.subscription.resumed',
   'invoice.paid',
   'invoice.payment_succeeded',
   'invoice.payment_failed',

@@ -287,6 +287,25 @@ export class StripeFake {
     this.#emit('customer.deleted', customer);
   }
 
+  /**
+   * Stripe pauses the subscription (a trial ended without a payment method; in flexible billing mode also its pause
+   * endpoint and the portal's pause): status `paused`, no invoices, and `customer.subscription.paused` is sent. Resumed,
+   * it is active again and `customer.subscription.resumed` is sent. Only those events: whether Stripe also sends
+   * `customer.subscription.updated` is not documented, so the service must not need it.
+   */
+  pause(subscriptionId: string): void {
+    const sub = this.#get(this.subscriptions, subscriptionId, 'subscription');
+    sub.status = 'paused';
+    this.#emit('customer.subscription.paused', sub);
+  }
+
+  resume(subscriptionId: string): void {
+    const sub = this.#get(this.subscriptions, subscriptionId, 'subscription');
+    if (sub.status !== 'paused') throw new Error(`subscription ${subscriptionId} is ${sub.status}, not paused`);
+    sub.status = 'active';
+    this.#emit('customer.subscription.resumed', sub);
+  }
+
   /** The customer pays an open invoice (e.g. the proration of an upgrade): a pending update is applied. */
   payInvoice(invoiceId: string): void {
     const invoice = this.#get(this.invoices, invoiceId, 'invoice');
