@@ -65,5 +65,9 @@ describe('a Stripe customer deleted at Stripe', () => {
     expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: one.cookie })).body.data.status).toBe('active');
     expect((await w.t.http.post('/me/billing-portal', { cookie: one.cookie, json: { flow: 'overview' } })).status).toBe(200);
     expect(w.fake.subscriptions.get(mine.stripeSubscriptionId)!.status).toBe('active');
+    // a signed customer.deleted whose object has no id (a hand-made test event) is recorded, not a 500
+    const bare = { ...deleted, id: `evt_bare_${Date.now()}`, data: { object: { object: 'customer' } } };
+    expect((await w.fake.deliver(w.webhookUrl, bare as typeof deleted)).status).toBe(200);
+    expect((await w.t.http.post('/me/billing-portal', { cookie: one.cookie, json: { flow: 'overview' } })).status).toBe(200);
   });
 });
