@@ -14,18 +14,20 @@ import { askStripe, requirePayments } from './payments.ts';
  * customer" for good (review 79; migration 20261127006000).
  */
 export async function customerIdOf(deps: BillingDeps, userId: string): Promise<string | undefined> {
-  const row = await first<{ id: string }>(
+  const link = await linkOf(deps, userId);
+  return link && !link.deleted ? link.id : undefined;
+}
+
+/** The user's link to a Stripe customer, also one Stripe deleted since. */
+function linkOf(deps: BillingDeps, userId: string) {
+  return first<{ id: string; deleted: boolean }>(
     deps.database.db,
-    sql`select stripe_customer_id as id from public.billing_customers where user_id = ${userId} and deleted_at is null`,
+    sql`select stripe_customer_id as id, deleted_at is not null as deleted from public.billing_customers where user_id = ${userId}`,
   );
-  return row?.id;
 }
 
 export async function ensureCustomer(deps: BillingDeps, user: { userId: string; email: string; name?: string | undefined }): Promise<string> {
-  const link = await first<{ id: string; deleted: boolean }>(
-    deps.database.db,
-    sql`select stripe_customer_id as id, deleted_at is not null as deleted from public.billing_customers where user_id = ${user.userId}`,
-  );
+  const link = await linkOf(deps, user.userId);
   if (link && !link.deleted) return link.id;
   const { stripe } = requirePayments(deps);
   // Stripe refusing the customer (an address it will not take) is the buyer's 422 with its reason, not a 500.

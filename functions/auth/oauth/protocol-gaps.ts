@@ -80,7 +80,8 @@ export function oauthProtocolRoutes() {
     // request_uri_not_supported through its own redirect-URI lookup, which lets loopback ports vary (review 21).
     const checked = clientId && redirectUri !== null;
     const registered = checked ? await registeredRedirectUris(database.db, clientId) : undefined;
-    const signedIn = sessionMayAuthorize(request, config, { silent: promptsOf(params).includes('none'), clientPages: registered ?? [] });
+    const prompts = promptsOf(params);
+    const signedIn = sessionMayAuthorize(request, config, { silent: prompts.includes('none'), clientPages: registered ?? [] });
     if (checked && !registered) {
       // The library's page says "client_id is required" for a client_id it does not know, which sends its developer
       // looking for a missing parameter; the code is the same (invalid_client), the words say what is wrong.
@@ -101,7 +102,7 @@ export function oauthProtocolRoutes() {
       // There is no account chooser (a browser holds one session): the library answered `prompt=select_account` with
       // its own error page, and the agent never heard back (review 69). OpenID Connect's error for it goes to the
       // client; prompt=login is how to sign in as another account.
-      if (registered && promptsOf(params).includes('select_account')) {
+      if (registered && prompts.includes('select_account')) {
         const refused = authorizationError(config, { redirectUri, state: params.get('state') }, 'account_selection_required',
           'This server has no account chooser; send prompt=login to let the user sign in as another account');
         return redirectOrJson(request, refused);
