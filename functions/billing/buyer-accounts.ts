@@ -138,6 +138,11 @@ export async function linkCustomer(deps: BillingDeps, userId: string, stripeCust
         values (${userId}, ${stripeCustomerId}, false, ${deps.clock.now()})
         on conflict do nothing`,
   );
+  // ...unless the user's customer was deleted at Stripe: the purchase's customer, live, takes its place, so the
+  // portal opens on it and the next checkout reuses it (it kept naming the deleted one: "no billing account").
+  await sql`update public.billing_customers b set stripe_customer_id = ${stripeCustomerId}, deleted_at = null, created_at = ${deps.clock.now()}
+             where b.user_id = ${userId} and b.deleted_at is not null
+               and not exists (select 1 from public.billing_customers o where o.stripe_customer_id = ${stripeCustomerId})`.execute(deps.database.db);
 }
 
 /**

@@ -6,7 +6,7 @@ import { first, sql } from '../platform/db.ts';
 import { takeBillingAllowance, type Asker } from './allowances.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { claimOfSubscription, purchaseAbandoned, purchaseEnded } from './purchase-claims.ts';
-import { ensureCustomer } from './customers.ts';
+import { withCustomer } from './customers.ts';
 import { askStripe, callStripe, isStripeMissing, requirePayments } from './payments.ts';
 import { applyStripeRead, localStatus, namedSubscriber, readPurchaseToPlace, servedBefore, undoPurchaseOfDeletedAgent } from './subscription-state.ts';
 import { startFreeSubscription, type SubscriptionDto } from './subscriptions.ts';
@@ -77,20 +77,21 @@ async function createSubscriptionCheckout(
     });
   }
   const priceId = await ensureTierPrice(deps, tier);
-  const customer = await ensureCustomer(deps, buyer);
   // Who and what travel in the session and the subscription it creates, so the webhook can place the
   // subscription without trusting anything else. The tier itself is later read from the price, never from here.
   const metadata = { userId: buyer.userId, tierId: tier.id, agentId: tier.agentId };
   const session = await askStripe('the checkout', () =>
-    stripe.checkout.sessions.create({
-      mode: 'subscription',
-      customer,
-      client_reference_id: buyer.userId,
-      line_items: [{ price: priceId, quantity: 1 }],
-      metadata,
-      subscription_data: { metadata },
-      ...returnUrls,
-    }),
+    withCustomer(deps, buyer, (customer) =>
+      stripe.checkout.sessions.create({
+        mode: 'subscription',
+        customer,
+        client_reference_id: buyer.userId,
+        line_items: [{ price: priceId, quantity: 1 }],
+        metadata,
+        subscription_data: { metadata },
+        ...returnUrls,
+      }),
+    ),
   );
   await recordSessionMade(deps, session.id, buyer.userId, tier.agentId);
   return session;

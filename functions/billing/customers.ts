@@ -1,6 +1,6 @@
 import type { BillingDeps } from './billing-deps.ts';
 import { first, sql } from '../platform/db.ts';
-import { askStripe, requirePayments } from './payments.ts';
+import { askStripe, isStripeMissing, requirePayments } from './payments.ts';
 
 /**
  * One Stripe customer per marketplace user, made on the first paid checkout and reused afterwards (so the
@@ -26,7 +26,7 @@ function linkOf(deps: BillingDeps, userId: string) {
   );
 }
 
-export async function ensureCustomer(deps: BillingDeps, user: { userId: string; email: string; name?: string | undefined }): Promise<string> {
+async function ensureCustomer(deps: BillingDeps, user: { userId: string; email: string; name?: string | undefined }): Promise<string> {
   const link = await linkOf(deps, user.userId);
   if (link && !link.deleted) return link.id;
   const { stripe } = requirePayments(deps);
@@ -53,6 +53,36 @@ export async function ensureCustomer(deps: BillingDeps, user: { userId: string; 
     );
   }
   return (await customerIdOf(deps, user.userId)) ?? customer.id;
+}
+
+/**
+ * Runs a Stripe request naming the buyer's customer (`ask`), made first if they have none. When Stripe answers that
+ * the customer no longer exists (deleted at Stripe, and its `customer.deleted` event not here yet, or lost), the link
+ * is marked as the event would have, and the request runs once more with a new customer: the buyer's checkout works
+ * at once instead of answering 422 "No such customer" until the event arrives.
+ */
+export async function withCustomer<T>(
+  deps: BillingDeps,
+  buyer: { userId: string; email: string; name?: string | undefined },
+  ask: (customerId: string) => Promise<T>,
+): Promise<T> {
+  const customer = await ensureCustomer(deps, buyer);
+  try {
+    return await ask(customer);
+  } catch (err) {
+    if (!(await forgetIfMissing(deps, customer, err))) throw err;
+    return ask(await ensureCustomer(deps, buyer));
+  }
+}
+
+/**
+ * Stripe's answer `err` to a request naming `customerId` says that customer does not exist: the link is marked deleted
+ * (forgetDeletedCustomer) and true returned. Only Stripe's own "No such customer" for the `customer` parameter counts.
+ */
+export async function forgetIfMissing(deps: BillingDeps, customerId: string, err: unknown): Promise<boolean> {
+  if (!isStripeMissing(err) || (err as { param?: string }).param !== 'customer') return false;
+  await forgetDeletedCustomer(deps, customerId);
+  return true;
 }
 
 /** Stripe deleted the customer (`customer.deleted`): its link is marked, so nothing names it again. Repeating it is safe. */

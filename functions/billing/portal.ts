@@ -2,7 +2,7 @@ import type { BillingDeps } from './billing-deps.ts';
 import { takeBillingAllowance, type Asker } from './allowances.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { ownUrl } from './checkout.ts';
-import { customerIdOf } from './customers.ts';
+import { customerIdOf, forgetIfMissing } from './customers.ts';
 import { askStripe, requirePayments } from './payments.ts';
 import { liveSubscription } from './subscription-queries.ts';
 import { grantsAccess } from './subscriptions.ts';
@@ -55,8 +55,16 @@ export async function createPortalSession(
   }
 
   const customer = await customerIdOf(deps, userId);
-  if (!customer) throw invalidState('There is no billing account yet: the portal opens after a first paid checkout');
+  const noAccount = () => invalidState('There is no billing account yet: the portal opens after a first paid checkout');
+  if (!customer) throw noAccount();
   await takeBillingAllowance(deps, asker, 'portal');
-  const session = await askStripe('the portal session', () => stripe.billingPortal.sessions.create({ customer, return_url: returnUrl }));
+  const session = await askStripe('the portal session', async () => {
+    try {
+      return await stripe.billingPortal.sessions.create({ customer, return_url: returnUrl });
+    } catch (err) {
+      // deleted at Stripe, its customer.deleted event not here yet: the same answer as once it is
+      throw (await forgetIfMissing(deps, customer, err)) ? noAccount() : err;
+    }
+  });
   return { url: session.url };
 }

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { signUp } from '../support/users.ts';
-import { activeAgent, buyPaidTier, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { activeAgent, buyPaidTier, deliver, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * A Stripe customer deleted at Stripe (review 79). Stripe deletes a customer for good and cancels its subscriptions;
@@ -69,5 +69,45 @@ describe('a Stripe customer deleted at Stripe', () => {
     const bare = { ...deleted, id: `evt_bare_${Date.now()}`, data: { object: { object: 'customer' } } };
     expect((await w.fake.deliver(w.webhookUrl, bare as typeof deleted)).status).toBe(200);
     expect((await w.t.http.post('/me/billing-portal', { cookie: one.cookie, json: { flow: 'overview' } })).status).toBe(200);
+  });
+
+  it('before its customer.deleted event arrives: the portal answers as after it, and a paid checkout makes a new customer at once', async () => {
+    const agent = await activeAgent(w);
+    const user = await signUp(w.t);
+    const tier = await paidTier(w, agent.id);
+    const bought = await buyPaidTier(w, user, tier.id);
+    const deletedId = w.fake.subscriptions.get(bought.stripeSubscriptionId)!.customer as string;
+    w.fake.deleteCustomer(deletedId);
+    const held = w.fake.takeEvents(); // Stripe's events are late (or lost): the service has not heard of the deletion
+
+    const portal = await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'overview' } });
+    expect([portal.status, portal.body.error?.message]).toEqual([422, 'There is no billing account yet: the portal opens after a first paid checkout']);
+    const other = await paidTier(w, (await activeAgent(w)).id);
+    const checkout = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: other.id } });
+    expect(checkout.status, checkout.text).toBe(200);
+    const customer = w.fake.sessions.get(checkout.body.data.sessionId)!.customer as string;
+    expect(customer).not.toBe(deletedId);
+    expect(w.fake.customers.has(customer)).toBe(true);
+
+    // the late events change nothing of the new customer's link
+    await deliver(w, held);
+    const link = await first(w.t.db, sql`select stripe_customer_id, deleted_at from billing_customers where user_id = ${user.userId}`);
+    expect(link).toEqual({ stripe_customer_id: customer, deleted_at: null });
+  });
+
+  it('a purchase made signed out by a user whose customer was deleted links its new customer: the portal opens on it', async () => {
+    const user = await signUp(w.t, { verified: true });
+    const bought = await buyPaidTier(w, user, (await paidTier(w, (await activeAgent(w)).id)).id);
+    w.fake.deleteCustomer(w.fake.subscriptions.get(bought.stripeSubscriptionId)!.customer as string);
+    await deliverPending(w);
+
+    const agent = await activeAgent(w);
+    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: (await paidTier(w, agent.id)).id } });
+    const stripeSub = w.fake.completeCheckout(start.body.data.sessionId, { email: user.email });
+    await deliverPending(w);
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).status).toBe(200);
+    const link = await first(w.t.db, sql`select stripe_customer_id, deleted_at from billing_customers where user_id = ${user.userId}`);
+    expect(link).toEqual({ stripe_customer_id: stripeSub.customer, deleted_at: null });
+    expect((await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'overview' } })).status).toBe(200);
   });
 });

@@ -60,11 +60,13 @@ class StripeApiError extends Error {
   readonly status: number;
   readonly code: string;
   readonly type: string;
-  constructor(status: number, message: string, code = 'resource_missing', type = 'invalid_request_error') {
+  readonly param: string | undefined;
+  constructor(status: number, message: string, code = 'resource_missing', type = 'invalid_request_error', param?: string) {
     super(message);
     this.status = status;
     this.code = code;
     this.type = type;
+    this.param = param;
   }
 }
 
@@ -455,7 +457,7 @@ export class StripeFake {
     } catch (err) {
       if (!(err instanceof StripeApiError)) throw err;
       status = err.status;
-      text = JSON.stringify({ error: { type: err.type, code: err.code, message: err.message } });
+      text = JSON.stringify({ error: { type: err.type, code: err.code, message: err.message, ...(err.param ? { param: err.param } : {}) } });
     }
     if (cacheKey) this.#idempotent.set(cacheKey, { status, body: text });
     send(status, text);
@@ -556,9 +558,13 @@ export class StripeFake {
     return refund;
   }
 
-  #get(map: Map<string, Json>, id: string, what: string): Json {
+  /**
+   * The object, or Stripe's "No such ...": 404 for the object of the path; 400 naming the parameter (`param`) for an
+   * object a create names, as Stripe answers a checkout session for a deleted customer.
+   */
+  #get(map: Map<string, Json>, id: string, what: string, param?: string): Json {
     const found = map.get(id);
-    if (!found) throw new StripeApiError(404, `No such ${what}: '${id}'`);
+    if (!found) throw new StripeApiError(param ? 400 : 404, `No such ${what}: '${id}'`, 'resource_missing', 'invalid_request_error', param);
     return found;
   }
 
@@ -599,7 +605,7 @@ export class StripeFake {
     if (!lineItems?.length) throw new StripeApiError(400, 'Missing required param: line_items.', 'parameter_missing');
     const price = this.#get(this.prices, lineItems[0]!.price, 'price');
     if (!price.active) throw new StripeApiError(400, 'The price specified is inactive.', 'price_inactive');
-    if (body.customer) this.#get(this.customers, body.customer, 'customer');
+    if (body.customer) this.#get(this.customers, body.customer, 'customer', 'customer');
     const id = this.#id('cs_test');
     const session = checkoutSessionObject({
       id,
@@ -867,7 +873,7 @@ export class StripeFake {
   }
 
   #createPortalSession(body: Json): Json {
-    this.#get(this.customers, body.customer, 'customer');
+    this.#get(this.customers, body.customer, 'customer', 'customer');
     const flow = body.flow_data;
     if (flow?.type === 'subscription_cancel') {
       const sub = this.#get(this.subscriptions, flow.subscription_cancel?.subscription, 'subscription');
