@@ -2858,6 +2858,14 @@ export type Database = {
           "stripe_subscription_id": string;
         }[];
       };
+      "billing_forget_customer": {
+        Args: { "p_customer_id": string; "p_now": string };
+        Returns: undefined;
+      };
+      "billing_link_customer": {
+        Args: { "p_customer_id": string; "p_now": string; "p_user_id": string };
+        Returns: undefined;
+      };
       "billing_period": {
         Args: {
           "p_anchor": string;

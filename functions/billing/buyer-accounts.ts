@@ -1,6 +1,7 @@
 import type { BillingDeps } from './billing-deps.ts';
 import { first, sql } from '../platform/db.ts';
 import { claimOfSubscription, ensureClaimMailed } from './purchase-claims.ts';
+import { linkCustomer } from './customers.ts';
 import { pagesOrigin } from '../platform/config.ts';
 import { MAX_NAME_LENGTH, PASSWORD_RESET_SUBJECT } from '../auth/index.ts';
 import { oneLine } from '../platform/text.ts';
@@ -126,23 +127,6 @@ export async function createBuyerAccount(
         select id from new_user`,
   );
   return !!row;
-}
-
-/** Links a Stripe customer to a user that has none yet (the first link stays: one customer per user). */
-export async function linkCustomer(deps: BillingDeps, userId: string, stripeCustomerId: string): Promise<void> {
-  // No conflict target: the user may have a customer already (user_id) and the customer may be linked already
-  // (stripe_customer_id); either way the first link stays.
-  await first(
-    deps.database.db,
-    sql`insert into public.billing_customers (user_id, stripe_customer_id, account_created, created_at)
-        values (${userId}, ${stripeCustomerId}, false, ${deps.clock.now()})
-        on conflict do nothing`,
-  );
-  // ...unless the user's customer was deleted at Stripe: the purchase's customer, live, takes its place, so the
-  // portal opens on it and the next checkout reuses it (it kept naming the deleted one: "no billing account").
-  await sql`update public.billing_customers b set stripe_customer_id = ${stripeCustomerId}, deleted_at = null, created_at = ${deps.clock.now()}
-             where b.user_id = ${userId} and b.deleted_at is not null
-               and not exists (select 1 from public.billing_customers o where o.stripe_customer_id = ${stripeCustomerId})`.execute(deps.database.db);
 }
 
 /**

@@ -37,21 +37,8 @@ async function ensureCustomer(deps: BillingDeps, user: { userId: string; email: 
       { idempotencyKey: link ? `marketplace-customer:${user.userId}:after:${link.id}` : `marketplace-customer:${user.userId}` },
     ),
   );
-  if (link) {
-    // only over the deleted one: two checkouts at once made the same customer (the same key), and the second finds
-    // the link already moved to it
-    await sql`update public.billing_customers set stripe_customer_id = ${customer.id}, deleted_at = null, created_at = ${deps.clock.now()}
-               where user_id = ${user.userId} and stripe_customer_id = ${link.id} and deleted_at is not null`.execute(deps.database.db);
-  } else {
-    // No conflict target: two first checkouts insert the same (user, customer) row at once, and with a target of
-    // user_id only, the loser can trip over the other unique index (stripe_customer_id) and fail with 23505.
-    await first(
-      deps.database.db,
-      sql`insert into public.billing_customers (user_id, stripe_customer_id, created_at)
-          values (${user.userId}, ${customer.id}, ${deps.clock.now()})
-          on conflict do nothing`,
-    );
-  }
+  // Two first checkouts at once made the same customer (the same key): the second finds it linked already.
+  await linkCustomer(deps, user.userId, customer.id);
   return (await customerIdOf(deps, user.userId)) ?? customer.id;
 }
 
@@ -85,8 +72,18 @@ export async function forgetIfMissing(deps: BillingDeps, customerId: string, err
   return true;
 }
 
-/** Stripe deleted the customer (`customer.deleted`): its link is marked, so nothing names it again. Repeating it is safe. */
+/**
+ * Links a Stripe customer to the user (SQL billing_link_customer, migration 20261127006100): their first, or the
+ * live one that takes the place of one deleted at Stripe; a user's live link stays.
+ */
+export async function linkCustomer(deps: BillingDeps, userId: string, stripeCustomerId: string): Promise<void> {
+  await sql`select public.billing_link_customer(${userId}, ${stripeCustomerId}, ${deps.clock.now()}::timestamptz)`.execute(deps.database.db);
+}
+
+/**
+ * Stripe deleted the customer (`customer.deleted`): its link is marked, so nothing names it again, or moves to the
+ * customer of another subscription the user still holds (SQL billing_forget_customer). Repeating it is safe.
+ */
 export async function forgetDeletedCustomer(deps: BillingDeps, stripeCustomerId: string): Promise<void> {
-  await sql`update public.billing_customers set deleted_at = ${deps.clock.now()}
-             where stripe_customer_id = ${stripeCustomerId} and deleted_at is null`.execute(deps.database.db);
+  await sql`select public.billing_forget_customer(${stripeCustomerId}, ${deps.clock.now()}::timestamptz)`.execute(deps.database.db);
 }

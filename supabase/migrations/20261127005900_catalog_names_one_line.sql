@@ -41,11 +41,17 @@ update public.metric_definitions set name = coalesce(nullif(pg_temp.flattened(na
  where not public.is_one_line(name);
 update public.metric_definitions set unit = nullif(pg_temp.flattened(unit), '')
  where not public.is_one_line(unit);
+-- A tier's new name is compared with what each other tier of its agent is called after this: its name as it is when
+-- that is one line already, else its own new base name (both changed alike take the suffix). Comparing with the other's
+-- flattened name alone let two names that flatten to nothing both become 'Plan', and the unique name of an agent's
+-- tiers aborted the migration (review 81; corrected here: a database where it ran had no such names).
 update public.tiers t
    set name = coalesce(nullif(pg_temp.flattened(t.name), ''), 'Plan')
               || case when exists (select 1 from public.tiers o
                                     where o.agent_id = t.agent_id and o.id <> t.id
-                                      and pg_temp.flattened(o.name) = coalesce(nullif(pg_temp.flattened(t.name), ''), 'Plan'))
+                                      and case when public.is_one_line(o.name) then o.name
+                                               else coalesce(nullif(pg_temp.flattened(o.name), ''), 'Plan') end
+                                          = coalesce(nullif(pg_temp.flattened(t.name), ''), 'Plan'))
                       then ' (' || left(t.id::text, 8) || ')' else '' end
  where not public.is_one_line(t.name);
 

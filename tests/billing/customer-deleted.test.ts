@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
-import { signUp } from '../support/users.ts';
-import { activeAgent, buyPaidTier, deliver, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
+import { linkIn, mailsTo } from '../support/mail.ts';
+import { signIn, signUp } from '../support/users.ts';
+import { activeAgent, buyPaidTier, completeAnonymous, deliver, deliverPending, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * A Stripe customer deleted at Stripe (review 79). Stripe deletes a customer for good and cancels its subscriptions;
@@ -109,5 +110,45 @@ describe('a Stripe customer deleted at Stripe', () => {
     const link = await first(w.t.db, sql`select stripe_customer_id, deleted_at from billing_customers where user_id = ${user.userId}`);
     expect(link).toEqual({ stripe_customer_id: stripeSub.customer, deleted_at: null });
     expect((await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'overview' } })).status).toBe(200);
+  });
+
+  it('a purchase claimed by a user whose customer was deleted links its customer, as the placement does (review 81)', async () => {
+    const user = await signUp(w.t); // not verified: a signed-out purchase with this address waits for its claim link
+    const bought = await buyPaidTier(w, user, (await paidTier(w, (await activeAgent(w)).id)).id);
+    w.fake.deleteCustomer(w.fake.subscriptions.get(bought.stripeSubscriptionId)!.customer as string);
+    await deliverPending(w);
+
+    const agent = await activeAgent(w);
+    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: (await paidTier(w, agent.id)).id } });
+    const stripeSub = w.fake.completeCheckout(start.body.data.sessionId, { email: user.email });
+    await deliverPending(w);
+    expect((await completeAnonymous(w, start.body.data.sessionId)).status).toBe(202);
+    const mail = (await mailsTo(w.t, user.email)).find((m) => m.subject === 'Confirm your Agent Marketplace purchase')!;
+    const claimed = await w.t.http.post('/checkout/anonymous/claim', { json: { token: linkIn(mail).searchParams.get('token')! } });
+    expect(claimed.status, claimed.text).toBe(200);
+
+    const reset = await w.t.http.post('/api/auth/reset-password', { json: { newPassword: 'claimant chose this', token: claimed.body.data.passwordResetToken } });
+    expect(reset.status, reset.text).toBe(200);
+    const me = await signIn(w.t, { email: user.email, password: 'claimant chose this' });
+    expect((await w.t.http.post('/me/billing-portal', { cookie: me.cookie, json: { flow: 'overview' } })).status).toBe(200);
+    const link = await first(w.t.db, sql`select stripe_customer_id, deleted_at from billing_customers where user_id = ${user.userId}`);
+    expect(link).toEqual({ stripe_customer_id: stripeSub.customer, deleted_at: null });
+  });
+
+  it("the link moves to the customer of a purchase the user still pays for under another customer (review 81)", async () => {
+    const user = await signUp(w.t, { verified: true });
+    const bought = await buyPaidTier(w, user, (await paidTier(w, (await activeAgent(w)).id)).id);
+    const agent = await activeAgent(w);
+    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: (await paidTier(w, agent.id)).id } });
+    const signedOut = w.fake.completeCheckout(start.body.data.sessionId, { email: user.email });
+    await deliverPending(w);
+
+    w.fake.deleteCustomer(w.fake.subscriptions.get(bought.stripeSubscriptionId)!.customer as string);
+    await deliverPending(w);
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).body.data.status).toBe('active');
+    const portal = await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'overview' } });
+    expect([portal.status, portal.body.error?.message]).toEqual([200, undefined]);
+    const link = await first(w.t.db, sql`select stripe_customer_id, deleted_at from billing_customers where user_id = ${user.userId}`);
+    expect(link).toEqual({ stripe_customer_id: signedOut.customer, deleted_at: null });
   });
 });

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { mailsTo } from '../support/mail.ts';
-import { deliverPending, DRAIN_TOKEN, deletedAgentRounds, startBillingWorld, type BillingWorld } from './support.ts';
+import { signUp } from '../support/users.ts';
+import { activeAgent, buyPaidTier, deliverPending, DRAIN_TOKEN, deletedAgentRounds, paidTier, startBillingWorld, type BillingWorld } from './support.ts';
 
 /**
  * The resume of a restored agent's renewals (functions/billing/deleted-agents.ts) under its claim, against what can
@@ -154,3 +155,37 @@ describe('the agent deleted again while a resume is under way', () => {
     expect(subjects).not.toContain(`${y.agent.name} is back on Agent Marketplace: your subscription renews again`);
   });
 });
+
+describe("a user's own renewal in Stripe's portal after the round (review 81)", () => {
+  it.each([
+    ['flexible billing mode: cancel_at at the period end', 'flexible'],
+    ['classic billing mode: cancel_at_period_end', 'classic'],
+  ] as const)('then their cancel there again stands when the agent is restored (%s)', async (_label, mode) => {
+    // The round's mark stayed through the user's renewal ("don't cancel") and their new cancel, so the restore's resume
+    // (cancel_at_period_end: false) undid the user's cancel, billed them a period they had canceled, and mailed "is back".
+    const agent = await activeAgent(w);
+    const user = await signUp(w.t);
+    const bought = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
+    await del(agent.id);
+    await drain();
+    await deliverPending(w);
+    expect(await row(bought.stripeSubscriptionId)).toMatchObject({ cancel_at_period_end: true, marked: true });
+
+    await w.fake.client().subscriptions.update(bought.stripeSubscriptionId, { cancel_at_period_end: false }); // "don't cancel"
+    await deliverPending(w);
+    expect(await row(bought.stripeSubscriptionId)).toMatchObject({ cancel_at_period_end: false, marked: false });
+    if (mode === 'flexible') w.fake.cancelInPortal(bought.stripeSubscriptionId);
+    else await w.fake.client().subscriptions.update(bought.stripeSubscriptionId, { cancel_at_period_end: true });
+    await deliverPending(w);
+
+    await restore(agent.id);
+    await drain();
+    await deliverPending(w);
+    const atStripe = w.fake.subscriptions.get(bought.stripeSubscriptionId)!;
+    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
+    const backMails = (await mailsTo(w.t, user.email)).filter((m) => m.subject.includes('is back on Agent Marketplace'));
+    expect({ endsAtStripe: atStripe.cancel_at_period_end || atStripe.cancel_at !== null, cancelAtPeriodEnd: mine.body.data.cancelAtPeriodEnd, backMails: backMails.length })
+      .toEqual({ endsAtStripe: true, cancelAtPeriodEnd: true, backMails: 0 });
+  });
+});
+

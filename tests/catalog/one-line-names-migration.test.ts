@@ -30,6 +30,9 @@ describe(`migration ${VERSION}: names stored before the one-line rule`, () => {
                   (${agent.id}, 'calls', ${'API\ncalls'}, 'rolling', ${'\u2066calls\u2069'}),
                   (${agent.id}, 'seats', ${'\r\n'}, 'fixed', ${'\n'})`.execute(db);
       await sql`insert into tags (slug, name) values ('forged', ${'Forged\ttag'})`.execute(db);
+      // two tier names of one agent that flatten to nothing (JavaScript's trim() kept U+0085 and the isolates before
+      // review 72): both would be 'Plan', and the agent's unique tier names aborted the migration (review 81)
+      await sql`insert into tiers (agent_id, name, price_cents) values (${blank.id}, ${'\u0085'}, 0), (${blank.id}, ${'\u2066\u2069'}, 0)`.execute(db);
 
       await migrate(database);
 
@@ -40,6 +43,8 @@ describe(`migration ${VERSION}: names stored before the one-line rule`, () => {
       const tiers = await rows<{ id: string; name: string }>(db, sql`select id, name from tiers where agent_id = ${agent.id} order by name`);
       const suffixed = tiers.find((x) => x.name.startsWith('Pro ('))!;
       expect(tiers.map((x) => x.name)).toEqual(['Pro', `Pro (${suffixed.id.slice(0, 8)})`, 'Team plan']);
+      const plans = await rows<{ id: string; name: string }>(db, sql`select id, name from tiers where agent_id = ${blank.id}`);
+      expect(plans.map((x) => x.name).sort()).toEqual(plans.map((x) => `Plan (${x.id.slice(0, 8)})`).sort());
       expect(await rows(db, sql`select slug, name, unit from metric_definitions where agent_id = ${agent.id} order by slug`)).toEqual([
         { slug: 'calls', name: 'API calls', unit: 'calls' },
         { slug: 'seats', name: 'seats', unit: null },
