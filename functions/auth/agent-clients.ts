@@ -189,6 +189,17 @@ export async function provisionFirstPartyClient(
   return { clientId, clientSecret };
 }
 
+/**
+ * The agent's client carries the agent's name (`client_name`: GET /api/auth/oauth2/public-client, which a front end's
+ * consent page shows): renamed with the agent, in the caller's transaction. It kept the name the agent was created
+ * with, so a consent screen asked on behalf of a name an admin had removed (review 82).
+ */
+export async function renameAgentClient(db: Db, agentId: string, name: string, now: Date): Promise<void> {
+  await sql`update "oauthClient" c set name = ${name}, "updatedAt" = ${now}
+              from public.agent_oauth_clients a
+             where a.agent_id = ${agentId} and c."clientId" = a.client_id and c.name is distinct from ${name}`.execute(db);
+}
+
 /** The agent's client as administrators see it: never the secret. 404 when the agent has none. */
 export async function getAgentClient(db: Db, agentId: string): Promise<AgentClient> {
   const row = await first<{ clientId: string; redirectUris: unknown; postLogoutRedirectUris: unknown; createdAt: Date }>(

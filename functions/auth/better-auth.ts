@@ -35,7 +35,7 @@ import { mayMailRecipient } from './recipient-allowance.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
 import { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
 import { isOrganizationOwnerRefusal, organizationOwnerRefused } from './organization-owners.ts';
-import { isSecondMembership, secondMembershipRefused } from './organization-memberships.ts';
+import { isOrganizationGone, isSecondMembership, organizationGoneRefused, secondMembershipRefused } from './organization-memberships.ts';
 import { CLOSED_ENDPOINTS } from './oauth/closed-endpoints.ts';
 import { libraryBaseUrl } from './public-path.ts';
 
@@ -156,6 +156,7 @@ export function authOptions(deps: AuthDeps) {
         // An account accepting an invitation to an organization it is already a member of: the database refuses the
         // second membership (review 24), answered as the plugin answers inviting a member (organization-memberships.ts).
         if (isSecondMembership(err)) throw secondMembershipRefused();
+        if (isOrganizationGone(err)) throw organizationGoneRefused();
         // The library checks a unique value (an organization's slug) and then inserts it: two requests at once both
         // pass the check, and the second insert fails. That is the contract's 409 CONFLICT, not a 500 (found by a review).
         if (isUniqueViolation(err)) {

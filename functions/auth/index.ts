@@ -15,6 +15,6 @@ export { MAX_NAME_LENGTH } from './library-input.ts';
 export { createAuthenticator } from './authenticator.ts';
 export { ensureAdmin } from './ensure-admin.ts';
 export { ensureSigningKey } from './signing-key.ts';
-export { postLogoutRedirectUrisSchema, provisionAgentClient, redirectUrisSchema } from './agent-clients.ts';
+export { postLogoutRedirectUrisSchema, provisionAgentClient, redirectUrisSchema, renameAgentClient } from './agent-clients.ts';
 export { BANNED_NOW, bannedUserSchema, getUser, toUserDto, type UserRow } from './users.ts';
 export type { OnUserBanned } from './ban-user.ts';

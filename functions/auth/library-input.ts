@@ -43,6 +43,16 @@ export function refuseBadLibraryInput(path: string, body: unknown, query: unknow
   if (isRecord(body) && body.oauth_query !== undefined && typeof body.oauth_query !== 'string') {
     throw invalid('oauth_query', 'oauth_query must be the query string the authorization server signed');
   }
+  // The permission checks look each requested resource up in the role's statements without an own-property test: a
+  // resource named like an Object.prototype member (`constructor`, `toString`) found Object's function and threw, a
+  // 500 for any signed-in account (review 82). Other unknown resources answer { success: false } as the library does.
+  if ((path === '/organization/has-permission' || path === '/admin/has-permission') && isRecord(body)) {
+    for (const field of ['permissions', 'permission'] as const) {
+      const asked = body[field];
+      const inherited = isRecord(asked) ? Object.keys(asked).find((resource) => resource in Object.prototype) : undefined;
+      if (inherited !== undefined) throw invalid(field, `${field} names no resource called ${inherited}`);
+    }
+  }
   if (path === '/admin/set-role' && isRecord(body)) refuseUnknownRole('role', body.role);
   if (path === '/admin/create-user' && isRecord(body) && body.role !== undefined) refuseUnknownRole('role', body.role);
   if (path === '/admin/create-user' && isRecord(body) && !USER_FIELDS.name!(body.name)) throw invalid('name', NAME_RULE);

@@ -1,5 +1,5 @@
 import { APIError } from '@better-auth/core/error';
-import { isUniqueViolation, pgConstraint } from '../http/errors.ts';
+import { isUniqueViolation, pgCode, pgConstraint } from '../http/errors.ts';
 
 /**
  * The refusal of the unique index `member_one_per_account` (migration 20261127004100): a second membership of one
@@ -20,4 +20,19 @@ export function secondMembershipRefused(): APIError {
     code: 'USER_IS_ALREADY_A_MEMBER_OF_THIS_ORGANIZATION',
     message: 'User is already a member of this organization',
   });
+}
+
+/**
+ * The organization was deleted while a request on it ran: accept-invitation reads the organization, then inserts the
+ * member, and invite-member then inserts the invitation; a delete in between failed that insert on its foreign key,
+ * a 500 (review 82). Answered as the plugin answers an organization that is not there (the plugin puts the invitation
+ * back to pending when the member's insert fails; the organization's delete then removes it with the rest).
+ */
+export function isOrganizationGone(error: unknown): boolean {
+  const constraint = pgConstraint(error);
+  return pgCode(error) === '23503' && (constraint === 'member_organizationId_fkey' || constraint === 'invitation_organizationId_fkey');
+}
+
+export function organizationGoneRefused(): APIError {
+  return new APIError('BAD_REQUEST', { code: 'ORGANIZATION_NOT_FOUND', message: 'Organization not found' });
 }

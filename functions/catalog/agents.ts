@@ -1,4 +1,5 @@
 import type { z } from '@hono/zod-openapi';
+import { renameAgentClient } from '../auth/index.ts';
 import { conflict, isUniqueViolation, notFound, pgConstraint } from '../http/errors.ts';
 import { afterCursor, finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
@@ -217,6 +218,7 @@ export async function updateAgent(db: Db, agentId: string, patch: AgentPatch, no
       slugConflict(err, patch.slug);
     }
     if (!row) throw notFound('Agent', { agentId });
+    if (patch.name) await renameAgentClient(trx, agentId, patch.name, now);
     if (patch.tags) await setAgentTags(trx, agentId, patch.tags, now);
     if (patch.capabilities) await replaceContent(trx, now, { kind: 'capabilities', agentId, items: patch.capabilities });
     if (patch.steps) await replaceContent(trx, now, { kind: 'steps', agentId, items: patch.steps });

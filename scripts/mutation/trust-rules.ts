@@ -2204,6 +2204,14 @@ export const mutations: Mutation[] = [
     replace: '    const reader = principal?.userId ?? null;',
     tests: ['tests/catalog/engagement-by-agents.test.ts'],
   },
+  {
+    rule: 5,
+    name: "a revoked token reads its agent's public paths as anonymous, 200 instead of 401 (review 82)",
+    file: 'functions/catalog/routes/viewer.ts',
+    find: "err.code === 'UNAUTHORIZED' && !(namesAnAgent(c) && /^bearer\\s/i.test(c.req.header('authorization') ?? ''))) return null;",
+    replace: "err.code === 'UNAUTHORIZED') return null;",
+    tests: ['tests/oauth/bearer-only.test.ts'],
+  },
 ];
 
 const editsOf = (m: Mutation) => [{ find: m.find, replace: m.replace, file: m.file }, ...(m.also ?? []).map((e) => ({ ...e, file: e.file ?? m.file }))];

@@ -255,3 +255,34 @@ describe('free text the library stores and shows back (review 52: 900 KB in each
     expect(updated.body.name).toBe('Renamed');
   });
 });
+
+describe('the permission checks (review 82)', () => {
+  let asker: TestUser; // any signed-in account
+  beforeAll(async () => {
+    asker = await signUp(t);
+  });
+  const ask = (path: string, json: unknown) => t.http.post(`/api/auth${path}`, { cookie: asker.cookie, headers: { origin: t.baseUrl }, json });
+
+  it('a resource named like an Object.prototype member is a 400 from any signed-in account, not a 500', async () => {
+    // the library looked the name up in the role's statements, found Object's own function and threw
+    for (const resource of ['constructor', 'toString', 'hasOwnProperty', '__proto__']) {
+      const permissions = JSON.parse(`{"${resource}":["read"]}`);
+      const org = await ask('/organization/has-permission', { organizationId, permissions });
+      const platform = await ask('/admin/has-permission', { permissions });
+      expect([resource, org.status, org.body.code, platform.status, platform.body.code]).toEqual([resource, 400, 'VALIDATION_ERROR', 400, 'VALIDATION_ERROR']);
+    }
+  });
+
+  it('answers as the library does for its own resources and for unknown ones', async () => {
+    const own = await t.http.post('/api/auth/organization/has-permission', {
+      cookie: owner.cookie,
+      headers: { origin: t.baseUrl },
+      json: { organizationId, permissions: { member: ['create'] } },
+    });
+    expect([own.status, own.body.success]).toEqual([200, true]);
+    const unknown = await ask('/admin/has-permission', { permissions: { spaceship: ['fly'] } });
+    expect([unknown.status, JSON.parse(unknown.text).success]).toEqual([200, false]);
+    const notAdmin = await ask('/admin/has-permission', { permissions: { user: ['list'] } });
+    expect([notAdmin.status, JSON.parse(notAdmin.text).success]).toEqual([200, false]);
+  });
+});

@@ -142,3 +142,52 @@ describe('one account, one membership per organization (review 24)', () => {
     expect(await pendingTo(orgId, alt.email)).toHaveLength(1);
   });
 });
+
+describe('the organization deleted while a request on it runs (review 82)', () => {
+  const withOrigin = (u: TestUser) => ({ cookie: u.cookie, headers: { origin: t.baseUrl } });
+
+  /** Holds the organization's row as its delete does, until `insertLike` waits for it; then deletes it and commits. */
+  async function deletedWhile<T>(organizationId: string, insertLike: string, request: () => Promise<T>): Promise<T> {
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const deleter = locker.begin(async (tx) => {
+      await tx`select 1 from organization where id = ${organizationId} for update`;
+      locked();
+      await released;
+      await tx`delete from organization where id = ${organizationId}`;
+    });
+    await isLocked;
+    const pending = request();
+    await eventually(`${insertLike} waits for the organization row`, async () => (await statementsWaitingForLock(t.db, insertLike)) >= 1);
+    release();
+    await deleter;
+    return pending;
+  }
+
+  it('accept-invitation and invite-member answer 400 ORGANIZATION_NOT_FOUND, not 500, and log no error', async () => {
+    const owner = await signUp(t, { verified: true });
+    const invitee = await signUp(t, { verified: true });
+    const made = async (name: string) => {
+      const org = await t.http.post('/api/auth/organization/create', { ...withOrigin(owner), json: { name, slug: `gone-${randomUUID().slice(0, 8)}` } });
+      expect(org.status, org.text).toBe(200);
+      return org.body.id as string;
+    };
+    const first = await made('Going away');
+    const inv = await t.http.post('/api/auth/organization/invite-member', { ...withOrigin(owner), json: { email: invitee.email, role: 'member', organizationId: first } });
+    expect(inv.status, inv.text).toBe(200);
+    const before = t.logs.length;
+    const accepted = await deletedWhile(first, '%insert into "member"%', () =>
+      t.http.post('/api/auth/organization/accept-invitation', { ...withOrigin(invitee), json: { invitationId: inv.body.id } }),
+    );
+    expect([accepted.status, accepted.body.code]).toEqual([400, 'ORGANIZATION_NOT_FOUND']);
+
+    const second = await made('Going away too');
+    const invited = await deletedWhile(second, '%insert into "invitation"%', () =>
+      t.http.post('/api/auth/organization/invite-member', { ...withOrigin(owner), json: { email: `x-${randomUUID()}@example.test`, role: 'member', organizationId: second } }),
+    );
+    expect([invited.status, invited.body.code]).toEqual([400, 'ORGANIZATION_NOT_FOUND']);
+    expect(t.logs.slice(before).filter((l) => l.level === 'error').map((l) => l.message)).toEqual([]);
+  });
+});

@@ -82,6 +82,20 @@ describe('revocation whatever the hint says (RFC 7009 §2.1)', () => {
     expect((await t.http.get('/me', { bearer: tokens.accessToken })).status).toBe(401);
   });
 
+  it("a revoked token is a 401 on its agent's public reads too, as /openapi.json says (review 82: they answered 200 as anonymous)", async () => {
+    const tokens = await accessTokenFor(t, user, { agentId: x.agentId });
+    const paths = [`/agents/${x.agentId}`, `/agents/${x.agentId}/reviews`, `/agents/${x.agentId}/pricing`];
+    for (const path of paths) expect([path, (await t.http.get(path, { bearer: tokens.accessToken })).status]).toEqual([path, 200]);
+    expect((await postForm(t, '/api/auth/oauth2/revoke', client, { token: tokens.accessToken })).status).toBe(200);
+    for (const path of paths) {
+      const res = await t.http.get(path, { bearer: tokens.accessToken });
+      expect([path, res.status, res.body.error?.code]).toEqual([path, 401, 'UNAUTHORIZED']);
+      expect([path, (await t.http.get(path)).status]).toEqual([path, 200]); // anonymous still reads them
+    }
+    // the catalog's list names no agent: the token reads it as anyone (no 401 is documented there)
+    expect((await t.http.get('/agents', { bearer: tokens.accessToken })).status).toBe(200);
+  });
+
   it('attack: a refresh token sent with token_type_hint=access_token is revoked, not only answered 200', async () => {
     const tokens = await accessTokenFor(t, user, { agentId: x.agentId });
     const res = await postForm(t, '/api/auth/oauth2/revoke', client, { token: tokens.refreshToken!, token_type_hint: 'access_token' });

@@ -249,4 +249,15 @@ describe("the agent's client still works", () => {
     const prelogin = await t.http.post('/api/auth/oauth2/public-client-prelogin', { json: { client_id: agent.clientId } });
     expect(prelogin.status).toBe(400);
   });
+
+  test("names the agent as it is called now: a rename renames its client (review 82: the consent page showed the old name)", async () => {
+    const renamed = `${agent.name} (renamed)`;
+    const res = await t.http.patch(`/agents/${agent.agentId}`, { cookie: admin.cookie, json: { name: renamed } });
+    expect(res.status, res.text).toBe(200);
+    const read = await t.http.get(`/api/auth/oauth2/public-client?client_id=${encodeURIComponent(agent.clientId)}`, { cookie: user.cookie });
+    expect(read.body.client_name).toBe(renamed);
+    // a patch that leaves the name alone leaves the client's alone
+    expect((await t.http.patch(`/agents/${agent.agentId}`, { cookie: admin.cookie, json: { description: 'Still the same agent' } })).status).toBe(200);
+    expect((await t.http.get(`/api/auth/oauth2/public-client?client_id=${encodeURIComponent(agent.clientId)}`, { cookie: user.cookie })).body.client_name).toBe(renamed);
+  });
 });
