@@ -139,7 +139,7 @@ export const mutations: Mutation[] = [
     rule: 4,
     name: "a purchase claim takes the user's row before the credential row (a password change beside it deadlocks)",
     // the newest restatement of billing_claim_purchase (first in 20261125001100_purchase_claim_lock_order.sql)
-    file: 'supabase/migrations/20261127000700_takeover_ends_consents.sql',
+    file: 'supabase/migrations/20261127006100_customer_links_follow_stripe.sql',
     find: `  perform 1 from account a where a."userId" = p_user_id and a."providerId" = 'credential' for update;`,
     replace: '  perform 1;',
     tests: ['tests/billing/claim-lock-order.pg-only.test.ts'],
@@ -148,7 +148,7 @@ export const mutations: Mutation[] = [
     rule: 4,
     name: 'a claim of a purchase given up (refunded, canceled) goes through: the purchase is served and refunded',
     // the newest restatement of billing_claim_purchase (the check came in 20261126001800)
-    file: 'supabase/migrations/20261127000700_takeover_ends_consents.sql',
+    file: 'supabase/migrations/20261127006100_customer_links_follow_stripe.sql',
     find: '  if v_claim.abandoned_at is not null then',
     replace: '  if false then',
     tests: ['tests/billing/unclaimed-purchases.test.ts', 'tests/billing/unclaimed-purchase-race.pg-only.test.ts'],
@@ -156,7 +156,7 @@ export const mutations: Mutation[] = [
   {
     rule: 4,
     name: "a purchase claim leaves the consents the unverified holder gave (their agent signs the owner in silently)",
-    file: 'supabase/migrations/20261127000700_takeover_ends_consents.sql',
+    file: 'supabase/migrations/20261127006100_customer_links_follow_stripe.sql',
     find: '    perform public.mailbox_takes_account_back(p_user_id); -- (added in 20261127000700: the holder\'s consents end)',
     replace: '    perform 1;',
     tests: ['tests/billing/anonymous-checkout.test.ts'],
