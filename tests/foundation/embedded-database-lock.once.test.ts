@@ -34,8 +34,24 @@ afterAll(() => {
 
 /** A command run to its end, as `npm run <script>` (npm puts the project's Node 24 first on PATH). */
 function npmRun(script: string, ...args: string[]) {
-  const run = spawnSync('npm', ['run', '--silent', script, ...(args.length ? ['--', ...args] : [])], { cwd: root, env, encoding: 'utf8', timeout: 120_000 });
-  return { status: run.status, stdout: run.stdout, stderr: run.stderr };
+  return runToEnd('npm', ['run', '--silent', script, ...(args.length ? ['--', ...args] : [])]);
+}
+
+/** A child process run to its end without blocking this worker, so several run at once (each loads the service). */
+function runToEnd(command: string, args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.on('data', (d) => (stdout += d));
+    child.stderr!.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
+    child.once('error', reject);
+    child.once('close', (status) => {
+      clearTimeout(timer);
+      resolve({ status, stdout, stderr });
+    });
+  });
 }
 
 const adminClient = (name: string) => npmRun('admin-client', '--redirect-uri', 'http://127.0.0.1:8787/callback', '--name', name);
@@ -98,16 +114,20 @@ describe('the embedded database, one process at a time', () => {
     const pid = servicePid(server)!;
     expect(readFileSync(lockFile, 'utf8')).toBe(String(pid));
 
-    const beside = adminClient('Lock test: beside the server');
+    // all four at once (each is refused on its own; run one after another they took half a minute)
+    const second = npmStart(await freePort());
+    const [beside, migrate, seed, secondExit] = await Promise.all([
+      adminClient('Lock test: beside the server'),
+      npmRun('migrate'),
+      runToEnd(process.execPath, ['scripts/seed.ts']),
+      second.exited,
+    ]);
     expect({ status: beside.status, stderr: beside.stderr }).toEqual({ status: 3, stderr: expect.stringMatching(REFUSAL) });
     expect(beside.stderr).toContain(`process ${pid}`);
     expect(beside.stdout).not.toContain('clientSecret');
-    const migrate = npmRun('migrate');
     expect({ status: migrate.status, stderr: migrate.stderr }).toEqual({ status: 3, stderr: expect.stringMatching(REFUSAL) });
-    const seed = spawnSync(process.execPath, ['scripts/seed.ts'], { cwd: root, env, encoding: 'utf8', timeout: 120_000 });
     expect({ status: seed.status, stderr: seed.stderr }).toEqual({ status: 3, stderr: expect.stringMatching(REFUSAL) });
-    const second = npmStart(await freePort());
-    expect(await second.exited).toBe(3);
+    expect(secondExit).toBe(3);
     expect(second.output()).toMatch(REFUSAL);
 
     // The server holding it goes on, and keeps its lock.
@@ -119,7 +139,7 @@ describe('the embedded database, one process at a time', () => {
     // Stopped, it let the lock go; the refused command had written nothing, and run now it writes its client.
     expect(existsSync(lockFile)).toBe(false);
     expect(await clientsNamed('Lock test: beside the server')).toBe(0);
-    const after = adminClient('Lock test: after the server');
+    const after = await adminClient('Lock test: after the server');
     expect(after.status, after.stderr).toBe(0);
     expect(JSON.parse(after.stdout.slice(0, after.stdout.lastIndexOf('}') + 1))).toMatchObject({ clientId: expect.any(String) });
     expect(existsSync(lockFile)).toBe(false);
@@ -131,14 +151,14 @@ describe('the embedded database, one process at a time', () => {
     const deadPid = Number(gone.stdout.trim());
     expect(deadPid).toBeGreaterThan(0);
     writeFileSync(lockFile, String(deadPid));
-    const client = adminClient('Lock test: stale lock');
+    const client = await adminClient('Lock test: stale lock');
     expect(client.status, client.stderr).toBe(0);
     expect(existsSync(lockFile)).toBe(false);
     expect(await clientsNamed('Lock test: stale lock')).toBe(1);
 
     // A lock file with no pid in it (its process killed while taking it) is stale too.
     writeFileSync(lockFile, '');
-    expect(npmRun('migrate').status).toBe(0);
+    expect((await npmRun('migrate')).status).toBe(0);
     expect(existsSync(lockFile)).toBe(false);
   }, 120_000);
 });
