@@ -2205,6 +2205,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/catalog/engagement-by-agents.test.ts'],
   },
   {
+    rule: 18,
+    name: "a user's renewal in the portal while the agent is deleted keeps the round's mark: the restore undoes their next cancel (review 81)",
+    file: 'supabase/migrations/20261127006100_customer_links_follow_stripe.sql',
+    find: "  if old.cancel_at_period_end and not new.cancel_at_period_end and new.status <> 'canceled'",
+    replace: "  if false and old.cancel_at_period_end and not new.cancel_at_period_end and new.status <> 'canceled'",
+    tests: ['tests/billing/deleted-agents-resume.test.ts'],
+  },
+  {
     rule: 5,
     name: "a revoked token reads its agent's public paths as anonymous, 200 instead of 401 (review 82)",
     file: 'functions/catalog/routes/viewer.ts',
