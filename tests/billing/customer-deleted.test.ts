@@ -18,6 +18,27 @@ beforeAll(async () => {
 });
 afterAll(() => w.close());
 
+/** A user who paid once, whose Stripe customer was then deleted at Stripe (its events delivered). */
+async function userWithDeletedCustomer(verified: boolean) {
+  const user = await signUp(w.t, { verified });
+  const bought = await buyPaidTier(w, user, (await paidTier(w, (await activeAgent(w)).id)).id);
+  w.fake.deleteCustomer(w.fake.subscriptions.get(bought.stripeSubscriptionId)!.customer as string);
+  await deliverPending(w);
+  return user;
+}
+
+/** The user buys another agent signed out, typing their own address on Stripe's page (under a customer Checkout makes). */
+async function signedOutPurchase(email: string) {
+  const agent = await activeAgent(w);
+  const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: (await paidTier(w, agent.id)).id } });
+  const stripeSub = w.fake.completeCheckout(start.body.data.sessionId, { email });
+  await deliverPending(w);
+  return { agent, stripeSub, sessionId: start.body.data.sessionId as string };
+}
+
+/** The user's link to a Stripe customer. */
+const linkOf = (userId: string) => first(w.t.db, sql`select stripe_customer_id, deleted_at from billing_customers where user_id = ${userId}`);
+
 describe('a Stripe customer deleted at Stripe', () => {
   it('ends its subscriptions here, and its user buys again with a new customer; the portal waits for that checkout', async () => {
     const agent = await activeAgent(w);
@@ -97,32 +118,17 @@ describe('a Stripe customer deleted at Stripe', () => {
   });
 
   it('a purchase made signed out by a user whose customer was deleted links its new customer: the portal opens on it', async () => {
-    const user = await signUp(w.t, { verified: true });
-    const bought = await buyPaidTier(w, user, (await paidTier(w, (await activeAgent(w)).id)).id);
-    w.fake.deleteCustomer(w.fake.subscriptions.get(bought.stripeSubscriptionId)!.customer as string);
-    await deliverPending(w);
-
-    const agent = await activeAgent(w);
-    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: (await paidTier(w, agent.id)).id } });
-    const stripeSub = w.fake.completeCheckout(start.body.data.sessionId, { email: user.email });
-    await deliverPending(w);
+    const user = await userWithDeletedCustomer(true);
+    const { agent, stripeSub } = await signedOutPurchase(user.email);
     expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).status).toBe(200);
-    const link = await first(w.t.db, sql`select stripe_customer_id, deleted_at from billing_customers where user_id = ${user.userId}`);
-    expect(link).toEqual({ stripe_customer_id: stripeSub.customer, deleted_at: null });
+    expect(await linkOf(user.userId)).toEqual({ stripe_customer_id: stripeSub.customer, deleted_at: null });
     expect((await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'overview' } })).status).toBe(200);
   });
 
   it('a purchase claimed by a user whose customer was deleted links its customer, as the placement does (review 81)', async () => {
-    const user = await signUp(w.t); // not verified: a signed-out purchase with this address waits for its claim link
-    const bought = await buyPaidTier(w, user, (await paidTier(w, (await activeAgent(w)).id)).id);
-    w.fake.deleteCustomer(w.fake.subscriptions.get(bought.stripeSubscriptionId)!.customer as string);
-    await deliverPending(w);
-
-    const agent = await activeAgent(w);
-    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: (await paidTier(w, agent.id)).id } });
-    const stripeSub = w.fake.completeCheckout(start.body.data.sessionId, { email: user.email });
-    await deliverPending(w);
-    expect((await completeAnonymous(w, start.body.data.sessionId)).status).toBe(202);
+    const user = await userWithDeletedCustomer(false); // not verified: a signed-out purchase with this address waits for its claim link
+    const { stripeSub, sessionId } = await signedOutPurchase(user.email);
+    expect((await completeAnonymous(w, sessionId)).status).toBe(202);
     const mail = (await mailsTo(w.t, user.email)).find((m) => m.subject === 'Confirm your Agent Marketplace purchase')!;
     const claimed = await w.t.http.post('/checkout/anonymous/claim', { json: { token: linkIn(mail).searchParams.get('token')! } });
     expect(claimed.status, claimed.text).toBe(200);
@@ -131,24 +137,19 @@ describe('a Stripe customer deleted at Stripe', () => {
     expect(reset.status, reset.text).toBe(200);
     const me = await signIn(w.t, { email: user.email, password: 'claimant chose this' });
     expect((await w.t.http.post('/me/billing-portal', { cookie: me.cookie, json: { flow: 'overview' } })).status).toBe(200);
-    const link = await first(w.t.db, sql`select stripe_customer_id, deleted_at from billing_customers where user_id = ${user.userId}`);
-    expect(link).toEqual({ stripe_customer_id: stripeSub.customer, deleted_at: null });
+    expect(await linkOf(user.userId)).toEqual({ stripe_customer_id: stripeSub.customer, deleted_at: null });
   });
 
   it("the link moves to the customer of a purchase the user still pays for under another customer (review 81)", async () => {
     const user = await signUp(w.t, { verified: true });
     const bought = await buyPaidTier(w, user, (await paidTier(w, (await activeAgent(w)).id)).id);
-    const agent = await activeAgent(w);
-    const start = await w.t.http.post('/checkout/anonymous', { json: { tierId: (await paidTier(w, agent.id)).id } });
-    const signedOut = w.fake.completeCheckout(start.body.data.sessionId, { email: user.email });
-    await deliverPending(w);
+    const { agent, stripeSub } = await signedOutPurchase(user.email);
 
     w.fake.deleteCustomer(w.fake.subscriptions.get(bought.stripeSubscriptionId)!.customer as string);
     await deliverPending(w);
     expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).body.data.status).toBe('active');
     const portal = await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'overview' } });
     expect([portal.status, portal.body.error?.message]).toEqual([200, undefined]);
-    const link = await first(w.t.db, sql`select stripe_customer_id, deleted_at from billing_customers where user_id = ${user.userId}`);
-    expect(link).toEqual({ stripe_customer_id: signedOut.customer, deleted_at: null });
+    expect(await linkOf(user.userId)).toEqual({ stripe_customer_id: stripeSub.customer, deleted_at: null });
   });
 });
