@@ -9,7 +9,8 @@
  *   npm start                                    # another terminal: the service on http://127.0.0.1:8000
  *   npx node examples/quickstart/quickstart.ts   # MARKETPLACE_URL, ADMIN_EMAIL, ADMIN_PASSWORD to override
  *
- * With nothing set it signs in as the demo admin that `npm start` created (.data/admin-credentials.json).
+ * With nothing set it signs in as the demo admin that `npm start` created (.data/admin-credentials.json; under
+ * DATA_DIR when the server was started with one: give the script the same DATA_DIR).
  * The test suite runs this file against the real service (tests/foundation/quickstart.test.ts), so it cannot rot.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
@@ -23,7 +24,7 @@ function adminCredentials(): { email: string; password: string } {
   if (process.env.ADMIN_EMAIL && process.env.ADMIN_PASSWORD) return { email: process.env.ADMIN_EMAIL, password: process.env.ADMIN_PASSWORD };
   const file = `${process.env.DATA_DIR ?? '.data'}/admin-credentials.json`;
   if (existsSync(file)) return JSON.parse(readFileSync(file, 'utf8'));
-  throw new Error('Set ADMIN_EMAIL and ADMIN_PASSWORD (a platform admin of the marketplace)');
+  throw new Error(`Set ADMIN_EMAIL and ADMIN_PASSWORD (a platform admin of the marketplace), or DATA_DIR to the server's (no ${file})`);
 }
 
 const step = (text: string) => console.log(`\n== ${text}`);

@@ -201,6 +201,21 @@ const modelAnswer = (description: string, model: string, list = false) => {
  */
 const jsonAnswer = (description: string, schema: Json) => ({ description, content: { 'application/json': { schema } } });
 const withAnswer = (answer: Json) => (op: Json) => ({ ...op, responses: { ...op.responses, 200: answer } });
+/**
+ * The 302 of authorize goes to the sign-in or consent page as well as to the client (the library says "Redirect to
+ * client with code or error": review 84, a newcomer's script followed it and did not expect the consent page).
+ */
+const authorizeRedirect = (op: Json) => {
+  const found = (op.responses as Json | undefined)?.[302] as Json | undefined;
+  if (!found) return op;
+  return {
+    ...op,
+    responses: {
+      ...op.responses,
+      302: { ...found, description: "Redirect to the sign-in page, the consent page (`consent_code`), or the client's redirect_uri with the code or an error" },
+    },
+  };
+};
 /** `{"redirect": true, "url"}`: what the library answers a `fetch` (Sec-Fetch-Mode: cors) where a browser gets a 302. */
 const redirectSchema = {
   type: 'object',
@@ -208,9 +223,10 @@ const redirectSchema = {
   required: ['redirect', 'url'],
 };
 /** authorize, by GET or POST: a navigation gets the 302, a fetch the 200 of AUTHORIZE_NOTE (review 77: only the 302 was listed). */
-const authorizeAnswers = withAnswer(
-  jsonAnswer('A `fetch`/XHR caller: where to send the browser (the sign-in, consent or error page, or the redirect URI)', redirectSchema),
-);
+const authorizeAnswers = (op: Json) =>
+  authorizeRedirect(
+    withAnswer(jsonAnswer('A `fetch`/XHR caller: where to send the browser (the sign-in, consent or error page, or the redirect URI)', redirectSchema))(op),
+  );
 /** An organization read that answers null when the user has no active organization and names none. */
 const organizationOrNull = (description: string) => withAnswer(jsonAnswer(description, { anyOf: [{ $ref: '#/components/schemas/AuthOrganization' }, { type: 'null' }] }));
 /** has-permission answers `{ error: null, success }` (the library documents `error` as a string). */

@@ -47,6 +47,9 @@ describe("the auth library's answers as /openapi.json documents them", () => {
     expect(res.body).toMatchObject({ redirect: true });
     documented('get', '/api/auth/oauth2/authorize', res);
     expect(doc.paths['/api/auth/oauth2/authorize'].post.responses['200']).toEqual(doc.paths['/api/auth/oauth2/authorize'].get.responses['200']);
+    // a first authorization's 302 goes to the consent page, not the client (review 84: the library says only "client")
+    expect(res.body.url).toContain('/consent?consent_code=');
+    for (const method of ['get', 'post']) expect(doc.paths['/api/auth/oauth2/authorize'][method].responses['302'].description).toMatch(/consent page/);
   });
 
   it("the reset mail's link with a dead token: 302", async () => {

@@ -11208,7 +11208,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Redirect to client with code or error */
+            /** @description Redirect to the sign-in page, the consent page (`consent_code`), or the client's redirect_uri with the code or an error */
             302: {
                 headers: {
                     /** @description Redirect URI with code or error */
@@ -11335,7 +11335,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Redirect to client with code or error */
+            /** @description Redirect to the sign-in page, the consent page (`consent_code`), or the client's redirect_uri with the code or an error */
             302: {
                 headers: {
                     /** @description Redirect URI with code or error */
