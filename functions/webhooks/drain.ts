@@ -117,14 +117,28 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
   // endpoint wait for it, round after round. The claim gives each endpoint one delivery at a time, so a delivered one
   // lets the next to that endpoint go, in order, in the same drain.
   // `attempted` counts a delivery from its claim on, so slots claiming at once stay within the limit.
+  // Each endpoint gets its share of the limit: at most limit / (endpoints this drain has claimed for), so far. Without
+  // it a receiver that answers at once, with a backlog its agent made (holds left to expire are an event each), took
+  // nearly the whole limit while another agent's receiver of 400 ms waited on its first answer: that agent got a few
+  // deliveries per drain, its events piled up and, 72 hours on, were failed unsent (review 83). An endpoint alone
+  // still has the whole limit.
+  const perEndpoint = new Map<string, number>();
+  const counted = (claimed: Claimed[]) => {
+    for (const d of claimed) perEndpoint.set(d.endpointId, (perEndpoint.get(d.endpointId) ?? 0) + 1);
+  };
+  const hadTheirShare = () => {
+    const share = Math.ceil(limit / Math.max(1, perEndpoint.size));
+    return [...perEndpoint].filter(([, n]) => n >= share).map(([endpointId]) => endpointId);
+  };
   const claimOne = async () => {
     if (result.attempted >= limit || options.signal?.aborted) return undefined;
     result.attempted += 1;
     const claimId = crypto.randomUUID();
     try {
-      const { claimed: [delivery], unsent } = await claim(deps, claimId, 1);
+      const { claimed: [delivery], unsent } = await claim(deps, claimId, 1, hadTheirShare());
       result.failed += unsent;
       if (!delivery) result.attempted -= 1;
+      else counted([delivery]);
       return delivery && { claimId, delivery };
     } catch (err) {
       // Review 25: a claim that threw rejected the whole drain while its other slots went on unobserved. Now it ends
@@ -151,7 +165,8 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
   };
   if (options.signal?.aborted) return result;
   const claimId = crypto.randomUUID();
-  const { claimed: firstClaimed, unsent } = await claim(deps, claimId, Math.min(SLOTS, limit));
+  const { claimed: firstClaimed, unsent } = await claim(deps, claimId, Math.min(SLOTS, limit), []);
+  counted(firstClaimed);
   result.attempted = firstClaimed.length;
   result.failed += unsent;
   await Promise.all(firstClaimed.map((delivery) => slot({ claimId, delivery })));
@@ -165,18 +180,19 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
  * seen only here), so it does not stay at the head of its endpoint's queue; the claim then runs again for the
  * deliveries behind it. `unsent` counts those.
  */
-async function claim(deps: WebhookDrainDeps, claimId: string, n: number): Promise<{ claimed: Claimed[]; unsent: number }> {
+async function claim(deps: WebhookDrainDeps, claimId: string, n: number, skipped: string[]): Promise<{ claimed: Claimed[]; unsent: number }> {
   const claimed: Claimed[] = [];
   let unsent = 0;
   for (;;) {
-    const got = await claimRound(deps, claimId, n - claimed.length);
+    const got = await claimRound(deps, claimId, n - claimed.length, skipped);
     claimed.push(...got.claimed);
     unsent += got.unsent;
     if (got.unsent === 0 || claimed.length >= n) return { claimed, unsent };
   }
 }
 
-async function claimRound(deps: WebhookDrainDeps, claimId: string, n: number): Promise<{ claimed: Claimed[]; unsent: number }> {
+/** `skipped`: endpoints that had their share of this drain (their heads wait for the next one). */
+async function claimRound(deps: WebhookDrainDeps, claimId: string, n: number, skipped: string[]): Promise<{ claimed: Claimed[]; unsent: number }> {
   const now = deps.clock.now();
   // Before the claim is sent, so never later than the lease's end the database writes.
   const leaseEnds = leaseEndsAt(LEASE_MS);
@@ -197,7 +213,7 @@ async function claimRound(deps: WebhookDrainDeps, claimId: string, n: number): P
           cross join lateral (select d.id, d.next_attempt_at, d.event_seq, d.claim_id from public.webhook_deliveries d
                               where d.endpoint_id = e.id and d.status = 'pending'
                               order by d.event_seq limit 1) h
-          where e.enabled and ${claimable('h', now)}
+          where e.enabled and ${claimable('h', now)} and e.id <> all (${skipped}::uuid[])
         ), due as (
           select d.id
           from public.webhook_deliveries d join heads on heads.id = d.id

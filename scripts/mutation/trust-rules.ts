@@ -2213,6 +2213,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/billing/deleted-agents-resume.test.ts'],
   },
   {
+    rule: 23,
+    name: "one agent's fast receiver with a backlog takes a drain's whole limit: another agent's events wait and fail unsent (review 83)",
+    file: 'functions/webhooks/drain.ts',
+    find: " and e.id <> all (${skipped}::uuid[])",
+    replace: '',
+    tests: ['tests/webhooks/drain-fair-share.pg-only.test.ts'],
+  },
+  {
     rule: 5,
     name: "a revoked token reads its agent's public paths as anonymous, 200 instead of 401 (review 82)",
     file: 'functions/catalog/routes/viewer.ts',
