@@ -44,7 +44,8 @@ update public.metric_definitions set unit = nullif(pg_temp.flattened(unit), '')
 -- A tier's new name is compared with what each other tier of its agent is called after this: its name as it is when
 -- that is one line already, else its own new base name (both changed alike take the suffix). Comparing with the other's
 -- flattened name alone let two names that flatten to nothing both become 'Plan', and the unique name of an agent's
--- tiers aborted the migration (review 81; corrected here: a database where it ran had no such names).
+-- tiers aborted the migration (review 81). Corrected in place: a database this migration already ran on keeps what it
+-- wrote (migrations are tracked by version), and one it aborted on can now be migrated.
 update public.tiers t
    set name = coalesce(nullif(pg_temp.flattened(t.name), ''), 'Plan')
               || case when exists (select 1 from public.tiers o
