@@ -108,15 +108,22 @@ describe('one account, one membership per organization (review 24)', () => {
     const { owner, admin, alt, orgId } = await orgWithAdminAndSecondAccount();
     const first = await invite(admin, orgId, alt.email, 'admin');
     expect(first.status, first.text).toBe(200);
-    // The acceptance and a second invitation, both past their reads (not yet a member, nothing pending) and waiting.
-    const [joined, second] = await whileTheOrganizationIsHeld(
-      orgId,
-      [
-        { pattern: '%insert into "member"%', count: 1 },
-        { pattern: '%insert into "invitation"%', count: 1 },
-      ],
-      () => Promise.all([accept(alt, first.body.id), invite(admin, orgId, alt.email, 'admin')]),
-    );
+    // The acceptance waiting at its membership's insert (past its reads: not yet a member), then a second invitation
+    // waiting at its own insert. In that order: sent at once, the invitation's trigger could cancel the first
+    // invitation before the acceptance marked it, and the acceptance then waited on that row, never reaching its insert
+    // (the test timed out under CI's load; one run in many).
+    const held = await holdOpen(locker, (tx) => tx`select 1 from organization where id = ${orgId} for update`);
+    let joining: ReturnType<typeof accept> | undefined;
+    let inviting: ReturnType<typeof invite> | undefined;
+    try {
+      joining = accept(alt, first.body.id);
+      await eventually('the acceptance waits at its insert', async () => (await statementsWaitingForLock(t.db, '%insert into "member"%')) >= 1);
+      inviting = invite(admin, orgId, alt.email, 'admin');
+      await eventually('the invitation waits at its insert', async () => (await statementsWaitingForLock(t.db, '%insert into "invitation"%')) >= 1);
+    } finally {
+      await held.release();
+    }
+    const [joined, second] = await Promise.all([joining, inviting!]);
     expect([joined.status, second.status]).toEqual([200, 200]);
     expect(await pendingTo(orgId, alt.email)).toEqual([second.body.id]);
 

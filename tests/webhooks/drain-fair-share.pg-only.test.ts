@@ -86,7 +86,7 @@ describe("another agent's fast receiver and a drain's limit", () => {
 
   it("attack: an honest receiver that always answers 2xx loses no event to another agent's backlog over days", { timeout: 120_000 }, async () => {
     const [hostile, honest] = [await insertAgent(t.db), await insertAgent(t.db)];
-    const [fast, normal] = [await receiver(0), await receiver(200)];
+    const [fast, normal] = [await receiver(0), await receiver(100)];
     await endpointFor(hostile.id, fast.url);
     const honestEndpoint = await endpointFor(honest.id, normal.url);
     const start = Date.now() - 110 * HOUR;
