@@ -94,12 +94,25 @@ export function agentBoundary(): MiddlewareHandler<AppEnv> {
   };
 }
 
-/** The agent the path names: an id, or a slug under /agents/by-slug/; undefined when it names none. */
-async function namedAgent(c: Context<AppEnv>): Promise<string | undefined> {
-  const agentId = c.req.param('agentId');
-  if (agentId && UUID_SHAPE.test(agentId)) return agentId.toLowerCase();
+/**
+ * What the route's path names of an agent, as written: its id (an :agentId parameter) or its slug under
+ * /agents/by-slug/; null when it names none. The one definition of "this path names an agent", for the agent
+ * boundary here and the public routes' bad-bearer 401 (catalog/routes/viewer.ts).
+ */
+export function agentInPath(c: Context<AppEnv>): { agentId: string } | { slug: string } | null {
+  // The slug first: middleware mounted on /agents/:agentId/* reads /agents/by-slug/x as agentId 'by-slug'.
   const slug = /^\/agents\/by-slug\/([^/]+)$/.exec(c.req.path)?.[1];
-  if (!slug) return undefined;
+  if (slug !== undefined) return { slug };
+  const agentId = c.req.param('agentId');
+  return agentId === undefined ? null : { agentId };
+}
+
+/** The agent the path names, resolved to its id; undefined when it names none (or none that can exist). */
+async function namedAgent(c: Context<AppEnv>): Promise<string | undefined> {
+  const named = agentInPath(c);
+  if (named === null) return undefined;
+  if ('agentId' in named) return UUID_SHAPE.test(named.agentId) ? named.agentId.toLowerCase() : undefined;
+  const slug = named.slug;
   let decoded: string;
   try {
     decoded = decodeURIComponent(slug);

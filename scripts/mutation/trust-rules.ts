@@ -2224,7 +2224,7 @@ export const mutations: Mutation[] = [
     rule: 5,
     name: "a revoked token reads its agent's public paths as anonymous, 200 instead of 401 (review 82)",
     file: 'functions/catalog/routes/viewer.ts',
-    find: "err.code === 'UNAUTHORIZED' && !(namesAnAgent(c) && /^bearer\\s/i.test(c.req.header('authorization') ?? ''))) return null;",
+    find: "err.code === 'UNAUTHORIZED' && !(agentInPath(c) !== null && /^bearer\\s/i.test(c.req.header('authorization') ?? ''))) return null;",
     replace: "err.code === 'UNAUTHORIZED') return null;",
     tests: ['tests/oauth/bearer-only.test.ts'],
   },

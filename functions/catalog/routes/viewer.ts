@@ -1,5 +1,5 @@
 import type { Context } from 'hono';
-import { publicCaller } from '../../http/access.ts';
+import { agentInPath, publicCaller } from '../../http/access.ts';
 import type { Principal } from '../../http/context.ts';
 import type { AppEnv } from '../../platform/app-types.ts';
 import { ApiError } from '../../http/errors.ts';
@@ -17,14 +17,9 @@ export async function viewer(c: Context<AppEnv>): Promise<Principal | null> {
   try {
     return await publicCaller(c);
   } catch (err) {
-    if (err instanceof ApiError && err.code === 'UNAUTHORIZED' && !(namesAnAgent(c) && /^bearer\s/i.test(c.req.header('authorization') ?? ''))) return null;
+    if (err instanceof ApiError && err.code === 'UNAUTHORIZED' && !(agentInPath(c) !== null && /^bearer\s/i.test(c.req.header('authorization') ?? ''))) return null;
     throw err;
   }
-}
-
-/** The route's path names an agent (its id, or a slug): where /openapi.json lists the bad bearer token's 401. */
-function namesAnAgent(c: Context<AppEnv>): boolean {
-  return c.req.param('agentId') !== undefined || c.req.path.startsWith('/agents/by-slug/');
 }
 
 export async function viewerIsAdmin(c: Context<AppEnv>): Promise<boolean> {
