@@ -58,12 +58,17 @@ export async function createPortalSession(
   const noAccount = () => invalidState('There is no billing account yet: the portal opens after a first paid checkout');
   if (!customer) throw noAccount();
   await takeBillingAllowance(deps, asker, 'portal');
+  const open = (customerId: string) => stripe.billingPortal.sessions.create({ customer: customerId, return_url: returnUrl });
   const session = await askStripe('the portal session', async () => {
     try {
-      return await stripe.billingPortal.sessions.create({ customer, return_url: returnUrl });
+      return await open(customer);
     } catch (err) {
-      // deleted at Stripe, its customer.deleted event not here yet: the same answer as once it is
-      throw (await forgetIfMissing(deps, customer, err)) ? noAccount() : err;
+      // Deleted at Stripe, its customer.deleted event not here yet: the same answer as once it is. Forgetting it may
+      // have moved the link to the customer of another subscription the user still pays for: the portal opens on that.
+      if (!(await forgetIfMissing(deps, customer, err))) throw err;
+      const next = await customerIdOf(deps, userId);
+      if (!next || next === customer) throw noAccount();
+      return open(next);
     }
   });
   return { url: session.url };
