@@ -123,9 +123,7 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
   // deliveries per drain, its events piled up and, 72 hours on, were failed unsent (review 83). An endpoint alone
   // still has the whole limit.
   const perEndpoint = new Map<string, number>();
-  const counted = (claimed: Claimed[]) => {
-    for (const d of claimed) perEndpoint.set(d.endpointId, (perEndpoint.get(d.endpointId) ?? 0) + 1);
-  };
+  const counted = (delivery: Claimed) => perEndpoint.set(delivery.endpointId, (perEndpoint.get(delivery.endpointId) ?? 0) + 1);
   const hadTheirShare = () => {
     const share = Math.ceil(limit / Math.max(1, perEndpoint.size));
     return [...perEndpoint].filter(([, n]) => n >= share).map(([endpointId]) => endpointId);
@@ -138,7 +136,7 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
       const { claimed: [delivery], unsent } = await claim(deps, claimId, 1, hadTheirShare());
       result.failed += unsent;
       if (!delivery) result.attempted -= 1;
-      else counted([delivery]);
+      else counted(delivery);
       return delivery && { claimId, delivery };
     } catch (err) {
       // Review 25: a claim that threw rejected the whole drain while its other slots went on unobserved. Now it ends
@@ -166,7 +164,7 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
   if (options.signal?.aborted) return result;
   const claimId = crypto.randomUUID();
   const { claimed: firstClaimed, unsent } = await claim(deps, claimId, Math.min(SLOTS, limit), []);
-  counted(firstClaimed);
+  firstClaimed.forEach(counted);
   result.attempted = firstClaimed.length;
   result.failed += unsent;
   await Promise.all(firstClaimed.map((delivery) => slot({ claimId, delivery })));
