@@ -4,7 +4,8 @@ import { configDefaults, defineConfig } from 'vitest/config';
 /**
  * Two projects run the same suite: `postgres` against a real PostgreSQL server (TEST_PG_URL, started by
  * scripts/test.ts) and `pglite` against the embedded database. scripts/test.ts picks which run.
- * `*.pg-only.test.ts` need a server and run in `postgres` only; `*.once.test.ts` need no database at all (type
+ * `*.pg-only.test.ts` need a server, or drive Chromium where the database tier changes nothing the browser shows (run
+ * on both, they cost CI about 50 s a second time), and run in `postgres` only; `*.once.test.ts` need no database at all (type
  * check, Deno, a child process, the Stripe fake) and run once, in `pglite`, the project that always runs.
  */
 const common = {

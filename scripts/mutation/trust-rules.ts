@@ -1971,7 +1971,7 @@ export const mutations: Mutation[] = [
     file: 'functions/admin/page.ts',
     find: '  const openedByTheAdmin = c.var.deps.authenticator.requestOfTheUser(c.req.raw);',
     replace: '  const openedByTheAdmin = true;',
-    tests: ['tests/admin/page-cross-site.test.ts'],
+    tests: ['tests/admin/page-cross-site.pg-only.test.ts'],
   },
   {
     rule: 29,

@@ -3,7 +3,7 @@ import { startTestApp, type TestApp } from '../support/app.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 
 /**
- * GET /admin over plain HTTP (the charts themselves are checked in Chromium, tests/browser/admin-page.test.ts):
+ * GET /admin over plain HTTP (the charts themselves are checked in Chromium, tests/browser/admin-page.pg-only.test.ts):
  * who gets the page, what others get, and that the page loads nothing from elsewhere.
  */
 let t: TestApp;

@@ -8,7 +8,7 @@ import { activeAgent, buyPaidTier, paidTier, startBillingWorld, type BillingWorl
  * The pages the service serves itself when there is no FRONTEND_URL (functions/http/built-in-pages.ts), beyond the
  * OAuth ones (tests/oauth/frontend-pages.test.ts): every link the service sends (the reset and invitation mails,
  * Stripe's default return addresses) opens one of them, each under a nonce-only CSP, unframeable, escaping what it
- * shows of the query; with FRONTEND_URL none is served. What their scripts do is in tests/browser/built-in-pages.test.ts.
+ * shows of the query; with FRONTEND_URL none is served. What their scripts do is in tests/browser/built-in-pages.pg-only.test.ts.
  */
 
 const PAGES = [

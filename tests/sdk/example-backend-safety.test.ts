@@ -8,7 +8,7 @@ import { meteredAgent, subscribe, type MeteredAgent } from '../metering/support.
 /**
  * The example agent backend (examples/agent-backend/app.ts) keeps its own users safe, since backends copy it (review
  * 28): driven in process (app.fetch) at its public URL, against the real service. The browser walk-through of the same
- * app is tests/browser/example-agent-backend.test.ts.
+ * app is tests/browser/example-agent-backend.pg-only.test.ts.
  */
 let t: TestApp;
 let agent: MeteredAgent;
