@@ -6,6 +6,7 @@ import {
   ApiError,
   createMeter,
   createOAuth,
+  NetworkError,
   NotFoundError,
   QuotaExceededError,
   SubscriptionRequiredError,
@@ -24,7 +25,12 @@ import {
  *  - each sign-in in progress is kept by its `state`, bound to the browser that started it (its own short cookie), so
  *    two tabs signing in at once both finish, and a callback of another browser's sign-in (login CSRF) is refused;
  *  - a denied consent, a sign-in that can no longer finish and a subscription that ended are pages, not 500s;
- *  - the forms that act (summarize, sign out) are refused when another site posts them (Origin, Sec-Fetch-Site).
+ *  - the forms that act (summarize, sign out) are refused when another site posts them (Origin, Sec-Fetch-Site);
+ *  - each Summarize the page offers is one user action with its own clientReqId, minted with the page and kept in the
+ *    session until its summary is written: when the marketplace's answer is lost (NetworkError, or a 503 that outlasted
+ *    the retries: the call may have been counted), the page offers to try that same action again, whose increment is then
+ *    a replay, not a second charge; a double click, or the same form sent again, is refused (review 86: a lost answer
+ *    was a bare 500 and the user's next click a new increment, counted twice for one summary).
  */
 
 export interface AgentBackendOptions {
@@ -42,6 +48,8 @@ export interface AgentBackendOptions {
 interface Session {
   tokens: TokenSet;
   lastSeen: number;
+  /** Summarize actions offered by this session's pages (each a clientReqId): ready, or under way. */
+  actions: Map<string, 'ready' | 'running'>;
 }
 
 /** A sign-in in progress, kept in the browser that started it (the sign-in cookie), never on the server. */
@@ -56,6 +64,8 @@ const SIGN_IN_MS = 10 * 60_000;
 const MAX_SESSIONS = 10_000;
 /** Sign-ins in progress one browser keeps at once (tabs); the oldest is forgotten beyond that. */
 const SIGN_INS_PER_BROWSER = 3;
+/** Summarize actions one session keeps offered at once (pages open in tabs); the oldest is forgotten beyond that. */
+const ACTIONS_PER_SESSION = 20;
 
 const newId = () => randomBytes(24).toString('base64url');
 
@@ -131,6 +141,17 @@ export function agentBackend(options: AgentBackendOptions) {
     page(html`<h1>Summarizer</h1><p id="status">Signed in, with no active subscription to this agent: subscribe at
       <a href="${options.marketplaceUrl}/agents/${options.agentId}">the marketplace</a>, then come back.</p>${signOutForm}`);
 
+  /** The Summarize form for one user action: its clientReqId, sent again as is when the user tries it again. */
+  const summarizeForm = (action: string, label = 'Summarize') =>
+    html`<form method="post" action="/summarize"><input type="hidden" name="action" value="${action}"><button id="summarize" type="submit">${label}</button></form>`;
+  const newAction = (s: Session) => {
+    const action = crypto.randomUUID();
+    bounded(s.actions, ACTIONS_PER_SESSION, action, 'ready');
+    return action;
+  };
+  // No answer from the marketplace, or only 502-504 until the retries were spent: the increment may have been counted.
+  const unconfirmed = (err: unknown) => err instanceof NetworkError || (err instanceof ApiError && err.status >= 502 && err.status <= 504);
+
   app.get('/', async (c) => {
     const s = sessionOf(c);
     if (!s) return c.html(signInPage());
@@ -139,7 +160,7 @@ export function agentBackend(options: AgentBackendOptions) {
       return c.html(
         page(html`<h1>Summarizer</h1>
           <p id="status">Signed in. <span id="quota">${usage.remaining ?? 'unlimited'} of ${usage.limit ?? 'unlimited'} left</span></p>
-          <form method="post" action="/summarize"><button id="summarize" type="submit">Summarize</button></form>${signOutForm}`),
+          ${summarizeForm(newAction(s))}${signOutForm}`),
       );
     } catch (err) {
       if (noSubscription(err)) return c.html(subscribePage());
@@ -193,7 +214,7 @@ export function agentBackend(options: AgentBackendOptions) {
     // A new session id at sign-in: whatever id this browser held before is not the signed-in user's (fixation).
     signOut(c);
     const id = newId();
-    bounded(sessions, MAX_SESSIONS, id, { tokens, lastSeen: Date.now() });
+    bounded(sessions, MAX_SESSIONS, id, { tokens, lastSeen: Date.now(), actions: new Map() });
     setCookie(c, SESSION_COOKIE, id, cookieOptions);
     return c.redirect('/');
   });
@@ -202,17 +223,37 @@ export function agentBackend(options: AgentBackendOptions) {
     if (!fromOwnPage(c)) return c.text('Forbidden: send this from the Summarizer page', 403);
     const s = sessionOf(c);
     if (!s) return c.redirect('/');
+    const action = (await c.req.parseBody().catch((): Record<string, unknown> => ({})))['action'];
+    // Only an action this session's page offered, once: the same form sent twice (a double click, the back button)
+    // would otherwise write a second summary on the first one's count (its increment a replay).
+    if (typeof action !== 'string' || s.actions.get(action) !== 'ready') {
+      return c.html(page(html`<h1>Summarizer</h1><p id="result">This Summarize was already done, or is under way.</p><p><a href="/">Back</a></p>`), 409);
+    }
+    s.actions.set(action, 'running');
+    let again = false;
     try {
-      const { data, quota } = await meterFor(s).increment(options.metric);
+      const { data, quota } = await meterFor(s).increment(options.metric, { clientReqId: action });
+      // (the summary itself would be written here: the increment, new or a replay of a lost answer, counted it)
       return c.html(
         page(html`<h1>Summarizer</h1><p id="result">Summary written (call ${data.used}).</p>
           <p id="quota">${quota.remaining ?? 'unlimited'} of ${quota.limit ?? 'unlimited'} left</p><p><a href="/">Back</a></p>`),
       );
     } catch (err) {
+      if (unconfirmed(err)) {
+        again = true;
+        return c.html(
+          page(html`<h1>Summarizer</h1><p id="result">The marketplace did not answer, so this summary is not written yet.
+            Trying it again will not count it twice.</p>${summarizeForm(action, 'Try again')}<p><a href="/">Back</a></p>`),
+          503,
+        );
+      }
       if (noSubscription(err)) return c.html(subscribePage(), 402);
       if (!(err instanceof QuotaExceededError)) throw err;
       const when = err.periodEnd ? `It resets on ${err.periodEnd.toISOString().slice(0, 10)}.` : 'It does not reset by itself.';
       return c.html(page(html`<h1>Summarizer</h1><p id="result">Your plan's quota is used up (${err.used} of ${err.limit}). ${when}</p>`), 429);
+    } finally {
+      if (again) s.actions.set(action, 'ready');
+      else s.actions.delete(action);
     }
   });
 

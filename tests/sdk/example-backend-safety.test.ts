@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { agentBackend } from '../../examples/agent-backend/app.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { clientOfAgent, landingAfterConsent, type TestOAuthClient } from '../support/oauth.ts';
@@ -27,10 +27,15 @@ const backend = (publicUrl = PUBLIC_URL) =>
 type App = ReturnType<typeof backend>;
 
 /** A request to the example; `cookies` is the browser's cookie jar (updated from the answer's Set-Cookie). */
-async function call(app: App, path: string, cookies: Map<string, string>, init: { method?: string; headers?: Record<string, string> } = {}) {
+async function call(app: App, path: string, cookies: Map<string, string>, init: { method?: string; headers?: Record<string, string>; form?: Record<string, string> } = {}) {
   const cookie = [...cookies].map(([k, v]) => `${k}=${v}`).join('; ');
   const res = await app.fetch(
-    new Request(new URL(path, PUBLIC_URL), { method: init.method ?? 'GET', headers: { ...(cookie ? { cookie } : {}), ...init.headers }, redirect: 'manual' }),
+    new Request(new URL(path, PUBLIC_URL), {
+      method: init.method ?? 'GET',
+      headers: { ...(cookie ? { cookie } : {}), ...init.headers },
+      ...(init.form ? { body: new URLSearchParams(init.form) } : {}),
+      redirect: 'manual',
+    }),
   );
   for (const set of res.headers.getSetCookie()) {
     const [pair] = set.split(';');
@@ -39,6 +44,15 @@ async function call(app: App, path: string, cookies: Map<string, string>, init: 
     else cookies.delete(name);
   }
   return res;
+}
+
+/** The Summarize action a page offers (its form's hidden clientReqId). */
+const actionOf = (pageHtml: string): string => /name="action" value="([^"]+)"/.exec(pageHtml)![1]!;
+
+/** The user presses Summarize on the page the example just served them (a form post of its own page). */
+async function summarize(app: App, jar: Map<string, string>, headers: Record<string, string> = {}) {
+  const action = actionOf(await (await call(app, '/', jar)).text());
+  return call(app, '/summarize', jar, { method: 'POST', headers, form: { action } });
 }
 
 /** The marketplace side of a sign-in: authorize with the user's cookie, consent (or deny); the callback URL. */
@@ -113,7 +127,7 @@ describe('its sessions', () => {
       expect((await call(app, '/logout', jar, { method: 'POST', headers })).status).toBe(403);
     }
     expect(await (await call(app, '/', jar)).text()).toContain('5 of 5 left');
-    const own = await call(app, '/summarize', jar, { method: 'POST', headers: { origin: 'http://127.0.0.1:9', 'sec-fetch-site': 'same-origin' } });
+    const own = await summarize(app, jar, { origin: 'http://127.0.0.1:9', 'sec-fetch-site': 'same-origin' });
     expect(await own.text()).toContain('Summary written (call 1)');
   });
 });
@@ -147,13 +161,68 @@ describe('what a user meets', () => {
     const jar = new Map<string, string>();
     const user = await subscribedUser();
     expect((await signInAt(app, jar, user)).status).toBe(302);
+    const action = actionOf(await (await call(app, '/', jar)).text()); // the page open before the subscription ended
     const cancel = await t.http.post(`/me/subscriptions/${agent.agentId}/cancel`, { cookie: user.cookie, headers: { origin: t.baseUrl } });
     expect(cancel.status, cancel.text).toBe(200);
     const home = await call(app, '/', jar);
     expect([home.status, await home.text()]).toEqual([200, expect.stringContaining('no active subscription')]);
-    const summarize = await call(app, '/summarize', jar, { method: 'POST' });
-    expect([summarize.status, await summarize.text()]).toEqual([402, expect.stringContaining('no active subscription')]);
+    const pressed = await call(app, '/summarize', jar, { method: 'POST', form: { action } });
+    expect([pressed.status, await pressed.text()]).toEqual([402, expect.stringContaining('no active subscription')]);
     expect((await call(app, '/logout', jar, { method: 'POST' })).status).toBe(302);
     expect(await (await call(app, '/', jar)).text()).toContain('Sign in with the marketplace');
+  });
+});
+
+/**
+ * Review 86: one Summarize is one user action with one clientReqId (the SDK README: after a NetworkError, send the same
+ * call again with its clientReqId, never a new one). The example answered a lost answer with a bare 500 and forgot the
+ * key, so the user's next click was a new increment: counted twice for one summary.
+ */
+describe('one Summarize, one count', () => {
+  const realFetch = globalThis.fetch;
+  afterEach(() => {
+    globalThis.fetch = realFetch;
+  });
+  const used = async (user: TestUser) => (await t.http.get(`/me/usage/${agent.agentId}/summaries`, { cookie: user.cookie })).body.data.used as number;
+
+  it('every answer to the increment lost: the page offers that same action again, which is not counted twice', async () => {
+    const app = backend();
+    const jar = new Map<string, string>();
+    const user = await subscribedUser();
+    await signInAt(app, jar, user);
+    const action = actionOf(await (await call(app, '/', jar)).text());
+    // the network between the backend and the marketplace: every increment reaches the service, every answer is lost
+    globalThis.fetch = (async (input: RequestInfo | URL, init?: RequestInit) => {
+      const res = await realFetch(input, init);
+      if ((input instanceof Request ? input.url : String(input)).endsWith('/summaries/increment')) {
+        await res.text();
+        throw new TypeError('fetch failed (the connection reset after the request was sent)');
+      }
+      return res;
+    }) as typeof fetch;
+    const lost = await call(app, '/summarize', jar, { method: 'POST', form: { action } });
+    globalThis.fetch = realFetch;
+    const lostPage = await lost.text();
+    expect([lost.status, lostPage]).toEqual([503, expect.stringContaining('Trying it again will not count it twice')]);
+    expect(actionOf(lostPage)).toBe(action);
+    expect(await used(user)).toBe(1); // the marketplace counted it
+
+    const again = await call(app, '/summarize', jar, { method: 'POST', form: { action: actionOf(lostPage) } });
+    expect([again.status, await again.text()]).toEqual([200, expect.stringContaining('Summary written (call 1)')]);
+    expect(await used(user)).toBe(1);
+  }, 60_000);
+
+  it('the same form sent twice (a double click, the back button) writes one summary; an action no page offered is refused', async () => {
+    const app = backend();
+    const jar = new Map<string, string>();
+    const user = await subscribedUser();
+    await signInAt(app, jar, user);
+    const action = actionOf(await (await call(app, '/', jar)).text());
+    const [one, two] = await Promise.all([0, 1].map(() => call(app, '/summarize', jar, { method: 'POST', form: { action } })));
+    expect([one!.status, two!.status].sort()).toEqual([200, 409]);
+    expect((await call(app, '/summarize', jar, { method: 'POST', form: { action } })).status).toBe(409);
+    expect((await call(app, '/summarize', jar, { method: 'POST', form: { action: crypto.randomUUID() } })).status).toBe(409);
+    expect((await call(app, '/summarize', jar, { method: 'POST' })).status).toBe(409);
+    expect(await used(user)).toBe(1);
   });
 });
