@@ -133,7 +133,17 @@ export async function drainWebhookOutbox(deps: WebhookDrainDeps, options: DrainO
     result.attempted += 1;
     const claimId = crypto.randomUUID();
     try {
-      const { claimed: [delivery], unsent } = await claim(deps, claimId, 1, hadTheirShare());
+      const skipped = hadTheirShare();
+      let { claimed: [delivery], unsent } = await claim(deps, claimId, 1, skipped);
+      // The share only makes room for the other endpoints' work: when none of them has any left in this drain (a due
+      // head, or one in flight with more behind it), the endpoints that had their share go on, so the drain still uses
+      // its whole limit (review 85: a busy endpoint stopped at half the limit whenever another agent had one event, and
+      // its backlog grew to the 72-hour failure).
+      if (!delivery && skipped.length > 0 && !(await othersHaveWork(deps, skipped))) {
+        const rest = await claim(deps, claimId, 1, []);
+        [delivery] = rest.claimed;
+        unsent += rest.unsent;
+      }
       result.failed += unsent;
       if (!delivery) result.attempted -= 1;
       else counted(delivery);
@@ -187,6 +197,29 @@ async function claim(deps: WebhookDrainDeps, claimId: string, n: number, skipped
     unsent += got.unsent;
     if (got.unsent === 0 || claimed.length >= n) return { claimed, unsent };
   }
+}
+
+/**
+ * Whether an enabled endpoint other than `skipped` has deliveries left to go: its first pending one is due, or is
+ * being attempted (a live lease) with more pending behind it. One probe per endpoint, as the claim's heads.
+ */
+async function othersHaveWork(deps: WebhookDrainDeps, skipped: string[]): Promise<boolean> {
+  const now = deps.clock.now();
+  const row = await first<{ waiting: boolean }>(
+    deps.database.db,
+    sql`select exists (
+          select 1
+          from public.webhook_endpoints e
+          cross join lateral (select d.id, d.next_attempt_at, d.event_seq, d.claim_id from public.webhook_deliveries d
+                              where d.endpoint_id = e.id and d.status = 'pending'
+                              order by d.event_seq limit 1) h
+          where e.enabled and e.id <> all (${skipped}::uuid[])
+            and (${claimable('h', now)}
+                 or (h.claim_id is not null and exists (select 1 from public.webhook_deliveries b
+                                                        where b.endpoint_id = e.id and b.status = 'pending' and b.event_seq > h.event_seq)))
+        ) as waiting`,
+  );
+  return row?.waiting ?? false;
 }
 
 /** `skipped`: endpoints that had their share of this drain (their heads wait for the next one). */
