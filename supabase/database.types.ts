@@ -423,6 +423,22 @@ export type Database = {
         };
         Relationships: [];
       };
+      "billing_deleted_customers": {
+        Row: {
+          "deleted_at": string;
+          "stripe_customer_id": string;
+        };
+        ComputedFields: never;
+        Insert: {
+          "deleted_at": string;
+          "stripe_customer_id": string;
+        };
+        Update: {
+          "deleted_at"?: string;
+          "stripe_customer_id"?: string;
+        };
+        Relationships: [];
+      };
       "checkout_sessions": {
         Row: {
           "agent_id": string;

@@ -45,22 +45,41 @@ async function ensureCustomer(deps: BillingDeps, user: { userId: string; email: 
 /**
  * Runs a Stripe request naming the buyer's customer (`ask`), made first if they have none. When Stripe answers that
  * the customer no longer exists (deleted at Stripe, and its `customer.deleted` event not here yet, or lost), the link
- * is marked as the event would have, and the request runs once more with a new customer: the buyer's checkout works
- * at once instead of answering 422 "No such customer" until the event arrives.
+ * is marked as the event would have, and the request runs again with the customer the user has now (another
+ * subscription's, or a new one): the buyer's checkout works at once instead of answering 422 "No such customer" until
+ * the event arrives.
  */
-export async function withCustomer<T>(
+export function withCustomer<T>(
   deps: BillingDeps,
   buyer: { userId: string; email: string; name?: string | undefined },
   ask: (customerId: string) => Promise<T>,
 ): Promise<T> {
-  const customer = await ensureCustomer(deps, buyer);
-  try {
-    return await ask(customer);
-  } catch (err) {
-    if (!(await forgetIfMissing(deps, customer, err))) throw err;
-    return ask(await ensureCustomer(deps, buyer));
+  return withLiveCustomer(deps, () => ensureCustomer(deps, buyer), ask);
+}
+
+/**
+ * Runs `ask` with the customer `customerOf` gives (undefined: `none`), and again with the next one each time Stripe
+ * says the one named is gone (forgetIfMissing, which may leave the link to another live subscription's customer). A
+ * user has at most a few customers (their own, and those of purchases made signed out), so a few tries reach a live
+ * one or none; two deleted ones whose events were both late took two (review 85).
+ */
+export async function withLiveCustomer<T>(
+  deps: BillingDeps,
+  customerOf: () => Promise<string | undefined>,
+  ask: (customerId: string) => Promise<T>,
+  none: () => Error = () => new Error('no Stripe customer for this user'),
+): Promise<T> {
+  for (let tries = 1; ; tries++) {
+    const customer = await customerOf();
+    if (!customer) throw none();
+    try {
+      return await ask(customer);
+    } catch (err) {
+      if (tries >= MISSING_CUSTOMER_TRIES || !(await forgetIfMissing(deps, customer, err))) throw err;
+    }
   }
 }
+const MISSING_CUSTOMER_TRIES = 4;
 
 /**
  * Stripe's answer `err` to a request naming `customerId` says that customer does not exist: the link is marked deleted

@@ -2,9 +2,10 @@ import type { BillingDeps } from './billing-deps.ts';
 import { takeBillingAllowance, type Asker } from './allowances.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import { ownUrl } from './checkout.ts';
-import { customerIdOf, forgetIfMissing } from './customers.ts';
+import { customerIdOf, forgetIfMissing, withLiveCustomer } from './customers.ts';
 import { askStripe, requirePayments } from './payments.ts';
 import { liveSubscription } from './subscription-queries.ts';
+import { syncStripeSubscription } from './subscription-state.ts';
 import { grantsAccess } from './subscriptions.ts';
 import { invalidState } from './tiers.ts';
 import { pagesOrigin } from '../platform/config.ts';
@@ -40,17 +41,27 @@ export async function createPortalSession(
       });
     }
     await takeBillingAllowance(deps, asker, 'portal');
-    const session = await askStripe('the portal session', () =>
-      stripe.billingPortal.sessions.create({
-        customer: sub.stripeCustomerId!,
-        return_url: returnUrl,
-        flow_data: {
-          type: 'subscription_cancel',
-          subscription_cancel: { subscription: sub.stripeSubscriptionId! },
-          after_completion: { type: 'redirect', redirect: { return_url: returnUrl } },
-        },
-      }),
-    );
+    const session = await askStripe('the portal session', async () => {
+      try {
+        return await stripe.billingPortal.sessions.create({
+          customer: sub.stripeCustomerId!,
+          return_url: returnUrl,
+          flow_data: {
+            type: 'subscription_cancel',
+            subscription_cancel: { subscription: sub.stripeSubscriptionId! },
+            after_completion: { type: 'redirect', redirect: { return_url: returnUrl } },
+          },
+        });
+      } catch (err) {
+        // The customer was deleted at Stripe (its events not here yet), and with it this subscription: the link is
+        // marked and the row reads Stripe's state, as the events would (review 85: Stripe's "No such customer" as a 422).
+        if (!(await forgetIfMissing(deps, sub.stripeCustomerId!, err))) throw err;
+        await syncStripeSubscription(deps, sub.stripeSubscriptionId!).catch((readErr: unknown) => {
+          deps.logger.warn('portal: the subscription of a deleted customer could not be read back; its events will', { err: readErr });
+        });
+        throw notFound('Active subscription', { agentId: input.agentId });
+      }
+    });
     return { url: session.url };
   }
 
@@ -58,18 +69,15 @@ export async function createPortalSession(
   const noAccount = () => invalidState('There is no billing account yet: the portal opens after a first paid checkout');
   if (!customer) throw noAccount();
   await takeBillingAllowance(deps, asker, 'portal');
-  const open = (customerId: string) => stripe.billingPortal.sessions.create({ customer: customerId, return_url: returnUrl });
-  const session = await askStripe('the portal session', async () => {
-    try {
-      return await open(customer);
-    } catch (err) {
-      // Deleted at Stripe, its customer.deleted event not here yet: the same answer as once it is. Forgetting it may
-      // have moved the link to the customer of another subscription the user still pays for: the portal opens on that.
-      if (!(await forgetIfMissing(deps, customer, err))) throw err;
-      const next = await customerIdOf(deps, userId);
-      if (!next || next === customer) throw noAccount();
-      return open(next);
-    }
-  });
+  // Deleted at Stripe, its customer.deleted event not here yet: the same answer as once it is. Forgetting it may have
+  // moved the link to the customer of another subscription the user still pays for: the portal opens on that.
+  const session = await askStripe('the portal session', () =>
+    withLiveCustomer(
+      deps,
+      () => customerIdOf(deps, userId),
+      (customerId) => stripe.billingPortal.sessions.create({ customer: customerId, return_url: returnUrl }),
+      noAccount,
+    ),
+  );
   return { url: session.url };
 }

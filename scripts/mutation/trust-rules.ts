@@ -2207,9 +2207,18 @@ export const mutations: Mutation[] = [
   {
     rule: 18,
     name: "a user's renewal in the portal while the agent is deleted keeps the round's mark: the restore undoes their next cancel (review 81)",
-    file: 'supabase/migrations/20261127006100_customer_links_follow_stripe.sql',
+    // the newest statement of the trigger's function (first in 20261127006100)
+    file: 'supabase/migrations/20261127006200_deleted_customers_and_restored_drafts.sql',
     find: "  if old.cancel_at_period_end and not new.cancel_at_period_end and new.status <> 'canceled'",
     replace: "  if false and old.cancel_at_period_end and not new.cancel_at_period_end and new.status <> 'canceled'",
+    tests: ['tests/billing/deleted-agents-resume.test.ts'],
+  },
+  {
+    rule: 18,
+    name: "a user's renewal while the deleted agent is back as a draft keeps the round's mark: publishing it undoes their next cancel (review 85)",
+    file: 'supabase/migrations/20261127006200_deleted_customers_and_restored_drafts.sql',
+    find: "     and exists (select 1 from public.agents a where a.id = new.agent_id and a.status <> 'active') then",
+    replace: "     and exists (select 1 from public.agents a where a.id = new.agent_id and a.status = 'inactive') then",
     tests: ['tests/billing/deleted-agents-resume.test.ts'],
   },
   {

@@ -164,4 +164,41 @@ describe('a Stripe customer deleted at Stripe', () => {
     expect([portal.status, portal.body.error?.message]).toEqual([200, undefined]);
     expect(await linkOf(user.userId)).toEqual({ stripe_customer_id: stripeSub.customer, deleted_at: null });
   });
+
+  it('both of its customers deleted, their events late: a paid checkout goes on with a new customer, not 422 at every try (review 85)', async () => {
+    const user = await signUp(w.t, { verified: true });
+    const bought = await buyPaidTier(w, user, (await paidTier(w, (await activeAgent(w)).id)).id);
+    const own = w.fake.subscriptions.get(bought.stripeSubscriptionId)!.customer as string;
+    const other = (await signedOutPurchase(user.email)).stripeSub.customer as string;
+    w.fake.deleteCustomer(own);
+    w.fake.deleteCustomer(other);
+    const held = w.fake.takeEvents();
+
+    const tier = await paidTier(w, (await activeAgent(w)).id);
+    const customers: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: tier.id } });
+      expect(res.status, res.text).toBe(200);
+      customers.push(w.fake.sessions.get(res.body.data.sessionId)!.customer as string);
+    }
+    // one new customer, the same for every checkout, and neither deleted one linked again when the events arrive
+    expect(new Set(customers).size).toBe(1);
+    expect([own, other]).not.toContain(customers[0]);
+    await deliver(w, held);
+    expect(await linkOf(user.userId)).toEqual({ stripe_customer_id: customers[0], deleted_at: null });
+  });
+
+  it('the portal cancel flow for a subscription whose customer was deleted, its events late: 404, the link marked (review 85)', async () => {
+    const agent = await activeAgent(w);
+    const user = await signUp(w.t, { verified: true });
+    const bought = await buyPaidTier(w, user, (await paidTier(w, agent.id)).id);
+    w.fake.deleteCustomer(w.fake.subscriptions.get(bought.stripeSubscriptionId)!.customer as string);
+    const held = w.fake.takeEvents();
+
+    const res = await w.t.http.post('/me/billing-portal', { cookie: user.cookie, json: { flow: 'cancel', agentId: agent.id } });
+    expect([res.status, res.body.error?.code]).toEqual([404, 'NOT_FOUND']);
+    expect((await linkOf(user.userId)) as { deleted_at: Date | null }).toMatchObject({ deleted_at: expect.any(Date) });
+    expect((await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie })).status).toBe(404); // read back: canceled
+    await deliver(w, held);
+  });
 });

@@ -189,3 +189,35 @@ describe("a user's own renewal in Stripe's portal after the round (review 81)", 
   });
 });
 
+describe("a user's own renewal while the deleted agent is back, not yet active (review 85)", () => {
+  it.each(['draft', 'coming_soon'] as const)('their cancel there again stands when the agent, back as %s, is published', async (status) => {
+    // The trigger that drops the round's mark on the user's renewal looked only at 'inactive' agents, and the resume
+    // renews only 'active' ones: between the two, the mark stayed and publishing the agent undid the user's cancel.
+    const agent = await activeAgent(w);
+    const user = await signUp(w.t);
+    const bought = await buyPaidTier(w, user, (await paidTier(w, agent.id, { priceCents: 1500 })).id);
+    await del(agent.id);
+    await drain();
+    await deliverPending(w);
+    expect(await row(bought.stripeSubscriptionId)).toMatchObject({ cancel_at_period_end: true, marked: true });
+    const back = await w.t.http.patch(`/agents/${agent.id}`, { cookie: w.admin.cookie, json: { status } });
+    expect(back.status, back.text).toBe(200);
+    await drain();
+
+    await w.fake.client().subscriptions.update(bought.stripeSubscriptionId, { cancel_at_period_end: false }); // "don't cancel"
+    await deliverPending(w);
+    expect(await row(bought.stripeSubscriptionId)).toMatchObject({ cancel_at_period_end: false, marked: false });
+    await w.fake.client().subscriptions.update(bought.stripeSubscriptionId, { cancel_at_period_end: true }); // then cancels again
+    await deliverPending(w);
+
+    await restore(agent.id);
+    await drain();
+    await deliverPending(w);
+    const atStripe = w.fake.subscriptions.get(bought.stripeSubscriptionId)!;
+    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
+    const backMails = (await mailsTo(w.t, user.email)).filter((m) => m.subject.includes('is back on Agent Marketplace'));
+    expect({ endsAtStripe: atStripe.cancel_at_period_end || atStripe.cancel_at !== null, cancelAtPeriodEnd: mine.body.data.cancelAtPeriodEnd, backMails: backMails.length })
+      .toEqual({ endsAtStripe: true, cancelAtPeriodEnd: true, backMails: 0 });
+  });
+});
+
