@@ -165,15 +165,19 @@ function refuseBadListQuery(query: Record<string, unknown>, list: ListFields): v
 }
 
 /**
- * An ISO 8601 date or date-time (2026-11-28, 2026-11-28T10:00:00Z, ...+01:00). The library hands the text to the
- * database as typed: Date.parse also took "2020", "1" or "x 1", which the embedded database cannot read as a time,
- * and the plugin's catch answered 200 with no users at all (review 81).
+ * An ISO 8601 date or date-time (2026-11-28, 2026-11-28T10:00:00Z, ...+01:00) both databases read. The library hands
+ * the text to the database as typed: Date.parse also took "2020", "1" or "x 1", which the embedded database cannot
+ * read as a time, and the plugin's catch answered 200 with no users at all (review 81); so did year 0000 (PostgreSQL
+ * has no year 0) and an offset past the 14 hours any zone uses (the embedded database refuses +23:59) (review 85).
  */
 function isIsoDate(value: string): boolean {
-  const m = /^(\d{4})-(\d{2})-(\d{2})(T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?)?$/.exec(value);
-  if (!m || Number.isNaN(Date.parse(value))) return false;
-  // a day the month has (Date.parse reads 2026-02-30 as March 2; the database refuses it)
-  const day = new Date(Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3])));
+  const m = /^(\d{4})-(\d{2})-(\d{2})(T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-](\d{2}):(\d{2}))?)?$/.exec(value);
+  if (!m || Number.isNaN(Date.parse(value)) || m[1] === '0000') return false;
+  if (m[8] !== undefined && (Number(m[8]) > 14 || Number(m[9]) > 59)) return false;
+  // a day the month has (Date.parse reads 2026-02-30 as March 2; the database refuses it); setUTCFullYear, since
+  // Date.UTC reads years 0-99 as 1900-1999
+  const day = new Date(0);
+  day.setUTCFullYear(Number(m[1]), Number(m[2]) - 1, Number(m[3]));
   return day.getUTCMonth() === Number(m[2]) - 1 && day.getUTCDate() === Number(m[3]);
 }
 
