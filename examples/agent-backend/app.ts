@@ -9,6 +9,7 @@ import {
   NetworkError,
   NotFoundError,
   QuotaExceededError,
+  RateLimitedError,
   SubscriptionRequiredError,
   type TokenSet,
 } from '@agent-marketplace/client';
@@ -269,6 +270,16 @@ export function agentBackend(options: AgentBackendOptions) {
     if ((err as { error?: unknown }).error === 'invalid_grant' || (err instanceof ApiError && err.status === 401)) {
       signOut(c);
       return c.redirect('/login');
+    }
+    // The marketplace refused this backend itself (its client secret rotated, its agent's client gone) or asked it to
+    // slow down (a 429 of the API or of the token endpoint): a page saying so, not a 500; the log says which.
+    // (A refused client secret is the token endpoint's 401 with a Basic challenge: oauth4webapi's
+    // OAUTH_WWW_AUTHENTICATE_CHALLENGE; an `invalid_client` body, when there is no challenge.)
+    const { status, code, error } = err as { status?: unknown; code?: unknown; error?: unknown };
+    const clientRefused = error === 'invalid_client' || (code === 'OAUTH_WWW_AUTHENTICATE_CHALLENGE' && status === 401);
+    if (clientRefused || err instanceof RateLimitedError || status === 429) {
+      console.error('the marketplace refused this backend', (err as Error).message);
+      return c.html(page(html`<h1>Summarizer</h1><p id="result">The Summarizer cannot reach the marketplace right now: try again in a few minutes.</p>`), 503);
     }
     console.error(err);
     return c.text('Internal Server Error', 500);

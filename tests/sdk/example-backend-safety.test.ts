@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { agentBackend } from '../../examples/agent-backend/app.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { clientOfAgent, landingAfterConsent, type TestOAuthClient } from '../support/oauth.ts';
-import { signUp, type TestUser } from '../support/users.ts';
+import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { meteredAgent, subscribe, type MeteredAgent } from '../metering/support.ts';
 
 /**
@@ -170,6 +170,27 @@ describe('what a user meets', () => {
     expect([pressed.status, await pressed.text()]).toEqual([402, expect.stringContaining('no active subscription')]);
     expect((await call(app, '/logout', jar, { method: 'POST' })).status).toBe(302);
     expect(await (await call(app, '/', jar)).text()).toContain('Sign in with the marketplace');
+  });
+});
+
+describe('the marketplace refusing the backend itself', () => {
+  it("its client secret rotated: the user's next page says the Summarizer cannot reach the marketplace, not a 500", async () => {
+    // an agent of its own: the rotation would refuse every other test's backend
+    const own = await meteredAgent(t.db, [{ slug: 'summaries', kind: 'rolling', quota: 5 }]);
+    const ownClient = await clientOfAgent(t, own.agentId);
+    const app = agentBackend({ marketplaceUrl: t.baseUrl, agentId: own.agentId, clientId: ownClient.clientId, clientSecret: ownClient.clientSecret, publicUrl: PUBLIC_URL, metric: 'summaries' });
+    const jar = new Map<string, string>();
+    const user = await signUp(t);
+    await subscribe(t, user.userId, own.tierId);
+    await signInAt(app, jar, user);
+    const admin = await createAdmin(t);
+    const rotated = await t.http.post(`/admin/agents/${own.agentId}/oauth-client/rotate-secret`, { cookie: admin.cookie, headers: { origin: t.baseUrl } });
+    expect(rotated.status, rotated.text).toBe(200);
+    // the user signs out at the marketplace: their token is refused, and the refresh with the old secret too
+    const revoked = await t.http.post('/api/auth/revoke-sessions', { cookie: user.cookie, headers: { origin: t.baseUrl }, json: {} });
+    expect(revoked.status, revoked.text).toBe(200);
+    const home = await call(app, '/', jar);
+    expect([home.status, await home.text()]).toEqual([503, expect.stringContaining('cannot reach the marketplace right now')]);
   });
 });
 
