@@ -73,14 +73,16 @@ export function adminRoutes() {
 
   router.openapi(listUsersRoute, async (c) => {
     await requireAdmin(c);
-    const { items, pagination } = await listUsers(c.var.deps.database.db, c.var.deps.cursors, c.req.valid('query'));
+    const { deps } = c.var;
+    const { items, pagination } = await listUsers(deps.database.db, deps.cursors, deps.config.platformCurrency, c.req.valid('query'));
     return c.json(okPage(items, pagination), 200);
   });
 
   router.openapi(getUserProfileRoute, async (c) => {
     await requireAdmin(c);
     const { deps } = c.var;
-    return c.json(ok(await getUserProfile(deps.database.db, deps.clock, c.req.valid('param').userId)), 200);
+    const profile = await getUserProfile(deps.database.db, deps.clock, deps.config.platformCurrency, c.req.valid('param').userId);
+    return c.json(ok(profile), 200);
   });
 
   router.openapi(listSubscriptionsRoute, async (c) => {

@@ -14,15 +14,28 @@ import { first, rows, sql, type Db, type RawBuilder } from '../platform/db.ts';
  * Summary definitions (docs/admin.md):
  *   subscriptionCount  = live subscriptions (every status except `canceled`);
  *   monthlySpendCents  = sum of the current tier's price over paying subscriptions (`active` or `past_due`,
- *                        price > 0), a yearly price counted as price / 12, rounded to whole cents at the end.
- *                        Canceled, free and `incomplete` (never paid) subscriptions add nothing.
+ *                        price > 0) priced in the platform currency (PLATFORM_CURRENCY), a yearly price counted as
+ *                        price / 12, rounded to whole minor units at the end. Canceled, free and `incomplete` (never
+ *                        paid) subscriptions add nothing.
+ *   monthlySpendByCurrency = the same sum per currency, each in that currency's minor units (a zero-decimal currency
+ *                        such as JPY: whole yen), since 2,900 cents and 2,900 euro cents and 1,000 yen are no one number.
  */
 
 const spendSchema = {
   subscriptionCount: z.int().openapi({ description: 'Live subscriptions (any status except canceled)' }),
   monthlySpendCents: z.int().openapi({
-    description: 'Monthly spend of paying (active, past_due) subscriptions; yearly prices / 12; free and canceled excluded',
+    description:
+      'Monthly spend of paying (active, past_due) subscriptions priced in the platform currency (PLATFORM_CURRENCY, default usd), ' +
+      'in its minor units; yearly prices / 12; free and canceled excluded; other currencies are in monthlySpendByCurrency',
   }),
+  monthlySpendByCurrency: z
+    .array(
+      z.object({
+        currency: z.string().openapi({ example: 'eur' }),
+        amountMinor: z.int().openapi({ description: "In the currency's minor units, as tiers' priceCents (JPY: whole yen)" }),
+      }),
+    )
+    .openapi({ description: 'The monthly spend per currency, currencies in alphabetical order; empty when nothing is paid' }),
 };
 
 export const adminUserSchema = bannedUserSchema.extend(spendSchema).openapi('AdminUser');
@@ -69,26 +82,40 @@ export const listUsersQuerySchema = z.object({
     .openapi({ param: { name: 'q', in: 'query' }, description: 'Case-insensitive substring of the email or the name' }),
 });
 
-/** Live-subscription count and monthly spend of the user aliased `u` (one indexed lookup per user). */
+/**
+ * Live-subscription count and monthly spend of the user aliased `u` (one indexed lookup per user): the spend per
+ * currency as a JSON array, each sum rounded once; the platform currency's figure is read out of it.
+ */
 const summaryOf = (user: RawBuilder<unknown>) => sql`
-  select count(*) filter (where s.status <> 'canceled') as subscription_count,
-         coalesce(round(sum(case when t.interval = 'year' then t.price_cents / 12.0 else t.price_cents end)
-                        filter (where public.subscription_grants_access(s.status) and t.price_cents > 0)), 0)::bigint as monthly_spend_cents
-  from public.subscriptions s
-  join public.tiers t on t.id = s.tier_id
-  where s.user_id = ${user}`;
+  select (select count(*) from public.subscriptions s where s.user_id = ${user} and s.status <> 'canceled') as subscription_count,
+         coalesce((select json_agg(json_build_object('currency', x.currency, 'amountMinor', x.amount) order by x.currency)
+                   from (select t.currency, round(sum(case when t.interval = 'year' then t.price_cents / 12.0 else t.price_cents end))::bigint as amount
+                         from public.subscriptions s
+                         join public.tiers t on t.id = s.tier_id
+                         where s.user_id = ${user} and public.subscription_grants_access(s.status) and t.price_cents > 0
+                         group by t.currency) x), '[]'::json) as spend`;
+
+type Spend = { currency: string; amountMinor: number }[];
 
 interface AdminUserRow extends UserRow {
   subscription_count: number;
-  monthly_spend_cents: number;
+  spend: Spend | string;
 }
 
-function toAdminUser(row: AdminUserRow): AdminUser {
+function spendOf(row: { subscription_count: number; spend: Spend | string } | undefined, platformCurrency: string) {
+  const spend = (typeof row?.spend === 'string' ? (JSON.parse(row.spend) as Spend) : (row?.spend ?? [])).map((s) => ({
+    currency: s.currency,
+    amountMinor: Number(s.amountMinor),
+  }));
   return {
-    ...toUserDto(row),
-    subscriptionCount: Number(row.subscription_count),
-    monthlySpendCents: Number(row.monthly_spend_cents),
+    subscriptionCount: Number(row?.subscription_count ?? 0),
+    monthlySpendCents: spend.find((s) => s.currency === platformCurrency)?.amountMinor ?? 0,
+    monthlySpendByCurrency: spend,
   };
+}
+
+function toAdminUser(row: AdminUserRow, platformCurrency: string): AdminUser {
+  return { ...toUserDto(row), ...spendOf(row, platformCurrency) };
 }
 
 /** `%`, `_` and `\` in a search are literal characters, not patterns. */
@@ -97,6 +124,7 @@ const likePattern = (q: string) => `%${q.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 export async function listUsers(
   db: Db,
   cursors: CursorSigner,
+  platformCurrency: string,
   query: { q?: string | undefined; cursor?: string | undefined; limit?: number | undefined },
 ): Promise<{ items: AdminUser[]; pagination: Pagination }> {
   const page = await readPage(cursors, pageScope('admin/users', { q: query.q }), query);
@@ -108,21 +136,21 @@ export async function listUsers(
   const after = page.after ? sql`(u."createdAt", u.id) < (${page.after.createdAt}, ${page.after.id})` : sql`true`;
   const found = await rows<AdminUserRow>(
     db,
-    sql`select u.id, u.email, u.name, u.role, ${BANNED_NOW} as banned, u."banReason", u."createdAt", x.subscription_count, x.monthly_spend_cents
+    sql`select u.id, u.email, u.name, u.role, ${BANNED_NOW} as banned, u."banReason", u."createdAt", x.subscription_count, x.spend
         from "user" u
         cross join lateral (${summaryOf(sql`u.id`)}) x
         where ${byText} and ${after}
         order by u."createdAt" desc, u.id desc
         limit ${page.limit + 1}`,
   );
-  return finishPage(cursors, page, found.map(toAdminUser));
+  return finishPage(cursors, page, found.map((row) => toAdminUser(row, platformCurrency)));
 }
 
-export async function getUserProfile(db: Db, clock: Clock, userId: string): Promise<UserProfile> {
+export async function getUserProfile(db: Db, clock: Clock, platformCurrency: string, userId: string): Promise<UserProfile> {
   const user = await getUser(db, userId); // 404 for an unknown id
-  const extra = await first<{ banExpires: Date | string | null; subscription_count: number; monthly_spend_cents: number }>(
+  const extra = await first<{ banExpires: Date | string | null; subscription_count: number; spend: Spend | string }>(
     db,
-    sql`select u."banExpires", x.subscription_count, x.monthly_spend_cents
+    sql`select u."banExpires", x.subscription_count, x.spend
         from "user" u cross join lateral (${summaryOf(sql`u.id`)}) x
         where u.id = ${userId}`,
   );
@@ -136,8 +164,7 @@ export async function getUserProfile(db: Db, clock: Clock, userId: string): Prom
   );
   return {
     ...user,
-    subscriptionCount: Number(extra?.subscription_count ?? 0),
-    monthlySpendCents: Number(extra?.monthly_spend_cents ?? 0),
+    ...spendOf(extra, platformCurrency),
     banExpires: extra?.banExpires ? new Date(extra.banExpires).toISOString() : null,
     subscriptions,
     organizations: memberships.map((m) => ({

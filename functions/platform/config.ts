@@ -89,6 +89,9 @@ const envSchema = z.object({
   GIT_SHA: optionalString,
   RELEASE_VERSION: optionalString,
   DATA_DIR: optionalString,
+  PLATFORM_CURRENCY: optionalString.refine((v) => v === undefined || /^[A-Za-z]{3}$/.test(v), {
+    message: 'must be an ISO 4217 currency code (e.g. usd)',
+  }),
 });
 
 export interface Config {
@@ -131,6 +134,11 @@ export interface Config {
   releaseVersion: string;
   /** Where the embedded database, generated secret and local uploads live (Node only). */
   dataDir: string;
+  /**
+   * The currency the admin's `monthlySpendCents` is counted in (PLATFORM_CURRENCY, lower case, default `usd`): tiers may
+   * be priced in any ISO 4217 currency, and minor units of different currencies do not add up to one amount.
+   */
+  platformCurrency: string;
 }
 
 export class ConfigError extends Error {
@@ -202,6 +210,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     gitSha: e.GIT_SHA ?? 'dev',
     releaseVersion: e.RELEASE_VERSION ?? 'dev',
     dataDir: e.DATA_DIR ?? '.data',
+    platformCurrency: (e.PLATFORM_CURRENCY ?? 'usd').toLowerCase(),
   };
 }
 

@@ -41,6 +41,7 @@ describe('loadConfig', () => {
       gitSha: 'dev',
       releaseVersion: 'dev',
       dataDir: '.data',
+      platformCurrency: 'usd',
     });
   });
 
@@ -69,6 +70,7 @@ describe('loadConfig', () => {
       DATABASE_POOL_SIZE: '32',
       GIT_SHA: 'abc',
       RELEASE_VERSION: '1.0.0',
+      PLATFORM_CURRENCY: 'EUR',
     });
     expect(config).toMatchObject({
       port: 9001,
@@ -86,6 +88,7 @@ describe('loadConfig', () => {
       authRateLimitPerMinute: 0,
       gitSha: 'abc',
       releaseVersion: '1.0.0',
+      platformCurrency: 'eur',
     });
   });
 
@@ -116,6 +119,7 @@ describe('loadConfig', () => {
     ['S3_SECRET_ACCESS_KEY', { S3_ENDPOINT: 'https://s3.example.com', S3_BUCKET: 'b', S3_ACCESS_KEY_ID: 'k' }],
     ['S3_PUBLIC_URL', { S3_PUBLIC_URL: 'cdn' }],
     ['NODE_ENV', { NODE_ENV: 'staging' }],
+    ['PLATFORM_CURRENCY', { PLATFORM_CURRENCY: 'dollars' }],
     ['AUTH_RATE_LIMIT_PER_MINUTE', { AUTH_RATE_LIMIT_PER_MINUTE: '-1' }],
     ['AUTH_RATE_LIMIT_PER_MINUTE', { AUTH_RATE_LIMIT_PER_MINUTE: 'lots' }],
     ['DATABASE_POOL_SIZE', { DATABASE_POOL_SIZE: '0' }],

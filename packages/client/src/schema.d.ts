@@ -2617,7 +2617,14 @@ export interface components {
             subscriptionId: string;
         };
         AdminUser: components["schemas"]["UserWithBan"] & {
-            /** @description Monthly spend of paying (active, past_due) subscriptions; yearly prices / 12; free and canceled excluded */
+            /** @description The monthly spend per currency, currencies in alphabetical order; empty when nothing is paid */
+            monthlySpendByCurrency: {
+                /** @description In the currency's minor units, as tiers' priceCents (JPY: whole yen) */
+                amountMinor: number;
+                /** @example eur */
+                currency: string;
+            }[];
+            /** @description Monthly spend of paying (active, past_due) subscriptions priced in the platform currency (PLATFORM_CURRENCY, default usd), in its minor units; yearly prices / 12; free and canceled excluded; other currencies are in monthlySpendByCurrency */
             monthlySpendCents: number;
             /** @description Live subscriptions (any status except canceled) */
             subscriptionCount: number;
