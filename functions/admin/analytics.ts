@@ -1,6 +1,7 @@
 import { z } from '@hono/zod-openapi';
 import { requireAgent } from '../catalog/index.ts';
 import { ApiError } from '../http/errors.ts';
+import { adminQuery } from '../http/pagination.ts';
 import { rateLimited } from '../http/rate-limit.ts';
 import type { Clock } from '../platform/clock.ts';
 import { rows, sql, type Db } from '../platform/db.ts';
@@ -40,7 +41,7 @@ const instant = (name: 'from' | 'to') =>
       example: name === 'from' ? '2026-09-01' : '2026-11-30',
     });
 
-export const analyticsQuerySchema = z.object({
+export const analyticsQuerySchema = adminQuery({
   from: instant('from'),
   to: instant('to'),
   agentId: z

@@ -2,7 +2,7 @@ import { createRoute, z } from '@hono/zod-openapi';
 import { listMarketplaceSubscriptions, subscriptionSchema } from '../billing/index.ts';
 import { requireAdmin } from '../http/access.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../http/envelope.ts';
-import { pageQuerySchema } from '../http/pagination.ts';
+import { adminPageQuery } from '../http/pagination.ts';
 import { errors, jsonResponse, newRouter, SECURITY } from '../http/router.ts';
 import { analyticsOneAtATime, analyticsQuerySchema, analyticsSchema, getAnalytics } from './analytics.ts';
 import { adminPage } from './page.ts';
@@ -21,7 +21,7 @@ const listUsersRoute = createRoute({
   tags: ['Administration'],
   summary: 'Users, newest first, each with their live subscription count and monthly spend',
   security,
-  request: { query: pageQuerySchema.extend(listUsersQuerySchema.shape) },
+  request: { query: adminPageQuery(listUsersQuerySchema.shape) },
   responses: { 200: jsonResponse(pageEnvelopeOf(adminUserSchema), 'A page of users'), ...errors(400, 401, 403) },
 });
 
@@ -47,7 +47,7 @@ const listSubscriptionsRoute = createRoute({
   tags: ['Subscriptions (admin)'],
   summary: 'Every subscription, newest first; filter by user, agent and status',
   security,
-  request: { query: pageQuerySchema.extend(listSubscriptionsQuerySchema.shape) },
+  request: { query: adminPageQuery(listSubscriptionsQuerySchema.shape) },
   responses: { 200: jsonResponse(pageEnvelopeOf(subscriptionSchema), 'A page of subscriptions'), ...errors(400, 401, 403) },
 });
 

@@ -33,6 +33,21 @@ export const pageQuerySchema = z.object({
     .openapi({ param: { name: 'limit', in: 'query' }, type: 'integer', description: 'Page size, default 20, max 100 (clamped)', example: '20' }),
 });
 
+/**
+ * The query of an admin list (or any admin read with a query): strict, so a key the route does not know is 400
+ * VALIDATION_ERROR naming it. Dropped silently, a misspelled filter (`?userid=`) or one the list does not have
+ * (`?role=`, `?sort=`) answered the whole unfiltered list as if filtered (review 87). Public routes keep ignoring
+ * extra keys: their links are shared with tracking parameters.
+ */
+export function adminQuery<T extends z.ZodRawShape>(shape: T) {
+  return z.object(shape).strict();
+}
+
+/** adminQuery of a paginated admin list: cursor and limit plus its filters. */
+export function adminPageQuery<T extends z.ZodRawShape>(filters: T) {
+  return pageQuerySchema.extend(filters).strict();
+}
+
 export interface CursorPosition {
   createdAt: Date;
   id: string;

@@ -1,7 +1,7 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { requireAdmin } from '../http/access.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../http/envelope.ts';
-import { pageQuerySchema } from '../http/pagination.ts';
+import { adminPageQuery } from '../http/pagination.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../http/router.ts';
 import { listDeliveries, redeliver } from './deliveries.ts';
 import { createWebhook, deleteWebhook, listWebhooks, rotateWebhookSecret, updateWebhook } from './endpoints.ts';
@@ -96,7 +96,7 @@ const listDeliveriesRoute = createRoute({
   tags,
   summary: "An endpoint's deliveries, newest first, with their latest attempts (status code, duration, error)",
   security,
-  request: { params: webhookParams, query: pageQuerySchema.extend(listDeliveriesQuerySchema.shape) },
+  request: { params: webhookParams, query: adminPageQuery(listDeliveriesQuerySchema.shape) },
   responses: { 200: jsonResponse(pageEnvelopeOf(deliverySchema), 'A page of deliveries'), ...errors(400, 401, 403, 404) },
 });
 

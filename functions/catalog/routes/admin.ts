@@ -1,7 +1,7 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { requireAdmin } from '../../http/access.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../../http/envelope.ts';
-import { pageQuerySchema } from '../../http/pagination.ts';
+import { adminPageQuery, adminQuery } from '../../http/pagination.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam } from '../../http/router.ts';
 import { listInteractions } from '../interactions.ts';
 import { addRecipient, listRecipients, removeRecipient, updateRecipient } from '../notification-recipients.ts';
@@ -27,7 +27,7 @@ const listInteractionsRoute = createRoute({
   tags,
   summary: 'The interaction feed, newest first (paginated, filter by type)',
   security,
-  request: { query: pageQuerySchema.extend({ type: interactionTypeSchema.optional().openapi({ param: { name: 'type', in: 'query' } }) }) },
+  request: { query: adminPageQuery({ type: interactionTypeSchema.optional().openapi({ param: { name: 'type', in: 'query' } }) }) },
   responses: { 200: jsonResponse(pageEnvelopeOf(interactionSchema), 'A page of interactions'), ...errors(400, 401, 403) },
 });
 
@@ -38,7 +38,9 @@ const listRecipientsRoute = createRoute({
   tags,
   summary: 'Who is mailed about demo requests (not paginated)',
   security,
-  responses: { 200: jsonResponse(envelopeOf(z.array(notificationRecipientSchema)), 'The recipients'), ...errors(401, 403) },
+  // Not paginated: `?limit=0` (or any key) is an unknown key, a 400, not a list that ignored it
+  request: { query: adminQuery({}) },
+  responses: { 200: jsonResponse(envelopeOf(z.array(notificationRecipientSchema)), 'The recipients'), ...errors(400, 401, 403) },
 });
 
 const addRecipientRoute = createRoute({

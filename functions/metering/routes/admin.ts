@@ -1,7 +1,7 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { requireAdmin } from '../../http/access.ts';
 import { envelopeOf, ok, okPage, pageEnvelopeOf } from '../../http/envelope.ts';
-import { pageQuerySchema } from '../../http/pagination.ts';
+import { adminPageQuery } from '../../http/pagination.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../../http/router.ts';
 import { grantAddon, listAddons, revokeAddon } from '../addons.ts';
 import { listQuotaLedger } from '../ledger.ts';
@@ -53,7 +53,7 @@ const routes = {
     tags,
     summary: 'Quota events of the subscription, newest first: increments (admitted and denied), decrements, addons, quota changes',
     security,
-    request: { params: subscriptionParams, query: pageQuerySchema },
+    request: { params: subscriptionParams, query: adminPageQuery({}) },
     responses: { 200: jsonResponse(pageEnvelopeOf(ledgerEntrySchema), 'A page of ledger entries'), ...errors(400, 401, 403, 404) },
   }),
   usage: createRoute({

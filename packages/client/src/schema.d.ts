@@ -4653,6 +4653,15 @@ export interface operations {
                     };
                 };
             };
+            /** @description Validation error or invalid cursor */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Not signed in, or credentials invalid/expired/revoked */
             401: {
                 headers: {
