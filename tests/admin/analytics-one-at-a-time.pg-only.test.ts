@@ -25,7 +25,7 @@ afterAll(() => t.close());
 const ownTab = { 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty' };
 function ask(user: TestUser, n: number): Promise<{ status: number; retryAfter: string | undefined }> {
   return new Promise((resolve, reject) => {
-    const path = `/admin/analytics?from=2021-11-21&to=2026-11-20&n=${n}`;
+    const path = `/admin/analytics?from=2021-11-21&to=2026-11-20T00:00:${String(n % 60).padStart(2, '0')}Z`; // each its own URL
     const req = httpRequest(new URL(path, t.baseUrl), { method: 'GET', headers: { cookie: user.cookie, ...ownTab } }, (res) => {
       res.resume();
       res.on('end', () => resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'] as string | undefined }));

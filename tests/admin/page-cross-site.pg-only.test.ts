@@ -39,11 +39,11 @@ beforeAll(async () => {
     }
     res.end(`<!doctype html><button id="go">Play</button><script>
       document.getElementById('go').onclick = () => {
-        const w = window.open(${JSON.stringify(target)} + '&n=0', 'victim');
+        const w = window.open(${JSON.stringify(target)} + 'T00:00:00Z', 'victim');
         let n = 0;
         const timer = setInterval(() => {
           if (++n > 3) { clearInterval(timer); document.title = 'done'; return; }
-          w.location = ${JSON.stringify(target)} + '&n=' + n;
+          w.location = ${JSON.stringify(target)} + 'T00:00:0' + n + 'Z'; // a new URL each time, every key one the route has
         }, 1500);
       };
     </script>`);
