@@ -303,6 +303,38 @@ describe('createMarketplaceClient', () => {
     const agentRead = await client.GET('/agents/{agentId}', { params: { path: { agentId: agent.agentId } } });
     expect(agentRead.data?.data.id).toBe(agent.agentId);
   });
+
+  it("sends no user bearer to the token, introspection and revocation endpoints, where the client's own credentials are its authentication", async () => {
+    // Found by review 86: the bearer there was a second client authentication, refused 400, and the user's token
+    // handed to the token endpoint.
+    const tokens = await signedIn();
+    let asked = 0;
+    const client = createMarketplaceClient({
+      baseUrl: t.baseUrl,
+      accessToken: () => {
+        asked += 1;
+        return tokens.accessToken;
+      },
+    });
+    expect((await client.GET('/me')).response.status).toBe(200); // every other call carries the bearer
+    expect(asked).toBe(1);
+    const form = { 'content-type': 'application/x-www-form-urlencoded' };
+    const credentials = { client_id: oauthClient.clientId, client_secret: oauthClient.clientSecret };
+    const introspected = await client.POST('/api/auth/oauth2/introspect', { headers: form, body: { token: tokens.accessToken, ...credentials } as never });
+    expect([introspected.response.status, introspected.error ?? null]).toEqual([200, null]);
+    expect(introspected.data).toMatchObject({ active: true });
+    const refreshed = await client.POST('/api/auth/oauth2/token', {
+      headers: form,
+      body: { grant_type: 'refresh_token', refresh_token: tokens.refreshToken!, ...credentials },
+    });
+    expect([refreshed.response.status, refreshed.error ?? null]).toEqual([200, null]);
+    const revoked = await client.POST('/api/auth/oauth2/revoke', {
+      headers: form,
+      body: { token: (refreshed.data as { refresh_token: string }).refresh_token, token_type_hint: 'refresh_token', ...credentials } as never,
+    });
+    expect([revoked.response.status, revoked.error ?? null]).toEqual([200, null]);
+    expect(asked).toBe(1); // the token function is not asked for them either
+  });
 });
 
 describe('verifyWebhook', () => {

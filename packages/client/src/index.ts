@@ -11,17 +11,25 @@ import type { paths } from './schema.d.ts';
 
 export interface ClientOptions {
   baseUrl: string;
-  /** A bearer token (or a function returning a fresh one), sent on every request; omit for public or cookie calls. */
+  /**
+   * A bearer token (or a function returning a fresh one), sent on every request but the OAuth token, introspection
+   * and revocation endpoints; omit for public or cookie calls.
+   */
   accessToken?: string | (() => string | Promise<string>);
   fetch?: typeof fetch;
 }
+
+const CLIENT_AUTHENTICATED_PATHS = new Set(['/api/auth/oauth2/token', '/api/auth/oauth2/introspect', '/api/auth/oauth2/revoke']);
 
 export function createMarketplaceClient(options: ClientOptions) {
   const client = createClient<paths>({ baseUrl: options.baseUrl.replace(/\/+$/, ''), ...(options.fetch ? { fetch: options.fetch } : {}) });
   const { accessToken } = options;
   if (accessToken !== undefined) {
     client.use({
-      async onRequest({ request }) {
+      async onRequest({ request, schemaPath }) {
+        // The OAuth client authenticates these itself (client_secret_post or Basic): a user's bearer there is a second
+        // client authentication, refused (400 invalid_request), and hands the user's token to the token endpoint.
+        if (CLIENT_AUTHENTICATED_PATHS.has(schemaPath)) return request;
         request.headers.set('authorization', `Bearer ${typeof accessToken === 'function' ? await accessToken() : accessToken}`);
         return request;
       },
