@@ -25,16 +25,18 @@ import { onThePublicPath } from './public-path.ts';
  * Everything else (its own 401/403 for admin endpoints, BANNED_USER, origin checks) is the library's, in its
  * own response shapes. Routes that must answer before the library (OAuth wrappers) are mounted before this.
  */
+/** The library's endpoints our limiter answers first (429 RATE_LIMITED in the envelope), and each one's bucket. */
+export const RATE_LIMITED_AUTH_PATHS: ReadonlyArray<readonly [string, string]> = [
+  ['/api/auth/sign-in/email', 'sign-in'],
+  ['/api/auth/sign-up/email', 'sign-up'],
+  ['/api/auth/send-verification-email', 'send-verification-email'],
+  ['/api/auth/request-password-reset', 'request-password-reset'],
+  ['/api/auth/reset-password', 'reset-password'],
+];
+
 export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemoval }) {
   const router = new Hono<AppEnv>();
-  const limited: Array<[string, string]> = [
-    ['/api/auth/sign-in/email', 'sign-in'],
-    ['/api/auth/sign-up/email', 'sign-up'],
-    ['/api/auth/send-verification-email', 'send-verification-email'],
-    ['/api/auth/request-password-reset', 'request-password-reset'],
-    ['/api/auth/reset-password', 'reset-password'],
-  ];
-  for (const [path, bucket] of limited) {
+  for (const [path, bucket] of RATE_LIMITED_AUTH_PATHS) {
     router.post(path, async (c, next) => {
       await enforceRateLimit(c, bucket, c.var.deps.config.authRateLimitPerMinute);
       await next();

@@ -1,4 +1,5 @@
 import type { Auth } from './better-auth.ts';
+import { RATE_LIMITED_AUTH_PATHS } from './mount.ts';
 
 /**
  * The `/api/auth/*` half of /openapi.json. The auth library describes its own endpoints
@@ -117,6 +118,19 @@ function formBody(requestBody: Json | undefined): Json | undefined {
   return { ...requestBody, content: { 'application/x-www-form-urlencoded': { schema } } };
 }
 
+const RETRY_AFTER = { 'Retry-After': { description: 'Seconds until the allowance has room again', schema: { type: 'string' } } };
+
+/**
+ * The 429 of an endpoint our limiter answers before the library (mount.ts): the envelope's RATE_LIMITED, not the
+ * library's `{ message }` (review 86).
+ */
+const ENVELOPE_RATE_LIMITED = {
+  description: 'RATE_LIMITED: too many requests from this client address (or failed sign-ins of this account); retry after `Retry-After` seconds',
+  headers: RETRY_AFTER,
+  content: { 'application/json': { schema: { $ref: '#/components/schemas/RateLimitedError' } } },
+};
+const ENVELOPE_LIMITED_PATHS = new Set(RATE_LIMITED_AUTH_PATHS.map(([path]) => path.slice('/api/auth'.length)));
+
 /** RFC 6749 §5.2's error answer, which the token-family endpoints give (not the library's `{ code, message }`). */
 const OAUTH_ERROR_CONTENT = {
   'application/json': {
@@ -137,6 +151,9 @@ const OAUTH_ERROR_CONTENT = {
  */
 function oauthClientEndpoint(op: Json): Json {
   const responses: Json = { ...op.responses };
+  // the token endpoint's allowances (refreshes per grant, code exchanges): an RFC 6749 error too, not the library's
+  // `{ message }` (review 86: a client generated from the document could not read `error`)
+  if (responses['429']) responses['429'] = { description: 'Too many requests: retry after `Retry-After` seconds', headers: RETRY_AFTER, content: OAUTH_ERROR_CONTENT };
   for (const status of ['400', '401'] as const) {
     if (!responses[status]) continue;
     responses[status] = {
@@ -423,7 +440,9 @@ export async function authOpenApi(auth: Auth): Promise<AuthOpenApi> {
         security: securityOf(path),
         ...(body ? { requestBody: body } : {}),
       };
-      out[method] = CORRECTIONS[`${method} ${path}`]?.(ours) ?? ours;
+      const corrected: Json = CORRECTIONS[`${method} ${path}`]?.(ours) ?? ours;
+      out[method] =
+        method === 'post' && ENVELOPE_LIMITED_PATHS.has(path) ? { ...corrected, responses: { ...corrected.responses, 429: ENVELOPE_RATE_LIMITED } } : corrected;
     }
     paths[`/api/auth${path}`] = out;
   }

@@ -12397,14 +12397,18 @@ export interface operations {
                     };
                 };
             };
-            /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
+            /** @description Too many requests: retry after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description Seconds until the allowance has room again */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
-                        message?: string;
+                        /** @description invalid_client, invalid_grant, invalid_request, invalid_scope, unsupported_grant_type, ... */
+                        error: string;
+                        error_description?: string;
                     };
                 };
             };
@@ -12604,14 +12608,18 @@ export interface operations {
                     };
                 };
             };
-            /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
+            /** @description Too many requests: retry after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description Seconds until the allowance has room again */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
-                        message?: string;
+                        /** @description invalid_client, invalid_grant, invalid_request, invalid_scope, unsupported_grant_type, ... */
+                        error: string;
+                        error_description?: string;
                     };
                 };
             };
@@ -12748,14 +12756,18 @@ export interface operations {
                     };
                 };
             };
-            /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
+            /** @description Too many requests: retry after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description Seconds until the allowance has room again */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
-                        message?: string;
+                        /** @description invalid_client, invalid_grant, invalid_request, invalid_scope, unsupported_grant_type, ... */
+                        error: string;
+                        error_description?: string;
                     };
                 };
             };
@@ -15465,15 +15477,15 @@ export interface operations {
                     };
                 };
             };
-            /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
+            /** @description RATE_LIMITED: too many requests from this client address (or failed sign-ins of this account); retry after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description Seconds until the allowance has room again */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        message?: string;
-                    };
+                    "application/json": components["schemas"]["RateLimitedError"];
                 };
             };
             /** @description Internal Server Error. This is a problem with the server that you cannot fix. */
@@ -15574,15 +15586,15 @@ export interface operations {
                     };
                 };
             };
-            /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
+            /** @description RATE_LIMITED: too many requests from this client address (or failed sign-ins of this account); retry after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description Seconds until the allowance has room again */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        message?: string;
-                    };
+                    "application/json": components["schemas"]["RateLimitedError"];
                 };
             };
             /** @description Internal Server Error. This is a problem with the server that you cannot fix. */
@@ -16116,15 +16128,15 @@ export interface operations {
                     };
                 };
             };
-            /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
+            /** @description RATE_LIMITED: too many requests from this client address (or failed sign-ins of this account); retry after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description Seconds until the allowance has room again */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        message?: string;
-                    };
+                    "application/json": components["schemas"]["RateLimitedError"];
                 };
             };
             /** @description Internal Server Error. This is a problem with the server that you cannot fix. */
@@ -16234,15 +16246,15 @@ export interface operations {
                     };
                 };
             };
-            /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
+            /** @description RATE_LIMITED: too many requests from this client address (or failed sign-ins of this account); retry after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description Seconds until the allowance has room again */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        message?: string;
-                    };
+                    "application/json": components["schemas"]["RateLimitedError"];
                 };
             };
             /** @description Internal Server Error. This is a problem with the server that you cannot fix. */
@@ -16506,15 +16518,15 @@ export interface operations {
                     };
                 };
             };
-            /** @description Too Many Requests. You have exceeded the rate limit. Try again later. */
+            /** @description RATE_LIMITED: too many requests from this client address (or failed sign-ins of this account); retry after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description Seconds until the allowance has room again */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        message?: string;
-                    };
+                    "application/json": components["schemas"]["RateLimitedError"];
                 };
             };
             /** @description Internal Server Error. This is a problem with the server that you cannot fix. */
