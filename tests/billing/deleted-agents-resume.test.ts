@@ -156,6 +156,18 @@ describe('the agent deleted again while a resume is under way', () => {
   });
 });
 
+/** The agent restored and the round run: the user's own cancel stands at Stripe and here, with no "is back" mail. */
+async function expectCancelStandsAfterRestore(agentId: string, user: { cookie: string; email: string }, stripeSubscriptionId: string) {
+  await restore(agentId);
+  await drain();
+  await deliverPending(w);
+  const atStripe = w.fake.subscriptions.get(stripeSubscriptionId)!;
+  const mine = await w.t.http.get(`/me/subscriptions/${agentId}`, { cookie: user.cookie });
+  const backMails = (await mailsTo(w.t, user.email)).filter((m) => m.subject.includes('is back on Agent Marketplace'));
+  expect({ endsAtStripe: atStripe.cancel_at_period_end || atStripe.cancel_at !== null, cancelAtPeriodEnd: mine.body.data.cancelAtPeriodEnd, backMails: backMails.length })
+    .toEqual({ endsAtStripe: true, cancelAtPeriodEnd: true, backMails: 0 });
+}
+
 describe("a user's own renewal in Stripe's portal after the round (review 81)", () => {
   it.each([
     ['flexible billing mode: cancel_at at the period end', 'flexible'],
@@ -178,14 +190,7 @@ describe("a user's own renewal in Stripe's portal after the round (review 81)", 
     else await w.fake.client().subscriptions.update(bought.stripeSubscriptionId, { cancel_at_period_end: true });
     await deliverPending(w);
 
-    await restore(agent.id);
-    await drain();
-    await deliverPending(w);
-    const atStripe = w.fake.subscriptions.get(bought.stripeSubscriptionId)!;
-    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
-    const backMails = (await mailsTo(w.t, user.email)).filter((m) => m.subject.includes('is back on Agent Marketplace'));
-    expect({ endsAtStripe: atStripe.cancel_at_period_end || atStripe.cancel_at !== null, cancelAtPeriodEnd: mine.body.data.cancelAtPeriodEnd, backMails: backMails.length })
-      .toEqual({ endsAtStripe: true, cancelAtPeriodEnd: true, backMails: 0 });
+    await expectCancelStandsAfterRestore(agent.id, user, bought.stripeSubscriptionId);
   });
 });
 
@@ -210,14 +215,7 @@ describe("a user's own renewal while the deleted agent is back, not yet active (
     await w.fake.client().subscriptions.update(bought.stripeSubscriptionId, { cancel_at_period_end: true }); // then cancels again
     await deliverPending(w);
 
-    await restore(agent.id);
-    await drain();
-    await deliverPending(w);
-    const atStripe = w.fake.subscriptions.get(bought.stripeSubscriptionId)!;
-    const mine = await w.t.http.get(`/me/subscriptions/${agent.id}`, { cookie: user.cookie });
-    const backMails = (await mailsTo(w.t, user.email)).filter((m) => m.subject.includes('is back on Agent Marketplace'));
-    expect({ endsAtStripe: atStripe.cancel_at_period_end || atStripe.cancel_at !== null, cancelAtPeriodEnd: mine.body.data.cancelAtPeriodEnd, backMails: backMails.length })
-      .toEqual({ endsAtStripe: true, cancelAtPeriodEnd: true, backMails: 0 });
+    await expectCancelStandsAfterRestore(agent.id, user, bought.stripeSubscriptionId);
   });
 });
 
