@@ -261,6 +261,19 @@ describe('serving under Deno', () => {
     }
   }, 120_000);
 
+  it("a 401's details.authorizationServer answers the OAuth metadata on the edge, as on Node (review 89: an empty 404)", async () => {
+    const refused = await http.get('/api/me');
+    expect(refused.status).toBe(401);
+    const advertised = new URL(refused.body.error.details.authorizationServer as string);
+    expect(advertised.pathname).toBe('/api/.well-known/oauth-authorization-server/api/auth');
+    const metadata = await http.get(advertised.pathname);
+    expect([metadata.status, metadata.body?.issuer, metadata.body?.token_endpoint]).toEqual([
+      200,
+      `${http.baseUrl}/api/api/auth`,
+      `${http.baseUrl}/api/api/auth/oauth2/token`,
+    ]);
+  });
+
   it('answers unknown routes with the 404 envelope, and logs one JSON line per request', async () => {
     const res = await http.get('/api/no/such/route', { headers: { 'x-request-id': 'edge-404' } });
     expect(res.status).toBe(404);

@@ -440,12 +440,16 @@ export function oauthProtocolRoutes() {
   });
 
   // RFC 8414 §3: for an issuer with a path, the metadata lives at /.well-known/oauth-authorization-server/<path>;
-  // the library answers it (and the two documents under /api/auth) from its request hook.
-  for (const path of [
-    '/.well-known/oauth-authorization-server/api/auth',
-    '/api/auth/.well-known/oauth-authorization-server',
-    '/api/auth/.well-known/openid-configuration',
-  ]) {
+  // the library answers it (and the two documents under /api/auth) from its request hook. It knows this one only as
+  // /.well-known/oauth-authorization-server<its issuer's whole path>: behind a path prefix (the edge's /functions/v1/api)
+  // the prefix goes after the well-known segment, not before it, which left an empty 404 on the edge at the URL every
+  // 401 names as `details.authorizationServer` (review 89).
+  router.get('/.well-known/oauth-authorization-server/api/auth', async (c) => {
+    const url = new URL(c.req.url);
+    url.pathname = `/.well-known/oauth-authorization-server${new URL(libraryBaseUrl(c.var.deps.config)).pathname}`;
+    return advertiseOurClientAuth(await c.var.deps.auth.handler(new Request(url, withoutDpop(c.req.raw))));
+  });
+  for (const path of ['/api/auth/.well-known/oauth-authorization-server', '/api/auth/.well-known/openid-configuration']) {
     router.get(path, async (c) => advertiseOurClientAuth(await library(c, c.req.raw)));
   }
 
