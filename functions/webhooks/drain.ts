@@ -200,8 +200,17 @@ async function claim(deps: WebhookDrainDeps, claimId: string, n: number, skipped
 }
 
 /**
+ * Each endpoint `e` with its first pending delivery `h` (only that one may go: per-endpoint order); one index probe
+ * per endpoint. The claim and othersHaveWork read the same heads.
+ */
+const endpointHeads = () => sql`public.webhook_endpoints e
+          cross join lateral (select d.id, d.next_attempt_at, d.event_seq, d.claim_id from public.webhook_deliveries d
+                              where d.endpoint_id = e.id and d.status = 'pending'
+                              order by d.event_seq limit 1) h`;
+
+/**
  * Whether an enabled endpoint other than `skipped` has deliveries left to go: its first pending one is due, or is
- * being attempted (a live lease) with more pending behind it. One probe per endpoint, as the claim's heads.
+ * being attempted (a live lease) with more pending behind it (endpointHeads, as the claim reads them).
  */
 async function othersHaveWork(deps: WebhookDrainDeps, skipped: string[]): Promise<boolean> {
   const now = deps.clock.now();
@@ -209,10 +218,7 @@ async function othersHaveWork(deps: WebhookDrainDeps, skipped: string[]): Promis
     deps.database.db,
     sql`select exists (
           select 1
-          from public.webhook_endpoints e
-          cross join lateral (select d.id, d.next_attempt_at, d.event_seq, d.claim_id from public.webhook_deliveries d
-                              where d.endpoint_id = e.id and d.status = 'pending'
-                              order by d.event_seq limit 1) h
+          from ${endpointHeads()}
           where e.enabled and e.id <> all (${skipped}::uuid[])
             and (${claimable('h', now)}
                  or (h.claim_id is not null and exists (select 1 from public.webhook_deliveries b
@@ -240,10 +246,7 @@ async function claimRound(deps: WebhookDrainDeps, claimId: string, n: number, sk
     // The one statement always answers one row: the count of those failed, with a claimed delivery or nulls.
     sql`with heads as (
           select h.id, h.next_attempt_at, h.event_seq
-          from public.webhook_endpoints e
-          cross join lateral (select d.id, d.next_attempt_at, d.event_seq, d.claim_id from public.webhook_deliveries d
-                              where d.endpoint_id = e.id and d.status = 'pending'
-                              order by d.event_seq limit 1) h
+          from ${endpointHeads()}
           where e.enabled and ${claimable('h', now)} and e.id <> all (${skipped}::uuid[])
         ), due as (
           select d.id
