@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { connect, createServer, type Server } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import postgres from 'postgres';
@@ -282,4 +283,70 @@ describe('serving under Deno', () => {
     const line = await logLine((l) => l.requestId === 'edge-404');
     expect(line).toMatchObject({ msg: 'request', method: 'GET', status: 404, path: '/no/such/route' });
   });
+});
+
+describe('a new isolate while its database is unreachable (review 89)', () => {
+  let database: TestDatabase;
+  let child: ChildProcess | undefined;
+  let relay: Server | undefined;
+  let output = '';
+
+  afterAll(async () => {
+    if (child && child.exitCode === null) {
+      const exited = new Promise((r) => child!.once('exit', r));
+      child.kill('SIGTERM');
+      await exited;
+    }
+    await new Promise((r) => (relay ? relay.close(r) : r(undefined)));
+    await database?.drop();
+  });
+
+  it('serves from its first moment: /health 200, every other path 503 UNAVAILABLE with Retry-After, and the whole API once the database answers', async () => {
+    // The entry awaited its start-up work (the signing key, the admin account) before Deno.serve: a database that did
+    // not answer killed the isolate at boot, and every request to it went unanswered. The database is reached through
+    // a relay that refuses connections at first (nothing listens on its port) and later forwards them.
+    database = await createTestDatabase();
+    const target = new URL(database.url!);
+    const relayPort = await freePort();
+    const via = new URL(database.url!);
+    via.port = String(relayPort);
+    const port = await freePort();
+    child = spawn(deno, ['run', '--allow-net', '--allow-env', '--allow-read', '--allow-sys', '--config', edgeConfigFile, entry], {
+      cwd: root,
+      env: { ...denoEnv, DATABASE_URL: '', SUPABASE_DB_URL: via.href, AUTH_SECRET: TEST_SECRET, PORT: String(port), PUBLIC_BASE_URL: `http://127.0.0.1:${port}/api`, NODE_ENV: 'test' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout!.on('data', (d) => (output += d));
+    child.stderr!.on('data', (d) => (output += d));
+    const http = new HttpClient(`http://127.0.0.1:${port}`);
+    const deadline = Date.now() + 240_000;
+    let health: Awaited<ReturnType<typeof http.get>> | undefined;
+    while (!health && child.exitCode === null && Date.now() < deadline) {
+      health = await http.get('/api/health').catch(() => undefined);
+      if (!health) await new Promise((r) => setTimeout(r, 250));
+    }
+    expect(health?.status, `the edge process ${child.exitCode === null ? 'is up' : `exited (${child.exitCode})`}:\n${output.slice(-1500)}`).toBe(200);
+    expect((health!.body as { data: { status: string } }).data.status).toBe('ok');
+
+    const refused = await http.get('/api/agents');
+    expect([refused.status, refused.body?.error?.code, refused.headers.get('retry-after')]).toEqual([503, 'UNAVAILABLE', '1']);
+    expect((await http.get('/api/ready')).status).toBe(503);
+    expect(child.exitCode).toBeNull();
+
+    relay = createServer((socket) => {
+      const upstream = connect(Number(target.port), target.hostname);
+      socket.pipe(upstream).pipe(socket);
+      socket.on('error', () => upstream.destroy());
+      upstream.on('error', () => socket.destroy());
+    });
+    await new Promise<void>((r) => relay!.listen(relayPort, '127.0.0.1', r));
+    const statuses: number[] = [];
+    for (let i = 0; i < 40 && statuses.at(-1) !== 200; i++) {
+      statuses.push((await http.get('/api/agents')).status);
+      if (statuses.at(-1) !== 200) await new Promise((r) => setTimeout(r, 250));
+    }
+    expect(statuses.at(-1), `${statuses.join(' ')}\n${output.slice(-1500)}`).toBe(200);
+    expect(statuses.filter((s) => s !== 200 && s !== 503)).toEqual([]);
+    expect((await http.get('/api/ready')).body.data).toEqual({ ready: true });
+  }, 300_000);
 });
