@@ -1901,6 +1901,7 @@ export type Database = {
           "id": string;
           "name": string;
           "slug": string;
+          "standalone": boolean;
         };
         ComputedFields: never;
         Insert: {
@@ -1908,12 +1909,14 @@ export type Database = {
           "id"?: string;
           "name": string;
           "slug": string;
+          "standalone"?: boolean;
         };
         Update: {
           "created_at"?: string;
           "id"?: string;
           "name"?: string;
           "slug"?: string;
+          "standalone"?: boolean;
         };
         Relationships: [];
       };
@@ -3436,6 +3439,10 @@ export type Database = {
           "free_cycle": boolean;
           "id": string;
         }[];
+      };
+      "tag_is_listed": {
+        Args: { "p_standalone": boolean; "p_tag_id": string };
+        Returns: boolean;
       };
       "usage_writer": {
         Args: {

@@ -33,9 +33,10 @@ interface Row {
 const toTag = (r: Row): Tag => ({ ...r, createdAt: iso(r.createdAt) });
 
 /**
- * Tags, newest first. Admins see every tag; everyone else the tags of published agents and those no agent carries
- * (made on their own with createTag): a tag that only unpublished agents carry was named for an agent nobody may
- * see yet ("Project Nightingale"), so listing it would announce the draft.
+ * Tags, newest first. Admins see every tag; everyone else the tags of published agents and those an admin made on
+ * their own (createTag): a tag that createAgent or updateAgent made, carried by unpublished agents only or by none
+ * (a draft re-tagged before launch, review 91), was named for an agent nobody may see yet ("Project Nightingale"),
+ * so listing it would announce the draft. public.tag_is_listed is the rule, for the Data API's policy too.
  */
 export async function listTags(
   db: Db,
@@ -44,11 +45,7 @@ export async function listTags(
   viewer: { admin: boolean },
 ) {
   const page = await readPage(cursors, pageScope('tags', { all: viewer.admin || undefined }), query);
-  const visible = viewer.admin
-    ? sql`true`
-    : sql`(not exists (select 1 from public.agent_tags at where at.tag_id = t.id)
-           or exists (select 1 from public.agent_tags at join public.agents a on a.id = at.agent_id
-                      where at.tag_id = t.id and public.agent_is_published(a.status)))`;
+  const visible = viewer.admin ? sql`true` : sql`public.tag_is_listed(t.id, t.standalone)`;
   const found = await rows<Row>(
     db,
     sql`select t.id, t.slug, t.name, t.created_at as "createdAt" from public.tags t
@@ -67,7 +64,7 @@ export async function createTag(db: Db, input: { name: string; slug?: string | u
   try {
     const row = await first<Row>(
       db,
-      sql`insert into public.tags (slug, name, created_at) values (${slug}, ${input.name}, ${now})
+      sql`insert into public.tags (slug, name, created_at, standalone) values (${slug}, ${input.name}, ${now}, true)
           returning id, slug, name, created_at as "createdAt"`,
     );
     return toTag(row!);

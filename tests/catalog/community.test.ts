@@ -68,6 +68,30 @@ describe('tags', () => {
     expect(await names({})).toContain('Project Nightingale Acquisition');
   });
 
+  it('attack: a tag made for a draft stays unlisted when the draft is re-tagged before launch; a tag an admin made on its own is listed (review 91)', async () => {
+    // GET /tags listed every tag no agent carried: re-tagging a draft left its old tag carried by nobody, and so
+    // announced to every visitor.
+    const draft = await createAgent(t, admin, { status: 'draft', tags: ['Project Kestrel Acquisition'] });
+    const names = async (as: { cookie?: string }) => (await walk(t, '/tags', { limit: 100, ...as })).map((x) => x.name);
+    const retagged = await t.http.patch(`/agents/${draft.id}`, { cookie: admin.cookie, json: { tags: ['Codename K'] } });
+    expect(retagged.status, retagged.text).toBe(200);
+    for (const as of [{}, { cookie: user.cookie }]) {
+      expect(await names(as)).not.toContain('Project Kestrel Acquisition');
+      expect(await names(as)).not.toContain('Codename K');
+    }
+    expect(await names({ cookie: admin.cookie })).toEqual(expect.arrayContaining(['Project Kestrel Acquisition', 'Codename K']));
+    // A published agent dropping a tag createAgent made for it leaves it unlisted too: nothing carries it.
+    const live = await createAgent(t, admin, { tags: ['Launch Week Special'] });
+    expect(await names({})).toContain('Launch Week Special');
+    expect((await t.http.patch(`/agents/${live.id}`, { cookie: admin.cookie, json: { tags: [] } })).status).toBe(200);
+    expect(await names({})).not.toContain('Launch Week Special');
+    // One made on its own is listed whoever carries it, or nobody.
+    expect((await t.http.post('/tags', { cookie: admin.cookie, json: { name: 'Open Topic' } })).status).toBe(201);
+    expect(await names({})).toContain('Open Topic');
+    expect((await t.http.patch(`/agents/${draft.id}`, { cookie: admin.cookie, json: { tags: ['Open Topic'] } })).status).toBe(200);
+    expect(await names({})).toContain('Open Topic');
+  });
+
   it('attack: deleting a tag while its agents are re-tagged answers 200 to every request, never 503 (lock order)', async () => {
     // Was wrong: deleteTag locked the tag then (cascade) the agents' links, while re-tagging an agent held its links and waited for the tag: a deadlock, answered 503 concurrent_change.
     for (let round = 0; round < 5; round++) {

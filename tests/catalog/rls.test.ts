@@ -119,8 +119,12 @@ describe('anon and authenticated reads', () => {
     };
     await tag(`secret-project-${suffix}`, [agents.draft!.id, agents.inactive!.id]);
     await tag(`public-topic-${suffix}`, [agents.draft!.id, agents.coming_soon!.id]);
-    const read = (await as(role, sql`select slug from tags where slug like ${`%-${suffix}`}`)) as Array<{ slug: string }>;
-    expect(read.map((x) => x.slug)).toEqual([`public-topic-${suffix}`]);
+    // One an admin made on its own (createTag) is read like GET /tags lists it, carried or not (review 91).
+    await sql`insert into tags (slug, name, standalone) values (${`own-topic-${suffix}`}, 'Own topic', true)`.execute(t.db);
+    // And one nothing carries that createAgent or updateAgent made (a draft's, re-tagged) is not.
+    await tag(`dropped-by-draft-${suffix}`, []);
+    const read = (await as(role, sql`select slug from tags where slug like ${`%-${suffix}`} order by slug`)) as Array<{ slug: string }>;
+    expect(read.map((x) => x.slug)).toEqual([`own-topic-${suffix}`, `public-topic-${suffix}`]);
     const view = (await as(role, sql`select tags from catalog_agents where id = ${agents.coming_soon!.id}`)) as any[];
     expect(view[0].tags).toContain(`public-topic-${suffix}`);
   });

@@ -67,7 +67,8 @@ beforeAll(async () => {
   admin = await createAdmin(t);
   // Rows one second apart, newest first by created_at, plus ties (every 10th row shares its neighbour's time).
   const at = (g: string) => sql.raw(`timestamptz '2026-01-01' + ((${g} / 10) * 10 + (${g} % 10 > 0)::int) * interval '1 second'`);
-  await sql`insert into public.tags (slug, name, created_at) select 'tag-' || g, 'Tag ' || g, ${at('g')} from generate_series(1, ${ROWS}) g`.execute(database.database.db);
+  // Tags an admin made on their own (createTag): listed though no agent carries them.
+  await sql`insert into public.tags (slug, name, created_at, standalone) select 'tag-' || g, 'Tag ' || g, ${at('g')}, true from generate_series(1, ${ROWS}) g`.execute(database.database.db);
   await sql`insert into public.agents (slug, name, status, created_at)
             select 'agent-' || g, 'Agent ' || g, case when g % 7 = 0 then 'draft' else 'active' end, ${at('g')}
             from generate_series(1, ${ROWS}) g`.execute(database.database.db);
