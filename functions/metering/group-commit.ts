@@ -1,5 +1,5 @@
 import type { BearerCheck } from '../http/context.ts';
-import { ApiError } from '../http/errors.ts';
+import { ApiError, pgCode } from '../http/errors.ts';
 import { isConnectionLost, isLockTimeout, isTransientConflict, rows, sql, type Db } from '../platform/db.ts';
 
 /**
@@ -267,13 +267,18 @@ class UsageBatcher {
   }
 }
 
-/** runBatch, sent again while PostgreSQL ends it to be run again (each attempt is its own transaction). */
+/**
+ * runBatch, sent again while PostgreSQL ends it to be run again (each attempt is its own transaction), and while a row
+ * it read was deleted under it: a metric an admin deleted between a call's read of it and its counter's insert (the
+ * insert waited on the delete's lock, then failed its foreign key, 23503) was a 500 to the agent (review 90). Run again,
+ * the call reads the state after the delete and answers it (404 NOT_FOUND for the metric); nothing was written.
+ */
 async function runAgain(db: Db, calls: BatchedCall[]): Promise<CallRow[]> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await runBatch(db, calls);
     } catch (err) {
-      if (attempt >= ATTEMPTS || !isTransientConflict(err)) throw err;
+      if (attempt >= ATTEMPTS || !(isTransientConflict(err) || pgCode(err) === '23503')) throw err;
     }
   }
 }

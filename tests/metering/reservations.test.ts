@@ -753,3 +753,30 @@ describe('agent webhooks from metering (the outbox, written with the change)', (
     });
   });
 });
+
+describe('the quota headers of an answer that changed nothing (review 90)', () => {
+  it('a repeated commit or release answers the counter now, as the OpenAPI document says; a replayed increment the figures it saw', async () => {
+    // The document promised the first call's figures for repeated commits and releases too, which they never answered.
+    const described = (await t.http.get('/openapi.json')).body.paths['/me/usage/{agentId}/reservations/{reservationId}/commit'].post
+      .responses['200'].headers['X-Idempotent-Replay'].description as string;
+    expect(described).toContain('a repeated commit or a repeated release answer the reservation as it is now, and the X-Quota-* figures are the counter now');
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 10 }]);
+    await subscribe(t, user.userId, a.tierId);
+    const held = (await reserve(t, user, a.agentId, 'calls', { clientReqId: reqId(), amount: 4 })).body.data.id as string;
+    const committed = await commit(t, user, a.agentId, held, 2);
+    expect(committed.headers.get('x-quota-remaining')).toBe('8');
+    const incrementId = reqId();
+    const counted = await meter(t, user, a.agentId, 'calls', 'increment', { clientReqId: incrementId, amount: 3 });
+    expect(counted.headers.get('x-quota-remaining')).toBe('5');
+    const released = (await reserve(t, user, a.agentId, 'calls', { clientReqId: reqId(), amount: 1 })).body.data.id as string;
+    expect((await release(t, user, a.agentId, released)).headers.get('x-quota-remaining')).toBe('5');
+    expect((await meter(t, user, a.agentId, 'calls', 'increment', { clientReqId: reqId(), amount: 1 })).status).toBe(200);
+
+    const again = await commit(t, user, a.agentId, held, 2);
+    expect([again.headers.get('x-idempotent-replay'), again.headers.get('x-quota-remaining')]).toEqual(['true', '4']);
+    const releasedAgain = await release(t, user, a.agentId, released);
+    expect([releasedAgain.headers.get('x-idempotent-replay'), releasedAgain.headers.get('x-quota-remaining')]).toEqual(['true', '4']);
+    const replayed = await meter(t, user, a.agentId, 'calls', 'increment', { clientReqId: incrementId, amount: 3 });
+    expect([replayed.headers.get('x-idempotent-replay'), replayed.headers.get('x-quota-remaining')]).toEqual(['true', '5']);
+  });
+});

@@ -13,8 +13,10 @@ export const quotaHeaderDocs = {
   'X-Quota-Remaining': { description: 'Units left (limit - used - reserved), or `unlimited`', schema: { type: 'string' as const } },
   'X-Idempotent-Replay': {
     description:
-      'Present (`true`) when this answer is the stored result of an earlier call with the same clientReqId (or a repeated commit or ' +
-      'release): nothing changed, and the X-Quota-* figures are the ones that call saw, not the counter now',
+      'Present (`true`) when this call changed nothing because an earlier one did it: an increment or decrement with the same ' +
+      'clientReqId answers that call\'s stored result (its X-Quota-* figures are the ones it saw); a reserve with the same ' +
+      'clientReqId, a repeated commit or a repeated release answer the reservation as it is now, and the X-Quota-* figures are ' +
+      'the counter now (review 90)',
     schema: { type: 'string' as const, enum: ['true'] },
   },
 };

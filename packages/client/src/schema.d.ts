@@ -18032,7 +18032,7 @@ export interface operations {
             /** @description Decremented (or the stored result of this clientReqId) */
             200: {
                 headers: {
-                    /** @description Present (`true`) when this answer is the stored result of an earlier call with the same clientReqId (or a repeated commit or release): nothing changed, and the X-Quota-* figures are the ones that call saw, not the counter now */
+                    /** @description Present (`true`) when this call changed nothing because an earlier one did it: an increment or decrement with the same clientReqId answers that call's stored result (its X-Quota-* figures are the ones it saw); a reserve with the same clientReqId, a repeated commit or a repeated release answer the reservation as it is now, and the X-Quota-* figures are the counter now (review 90) */
                     "X-Idempotent-Replay"?: "true";
                     /** @description Effective quota (tier quota + active addons), or `unlimited` */
                     "X-Quota-Limit"?: string;
@@ -18153,7 +18153,7 @@ export interface operations {
             /** @description Counted (or the stored result of this clientReqId) */
             200: {
                 headers: {
-                    /** @description Present (`true`) when this answer is the stored result of an earlier call with the same clientReqId (or a repeated commit or release): nothing changed, and the X-Quota-* figures are the ones that call saw, not the counter now */
+                    /** @description Present (`true`) when this call changed nothing because an earlier one did it: an increment or decrement with the same clientReqId answers that call's stored result (its X-Quota-* figures are the ones it saw); a reserve with the same clientReqId, a repeated commit or a repeated release answer the reservation as it is now, and the X-Quota-* figures are the counter now (review 90) */
                     "X-Idempotent-Replay"?: "true";
                     /** @description Effective quota (tier quota + active addons), or `unlimited` */
                     "X-Quota-Limit"?: string;
@@ -18238,7 +18238,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds until the quota period ends (rolling metrics only) */
                     "Retry-After"?: string;
-                    /** @description Present (`true`) when this answer is the stored result of an earlier call with the same clientReqId (or a repeated commit or release): nothing changed, and the X-Quota-* figures are the ones that call saw, not the counter now */
+                    /** @description Present (`true`) when this call changed nothing because an earlier one did it: an increment or decrement with the same clientReqId answers that call's stored result (its X-Quota-* figures are the ones it saw); a reserve with the same clientReqId, a repeated commit or a repeated release answer the reservation as it is now, and the X-Quota-* figures are the counter now (review 90) */
                     "X-Idempotent-Replay"?: "true";
                     /** @description Effective quota (tier quota + active addons), or `unlimited` */
                     "X-Quota-Limit"?: string;
@@ -18282,7 +18282,7 @@ export interface operations {
             /** @description Held (or the reservation of this clientReqId) */
             201: {
                 headers: {
-                    /** @description Present (`true`) when this answer is the stored result of an earlier call with the same clientReqId (or a repeated commit or release): nothing changed, and the X-Quota-* figures are the ones that call saw, not the counter now */
+                    /** @description Present (`true`) when this call changed nothing because an earlier one did it: an increment or decrement with the same clientReqId answers that call's stored result (its X-Quota-* figures are the ones it saw); a reserve with the same clientReqId, a repeated commit or a repeated release answer the reservation as it is now, and the X-Quota-* figures are the counter now (review 90) */
                     "X-Idempotent-Replay"?: "true";
                     /** @description Effective quota (tier quota + active addons), or `unlimited` */
                     "X-Quota-Limit"?: string;
@@ -18367,7 +18367,7 @@ export interface operations {
                 headers: {
                     /** @description QUOTA_EXCEEDED: seconds until the quota period ends (rolling metrics only); RATE_LIMITED: seconds until the oldest live hold expires */
                     "Retry-After"?: string;
-                    /** @description Present (`true`) when this answer is the stored result of an earlier call with the same clientReqId (or a repeated commit or release): nothing changed, and the X-Quota-* figures are the ones that call saw, not the counter now */
+                    /** @description Present (`true`) when this call changed nothing because an earlier one did it: an increment or decrement with the same clientReqId answers that call's stored result (its X-Quota-* figures are the ones it saw); a reserve with the same clientReqId, a repeated commit or a repeated release answer the reservation as it is now, and the X-Quota-* figures are the counter now (review 90) */
                     "X-Idempotent-Replay"?: "true";
                     /** @description Effective quota (tier quota + active addons), or `unlimited` */
                     "X-Quota-Limit"?: string;
@@ -18495,7 +18495,7 @@ export interface operations {
             /** @description Committed */
             200: {
                 headers: {
-                    /** @description Present (`true`) when this answer is the stored result of an earlier call with the same clientReqId (or a repeated commit or release): nothing changed, and the X-Quota-* figures are the ones that call saw, not the counter now */
+                    /** @description Present (`true`) when this call changed nothing because an earlier one did it: an increment or decrement with the same clientReqId answers that call's stored result (its X-Quota-* figures are the ones it saw); a reserve with the same clientReqId, a repeated commit or a repeated release answer the reservation as it is now, and the X-Quota-* figures are the counter now (review 90) */
                     "X-Idempotent-Replay"?: "true";
                     /** @description Effective quota (tier quota + active addons), or `unlimited` */
                     "X-Quota-Limit"?: string;
@@ -18612,7 +18612,7 @@ export interface operations {
             /** @description Released */
             200: {
                 headers: {
-                    /** @description Present (`true`) when this answer is the stored result of an earlier call with the same clientReqId (or a repeated commit or release): nothing changed, and the X-Quota-* figures are the ones that call saw, not the counter now */
+                    /** @description Present (`true`) when this call changed nothing because an earlier one did it: an increment or decrement with the same clientReqId answers that call's stored result (its X-Quota-* figures are the ones it saw); a reserve with the same clientReqId, a repeated commit or a repeated release answer the reservation as it is now, and the X-Quota-* figures are the counter now (review 90) */
                     "X-Idempotent-Replay"?: "true";
                     /** @description Effective quota (tier quota + active addons), or `unlimited` */
                     "X-Quota-Limit"?: string;
