@@ -88,7 +88,7 @@ export async function buildDeps(options: BuildOptions): Promise<BuiltDeps> {
     authenticator,
     startup: async () => {
       await ensureSigningKey(auth, database);
-      if (config.admin) await ensureAdmin({ auth, database, logger, clock }, config.admin);
+      if (config.admin) await ensureAdmin({ auth, database, logger, clock, config }, config.admin);
       // The Node entry's convenience loops. Tests deliver explicitly (tests/support/mail.ts); the edge leaves the
       // work to the scheduler (backgroundLoops: false).
       if (options.backgroundLoops ?? config.env !== 'test') {

@@ -64,6 +64,33 @@ export type Database = {
           },
         ];
       };
+      "admin_password_applied": {
+        Row: {
+          "applied_at": string;
+          "fingerprint": string;
+          "user_id": string;
+        };
+        ComputedFields: never;
+        Insert: {
+          "applied_at": string;
+          "fingerprint": string;
+          "user_id": string;
+        };
+        Update: {
+          "applied_at"?: string;
+          "fingerprint"?: string;
+          "user_id"?: string;
+        };
+        Relationships: [
+          {
+            foreignKeyName: "admin_password_applied_user_id_fkey";
+            columns: ["user_id"];
+            isOneToOne: true;
+            referencedRelation: "user";
+            referencedColumns: ["id"];
+          },
+        ];
+      };
       "agent_capabilities": {
         Row: {
           "agent_id": string;

@@ -84,4 +84,45 @@ describe('admin account at start', () => {
       await t.close();
     }
   });
+  it('a password the admin changed is kept, and they stay signed in, across restarts with the same ADMIN_PASSWORD; a new ADMIN_PASSWORD applies', async () => {
+    // Every start set the password back to ADMIN_PASSWORD when it differed, which ends every session: an admin who
+    // changed a leaked password got the leaked one back and was signed out at each restart, and on the edge at each
+    // cold isolate.
+    const env = { ADMIN_EMAIL: 'keeps-own@market.example', ADMIN_PASSWORD: 'operator password 1' };
+    let t = await startTestApp({ testDatabase: db, env });
+    let cookie: string;
+    try {
+      const admin = await signInAs(t, { email: env.ADMIN_EMAIL, password: env.ADMIN_PASSWORD });
+      const changed = await t.http.post('/api/auth/change-password', {
+        cookie: admin.cookie,
+        headers: { origin: t.baseUrl },
+        json: { currentPassword: env.ADMIN_PASSWORD, newPassword: 'my own password 2', revokeOtherSessions: true },
+      });
+      expect(changed.status, changed.text).toBe(200);
+      cookie = (await signInAs(t, { email: env.ADMIN_EMAIL, password: 'my own password 2' })).cookie;
+    } finally {
+      await t.close();
+    }
+    for (let restart = 1; restart <= 2; restart++) {
+      t = await startTestApp({ testDatabase: db, env });
+      try {
+        expect((await signIn(t, env.ADMIN_EMAIL, env.ADMIN_PASSWORD)).status, `restart ${restart}`).toBe(401);
+        expect((await signIn(t, env.ADMIN_EMAIL, 'my own password 2')).status, `restart ${restart}`).toBe(200);
+        expect((await t.http.get('/admin/users', { cookie })).status, `restart ${restart}: the session lives`).toBe(200);
+      } finally {
+        await t.close();
+      }
+    }
+    t = await startTestApp({ testDatabase: db, env: { ...env, ADMIN_PASSWORD: 'operator password 3' } });
+    try {
+      expect((await signIn(t, env.ADMIN_EMAIL, 'my own password 2')).status).toBe(401);
+      expect((await signIn(t, env.ADMIN_EMAIL, 'operator password 3')).status).toBe(200);
+      expect((await t.http.get('/admin/users', { cookie })).status, 'a new ADMIN_PASSWORD takes the account back').toBe(401);
+      const stored = await first<{ fingerprint: string }>(t.db, sql`select fingerprint from admin_password_applied a join "user" u on u.id = a.user_id where u.email = ${env.ADMIN_EMAIL}`);
+      expect(stored!.fingerprint).toMatch(/^[0-9a-f]{64}$/);
+      expect(stored!.fingerprint).not.toContain('operator');
+    } finally {
+      await t.close();
+    }
+  });
 });
