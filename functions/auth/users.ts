@@ -38,7 +38,8 @@ export function toUserDto(row: UserRow): UserDto & { banReason: string | null } 
     name: row.name,
     role: row.role === 'platform_admin' ? 'platform_admin' : 'user',
     banned: row.banned === true,
-    banReason: row.banReason,
+    // The reason of a ban in force only: a temporary ban past its time keeps its columns until the next sign-in.
+    banReason: row.banned === true ? row.banReason : null,
     createdAt: new Date(row.createdAt).toISOString(),
   };
 }

@@ -316,19 +316,27 @@ describe('the library’s /api/auth/admin/* endpoints', () => {
 
 
 describe("an admin's view of a temporary ban", () => {
-  it('shows the account banned while the ban lasts, and not banned once its time has passed (review 50)', async () => {
-    // The library lifts a temporary ban only at the user's next sign-in: the column stays true after banExpires.
+  it('shows the account banned, with its reason, while the ban lasts, and neither once its time has passed (reviews 50, 87)', async () => {
+    // The library lifts a temporary ban only at the user's next sign-in: the columns stay set after banExpires.
     const user = await signUp(t);
-    const banned = await t.http.post('/api/auth/admin/ban-user', { cookie: admin.cookie, headers: origin(), json: { userId: user.userId, banExpiresIn: 3600 } });
+    const banned = await t.http.post('/api/auth/admin/ban-user', {
+      cookie: admin.cookie,
+      headers: origin(),
+      json: { userId: user.userId, banExpiresIn: 3600, banReason: 'spam' },
+    });
     expect(banned.status, banned.text).toBe(200);
-    const profile = async () => (await t.http.get(`/admin/users/${user.userId}`, { cookie: admin.cookie })).body.data;
+    const shown = (u: { banned: boolean; banReason: string | null }) => ({ banned: u.banned, banReason: u.banReason });
+    const profile = async () => shown((await t.http.get(`/admin/users/${user.userId}`, { cookie: admin.cookie })).body.data);
     const listed = async () =>
-      ((await t.http.get(`/admin/users?q=${encodeURIComponent(user.email)}`, { cookie: admin.cookie })).body.data as Array<{ id: string; banned: boolean }>)
-        .find((u) => u.id === user.userId)!.banned;
-    expect([(await profile()).banned, await listed()]).toEqual([true, true]);
+      shown(
+        ((await t.http.get(`/admin/users?q=${encodeURIComponent(user.email)}`, { cookie: admin.cookie })).body.data as Array<{ id: string; banned: boolean; banReason: string | null }>)
+          .find((u) => u.id === user.userId)!,
+      );
+    expect([await profile(), await listed()]).toEqual([{ banned: true, banReason: 'spam' }, { banned: true, banReason: 'spam' }]);
 
     await sql`update "user" set "banExpires" = now() - interval '1 minute' where id = ${user.userId}`.execute(t.db);
     expect((await first<{ banned: boolean }>(t.db, sql`select banned from "user" where id = ${user.userId}`))!.banned).toBe(true);
-    expect([(await profile()).banned, await listed()]).toEqual([false, false]);
+    // A reason beside "not banned" read as a ban still in force (review 87's lead).
+    expect([await profile(), await listed()]).toEqual([{ banned: false, banReason: null }, { banned: false, banReason: null }]);
   });
 });
