@@ -96,6 +96,18 @@ describe('revocation whatever the hint says (RFC 7009 §2.1)', () => {
     expect((await t.http.get('/agents', { bearer: tokens.accessToken })).status).toBe(200);
   });
 
+  it('an access token sent as "Bearer <token>" is revoked, as its introspection reads it (review 93)', async () => {
+    // The wrapper judged "Bearer <jwt>" as no JWT and revoked nothing, while the introspection of the same value
+    // answered active: a client checking its revocation with it saw a live token as revoked.
+    const tokens = await accessTokenFor(t, user, { agentId: x.agentId });
+    const active = await postForm(t, '/api/auth/oauth2/introspect', client, { token: `Bearer ${tokens.accessToken}` });
+    expect([active.status, active.body.active]).toEqual([200, true]);
+    expect((await postForm(t, '/api/auth/oauth2/revoke', client, { token: `Bearer ${tokens.accessToken}` })).status).toBe(200);
+    expect((await t.http.get('/me', { bearer: tokens.accessToken })).status).toBe(401);
+    const inactive = await postForm(t, '/api/auth/oauth2/introspect', client, { token: `Bearer ${tokens.accessToken}` });
+    expect([inactive.status, inactive.body.active]).toEqual([200, false]);
+  });
+
   it('attack: a refresh token sent with token_type_hint=access_token is revoked, not only answered 200', async () => {
     const tokens = await accessTokenFor(t, user, { agentId: x.agentId });
     const res = await postForm(t, '/api/auth/oauth2/revoke', client, { token: tokens.refreshToken!, token_type_hint: 'access_token' });

@@ -3,7 +3,7 @@ import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { browserGet } from '../support/http.ts';
+import { browserGet, browserRequest } from '../support/http.ts';
 import { accessTokenFor, authorizeInBrowser, createOAuthClient, followAuthorize, pkcePair, postForm, type TestOAuthClient } from '../support/oauth.ts';
 import { sessionCookie, signUp, type TestUser } from '../support/users.ts';
 
@@ -477,6 +477,31 @@ describe('RP-initiated logout', () => {
     // a top-level navigation from the agent's page is the user's own logout
     const navigation = await browserGet(t.baseUrl, path, { ...crossSite, 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' });
     expect([navigation.status, navigation.location]).toEqual([302, hostile.postLogoutRedirectUri]);
+    expect((await t.http.get('/api/auth/get-session', { cookie: user.cookie })).body).toBeNull();
+  });
+
+  test("RP-initiated logout as a form POST from the agent's page signs the user out and returns, as the GET does (review 93)", async () => {
+    // The library's origin check refused the cookie-bearing POST from the agent's origin (403 INVALID_ORIGIN): the user
+    // stayed signed in, with every token issued under the session.
+    const { tokens, user } = await runFlow();
+    const agentOrigin = new URL(agent.postLogoutRedirectUri).origin;
+    const res = await browserRequest(
+      t.baseUrl,
+      'POST',
+      '/api/auth/oauth2/end-session',
+      {
+        cookie: user.cookie,
+        'content-type': 'application/x-www-form-urlencoded',
+        origin: agentOrigin,
+        referer: `${agentOrigin}/account`,
+        'sec-fetch-site': 'cross-site',
+        'sec-fetch-mode': 'navigate',
+        'sec-fetch-dest': 'document',
+        'sec-fetch-user': '?1',
+      },
+      new URLSearchParams({ id_token_hint: tokens.id_token!, post_logout_redirect_uri: agent.postLogoutRedirectUri, state: 'bye' }).toString(),
+    );
+    expect([res.status, res.location ?? null], res.text).toEqual([302, `${agent.postLogoutRedirectUri}?state=bye`]);
     expect((await t.http.get('/api/auth/get-session', { cookie: user.cookie })).body).toBeNull();
   });
 

@@ -1,4 +1,4 @@
-import { parseAccessTokenAuthorization } from '@better-auth/core/oauth2';
+import { parseAccessTokenAuthorization, stripAccessTokenAuthorizationScheme } from '@better-auth/core/oauth2';
 import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../../platform/app-types.ts';
 import { first, sql, type Db } from '../../platform/db.ts';
@@ -142,10 +142,17 @@ export function oauthProtocolRoutes() {
     const form = new URLSearchParams(post ? await request.text() : '');
     const refused = refuseRepeated([...url.searchParams.keys(), ...form.keys()]);
     if (refused) return refused;
-    const forward = () =>
-      post
-        ? new Request(url, { method: 'POST', headers: forwardHeaders(request.headers), body: form.toString() })
-        : new Request(url, { method: request.method, headers: request.headers });
+    // A form POST reaches the library as the GET it is equivalent to, its fields in the query: the library's origin
+    // check refuses every POST that carries a cookie from an origin it does not trust, and an agent's site never is one,
+    // so the logout form OpenID Connect defines (a MUST beside the GET) signed nobody out (review 93). The checks here
+    // have judged it as the GET is judged: the user's own navigation, and the hint's session.
+    const forward = () => {
+      const target = new URL(url);
+      for (const [name, value] of form) target.searchParams.append(name, value);
+      const headers = forwardHeaders(request.headers);
+      headers.delete('content-type');
+      return new Request(target, { method: post ? 'GET' : request.method, headers });
+    };
     const hint = url.searchParams.get('id_token_hint') ?? form.get('id_token_hint');
     if (!hint) return library(c, forward());
     const claims = unverifiedClaims(hint);
@@ -333,7 +340,10 @@ export function oauthProtocolRoutes() {
     const form = new URLSearchParams(await request.text());
     const refused = refuseRepeated(form.keys());
     if (refused) return refused;
-    const token = form.get('token') ?? '';
+    // Read as the library reads it, here and in its introspection: a `Bearer ` (or `DPoP `) before the token is dropped.
+    // Judged as written, `Bearer <jwt>` was no JWT, so nothing was revoked while the introspection of the same value
+    // answered active (review 93's lead): a client checking its revocation that way saw a live token as revoked.
+    const token = stripAccessTokenAuthorizationScheme(form.get('token') ?? '');
     const hint = form.get('token_type_hint');
     // The kind is told by the token's shape, not the hint: access tokens are JWTs and refresh tokens opaque here, and
     // with the other kind's hint the library looked only where the token was not and answered 200, revoking nothing
@@ -356,7 +366,10 @@ export function oauthProtocolRoutes() {
     const before = token ? await findRefreshToken(database.db, token) : undefined;
     const response = await library(c, formRequest(request, form));
     const state = before ? await refreshTokenState(database.db, before.id) : undefined;
-    if (response.status === 200 && before && !before.revoked && state !== 'live') {
+    // Only for the token's own client: another client's revoke answers 200 and revokes nothing, but the owner refreshing
+    // at that instant leaves the token not live, which read as this revoke's doing (review 93's lead).
+    const own = before !== undefined && before.clientId === requestingClientId(request, form);
+    if (response.status === 200 && before && own && !before.revoked && state !== 'live') {
       // RFC 7009 §2.1: revoking a refresh token should also invalidate the access tokens of the same grant.
       if (before.authorizationCodeId) await revokeAccessTokensOfGrant(database.db, before.authorizationCodeId, clock.now());
       else await revokeAccessTokensOfFamily(database.db, before.clientId, before.userId, clock.now());
@@ -364,7 +377,7 @@ export function oauthProtocolRoutes() {
     if (response.status === 400) {
       const error = (await response.clone().json().catch(() => undefined)) as { error?: unknown } | undefined;
       if (
-        error?.error === 'invalid_request' && before && state === 'gone' && before.clientId === requestingClientId(request, form)
+        error?.error === 'invalid_request' && before && state === 'gone' && own
       ) {
         // A rotated refresh token was revoked (a stale copy the agent's backend still held, or its own refresh rotated
         // it meanwhile): the library, after authenticating the client, took it as a reuse and deleted that client's
