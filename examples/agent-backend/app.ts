@@ -4,6 +4,7 @@ import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
 import { html } from 'hono/html';
 import {
   ApiError,
+  createMarketplaceClient,
   createMeter,
   createOAuth,
   NetworkError,
@@ -25,8 +26,12 @@ import {
  *    `__Host-` prefix; sessions end after a day unused, and at most MAX_SESSIONS are kept (a visitor costs nothing);
  *  - each sign-in in progress is kept by its `state`, bound to the browser that started it (its own short cookie), so
  *    two tabs signing in at once both finish, and a callback of another browser's sign-in (login CSRF) is refused;
- *  - a denied consent, a sign-in that can no longer finish and a subscription that ended are pages, not 500s;
- *  - the forms that act (summarize, sign out) are refused when another site posts them (Origin, Sec-Fetch-Site);
+ *  - a denied consent, a sign-in that can no longer finish and a subscription that ended are pages, not 500s; a user
+ *    with no subscription is offered the agent's public tiers here and subscribes with their own token (POST
+ *    /me/checkout): a free tier at once, a paid one on the marketplace's checkout page (review 94: the page linked to
+ *    the marketplace's API, JSON in the browser, where nobody can subscribe);
+ *  - the forms that act (summarize, subscribe, sign out) are refused when another site posts them (Origin,
+ *    Sec-Fetch-Site);
  *  - each Summarize the page offers is one user action with its own clientReqId, minted with the page and kept in the
  *    session until its summary is written: when the marketplace's answer is lost (NetworkError, or a 503 that outlasted
  *    the retries: the call may have been counted), the page offers to try that same action again, whose increment is then
@@ -130,6 +135,8 @@ export function agentBackend(options: AgentBackendOptions) {
   };
   const meterFor = (s: Session) =>
     createMeter({ baseUrl: options.marketplaceUrl, agentId: options.agentId, accessToken: ({ rejected }) => accessToken(s, rejected) });
+  /** Every other operation, typed from the marketplace's /openapi.json, as the signed-in user through this agent. */
+  const marketplaceFor = (s: Session) => createMarketplaceClient({ baseUrl: options.marketplaceUrl, accessToken: () => accessToken(s) });
 
   const page = (body: ReturnType<typeof html>) =>
     html`<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Summarizer (example agent)</title></head><body>${body}</body></html>`;
@@ -138,9 +145,20 @@ export function agentBackend(options: AgentBackendOptions) {
   const signOutForm = html`<form method="post" action="/logout"><button id="sign-out" type="submit">Sign out</button></form>`;
   // The marketplace answers 402 (increment) or 404 (usage) once the user's subscription to the agent has ended.
   const noSubscription = (err: unknown) => err instanceof SubscriptionRequiredError || err instanceof NotFoundError;
-  const subscribePage = () =>
-    page(html`<h1>Summarizer</h1><p id="status">Signed in, with no active subscription to this agent: subscribe at
-      <a href="${options.marketplaceUrl}/agents/${options.agentId}">the marketplace</a>, then come back.</p>${signOutForm}`);
+  /** No subscription yet (or no more): the agent's public tiers, each a form that subscribes the user (POST /subscribe). */
+  const subscribePage = async (s: Session, note = '') => {
+    const { data } = await marketplaceFor(s).GET('/agents/{agentId}/pricing', { params: { path: { agentId: options.agentId } } });
+    const tiers = (data?.data ?? []).filter((tier) => !tier.contactSales);
+    const price = (cents: number, currency: string, interval: string) =>
+      cents === 0 ? 'free' : `${(cents / 100).toFixed(2)} ${currency.toUpperCase()} a ${interval}`;
+    return page(html`<h1>Summarizer</h1>${note ? html`<p id="note">${note}</p>` : ''}
+      <p id="status">Signed in, with no active subscription to this agent. Choose a plan:</p>
+      <ul>${tiers.map(
+        (tier) => html`<li><form method="post" action="/subscribe"><input type="hidden" name="tierId" value="${tier.id}">
+          ${tier.name} (${price(tier.priceCents!, tier.currency!, tier.interval!)})
+          <button class="subscribe" type="submit">Subscribe</button></form></li>`,
+      )}</ul>${signOutForm}`);
+  };
 
   /** The Summarize form for one user action: its clientReqId, sent again as is when the user tries it again. */
   const summarizeForm = (action: string, label = 'Summarize') =>
@@ -164,7 +182,7 @@ export function agentBackend(options: AgentBackendOptions) {
           ${summarizeForm(newAction(s))}${signOutForm}`),
       );
     } catch (err) {
-      if (noSubscription(err)) return c.html(subscribePage());
+      if (noSubscription(err)) return c.html(await subscribePage(s));
       throw err;
     }
   });
@@ -248,7 +266,7 @@ export function agentBackend(options: AgentBackendOptions) {
           503,
         );
       }
-      if (noSubscription(err)) return c.html(subscribePage(), 402);
+      if (noSubscription(err)) return c.html(await subscribePage(s), 402);
       if (!(err instanceof QuotaExceededError)) throw err;
       const when = err.periodEnd ? `It resets on ${err.periodEnd.toISOString().slice(0, 10)}.` : 'It does not reset by itself.';
       return c.html(page(html`<h1>Summarizer</h1><p id="result">Your plan's quota is used up (${err.used} of ${err.limit}). ${when}</p>`), 429);
@@ -256,6 +274,31 @@ export function agentBackend(options: AgentBackendOptions) {
       if (again) s.actions.set(action, 'ready');
       else s.actions.delete(action);
     }
+  });
+
+  /**
+   * Subscribes the signed-in user to one of the agent's tiers with their own token (an agent's token may start a
+   * checkout for its own agent's tiers only): a free tier is active at once (201), a paid one is paid on the
+   * marketplace's checkout page (200 { checkoutUrl }), which returns the user to the marketplace; they come back here.
+   */
+  app.post('/subscribe', async (c) => {
+    if (!fromOwnPage(c)) return c.text('Forbidden: send this from the Summarizer page', 403);
+    const s = sessionOf(c);
+    if (!s) return c.redirect('/');
+    const tierId = (await c.req.parseBody().catch((): Record<string, unknown> => ({})))['tierId'];
+    if (typeof tierId !== 'string') return c.html(await subscribePage(s, 'Choose one of the plans below.'), 400);
+    const { data, error, response } = await marketplaceFor(s).POST('/me/checkout', { body: { tierId } });
+    // The token refused (401: sign in again) or the marketplace asking to slow down (429): as every other call (onError).
+    if (response.status === 401 || response.status === 429) {
+      const refused = error as { error?: { code?: string; message?: string } } | undefined;
+      throw new ApiError(response.status, refused?.error?.code ?? `HTTP_${response.status}`, refused?.error?.message ?? 'Refused', {}, undefined);
+    }
+    if (response.status === 201) return c.redirect('/', 303);
+    const checkoutUrl = (data?.data as { checkoutUrl?: string } | undefined)?.checkoutUrl;
+    if (checkoutUrl) return c.redirect(checkoutUrl, 303);
+    // Already subscribed (409), the plan gone (404), payments not set up on this marketplace (503), ...: say so.
+    console.error('checkout refused', response.status, error?.error?.code);
+    return c.html(await subscribePage(s, `The marketplace did not start this subscription: ${error?.error?.message ?? response.status}`), 409);
   });
 
   app.post('/logout', (c) => {

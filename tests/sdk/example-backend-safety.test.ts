@@ -173,6 +173,42 @@ describe('what a user meets', () => {
   });
 });
 
+describe('subscribing from the page (review 94)', () => {
+  it("a user with no subscription is offered the agent's public tiers and subscribes to the free one there; another site's post is refused", async () => {
+    // The page linked to the marketplace's API (GET /agents/{id}: JSON in the browser), where nobody can subscribe.
+    const app = backend();
+    const jar = new Map<string, string>();
+    const user = await signUp(t);
+    expect((await signInAt(app, jar, user)).status).toBe(302);
+    const home = await (await call(app, '/', jar)).text();
+    expect(home).toContain('no active subscription');
+    const tierId = /name="tierId" value="([^"]+)"/.exec(home)?.[1];
+    expect(tierId).toBe(agent.tierId);
+    expect(home).toContain('(free)');
+    expect(home).not.toContain('Enterprise'); // contact sales is the marketplace's page, not a checkout
+
+    const forged = await call(app, '/subscribe', jar, { method: 'POST', headers: { origin: 'https://evil.example', 'sec-fetch-site': 'cross-site' }, form: { tierId: tierId! } });
+    expect(forged.status).toBe(403);
+    expect((await t.http.get('/me/subscriptions', { cookie: user.cookie })).body.data).toEqual([]);
+    const unnamed = await call(app, '/subscribe', jar, { method: 'POST', form: {} });
+    expect([unnamed.status, await unnamed.text()]).toEqual([400, expect.stringContaining('Choose one of the plans')]);
+
+    // A tier of another agent (a tampered form): the marketplace refuses the agent's token (403), the page says so.
+    const other = await meteredAgent(t.db, [{ slug: 'summaries', kind: 'rolling', quota: 5 }]);
+    const foreign = await call(app, '/subscribe', jar, { method: 'POST', form: { tierId: other.tierId } });
+    expect([foreign.status, await foreign.text()]).toEqual([409, expect.stringContaining('did not start this subscription')]);
+    const subscribed = await call(app, '/subscribe', jar, { method: 'POST', form: { tierId: tierId! } });
+    expect([subscribed.status, subscribed.headers.get('location')]).toEqual([303, '/']);
+    expect(await (await call(app, '/', jar)).text()).toContain('5 of 5 left');
+    const mine = (await t.http.get('/me/subscriptions', { cookie: user.cookie })).body.data as Array<{ agentId: string; status: string }>;
+    expect(mine.map((x) => [x.agentId, x.status])).toEqual([[agent.agentId, 'active']]);
+    // Sent again (the back button): the same subscription, not a second one.
+    const again = await call(app, '/subscribe', jar, { method: 'POST', form: { tierId: tierId! } });
+    expect([again.status, again.headers.get('location')]).toEqual([303, '/']);
+    expect((await t.http.get('/me/subscriptions', { cookie: user.cookie })).body.data).toHaveLength(1);
+  });
+});
+
 describe('the marketplace refusing the backend itself', () => {
   it("its client secret rotated: the user's next page says the Summarizer cannot reach the marketplace, not a 500", async () => {
     // an agent of its own: the rotation would refuse every other test's backend
