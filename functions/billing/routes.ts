@@ -1,8 +1,8 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import { tierSchema } from '../catalog/index.ts';
-import { otherAgent, requireAdmin, requireUser, requireWithinAgent } from '../http/access.ts';
+import { requireAdmin, requireUser, requireWithinAgent } from '../http/access.ts';
 import { envelopeOf, ok } from '../http/envelope.ts';
-import { notFound } from '../http/errors.ts';
+import { ApiError, notFound } from '../http/errors.ts';
 import { askerOf, clientSubject, enforceRateLimit } from '../http/rate-limit.ts';
 import { takeAnonymousAllowance } from './allowances.ts';
 import { errors, jsonBody, jsonResponse, newRouter, oneLineName, uuidParam, SECURITY } from '../http/router.ts';
@@ -385,7 +385,12 @@ export function billingRoutes() {
     const input = c.req.valid('json');
     // An agent's token may open only the cancel flow of its own agent: the overview shows every subscription and
     // payment method of the user.
-    if (user.agentId && input.flow !== 'cancel') throw otherAgent();
+    if (user.agentId && input.flow !== 'cancel') {
+      // Said as it is: the request names no agent, so "names another agent" misled (review 94's lead).
+      throw new ApiError('FORBIDDEN', "An agent's access token opens only the portal's cancel flow of its own agent: send { flow: 'cancel', agentId }", {
+        flow: input.flow,
+      });
+    }
     if (input.flow === 'cancel' && input.agentId) requireWithinAgent(user, input.agentId);
     return c.json(ok(await createPortalSession(c.var.deps, askerOf(c, user), input)), 200);
   });

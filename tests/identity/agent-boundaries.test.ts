@@ -131,6 +131,7 @@ describe("a token acts only within its agent (finding 5)", () => {
     expect([portal.status, portal.body.error?.code]).toEqual([403, 'FORBIDDEN']);
     const overview = await t.http.post('/me/billing-portal', { bearer: tokenX, json: { flow: 'overview' } });
     expect([overview.status, overview.body.error?.code]).toEqual([403, 'FORBIDDEN']);
+    expect(overview.body.error.message).toContain("opens only the portal's cancel flow of its own agent");
   });
 
   it("X's client cannot obtain a token whose audience is Y (RFC 8707 invalid_target)", async () => {
