@@ -35,7 +35,14 @@ import { mayMailRecipient } from './recipient-allowance.ts';
 import { oauthProviderOptions } from './oauth/provider-options.ts';
 import { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
 import { isOrganizationOwnerRefusal, organizationOwnerRefused } from './organization-owners.ts';
-import { isOrganizationGone, isSecondMembership, organizationGoneRefused, secondMembershipRefused } from './organization-memberships.ts';
+import {
+  isMembershipLimitRefusal,
+  isOrganizationGone,
+  isSecondMembership,
+  membershipLimitRefused,
+  organizationGoneRefused,
+  secondMembershipRefused,
+} from './organization-memberships.ts';
 import { CLOSED_ENDPOINTS } from './oauth/closed-endpoints.ts';
 import { libraryBaseUrl } from './public-path.ts';
 
@@ -157,6 +164,8 @@ export function authOptions(deps: AuthDeps) {
         // second membership (review 24), answered as the plugin answers inviting a member (organization-memberships.ts).
         if (isSecondMembership(err)) throw secondMembershipRefused();
         if (isOrganizationGone(err)) throw organizationGoneRefused();
+        // Invitees accepting at once into a nearly full organization: the database refuses the 101st member (review 92).
+        if (isMembershipLimitRefusal(err)) throw membershipLimitRefused();
         // The library checks a unique value (an organization's slug) and then inserts it: two requests at once both
         // pass the check, and the second insert fails. That is the contract's 409 CONFLICT, not a 500 (found by a review).
         if (isUniqueViolation(err)) {

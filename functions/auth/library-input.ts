@@ -300,7 +300,7 @@ function isDate(value: unknown): boolean {
 /** The organization fields organization/update may write (the plugin's own update schema). */
 const ORGANIZATION_FIELDS = new Set(['name', 'slug', 'logo', 'metadata']);
 /** The most members an organization has: the plugin's membershipLimit (not configured: its default). */
-const MAX_MEMBERS = 100;
+export const MAX_MEMBERS = 100;
 /** list-members' filter operators that compare with a list, and those that match text. */
 const LIST_OPERATORS = new Set(['in', 'not_in']);
 const TEXT_OPERATORS = new Set(['contains', 'starts_with', 'ends_with']);

@@ -36,3 +36,16 @@ export function isOrganizationGone(error: unknown): boolean {
 export function organizationGoneRefused(): APIError {
   return new APIError('BAD_REQUEST', { code: 'ORGANIZATION_NOT_FOUND', message: 'Organization not found' });
 }
+
+/**
+ * The refusal of the database rule `organization_membership_limit` (migration 20261127006500): a join that would make an
+ * organization's 101st member. The plugin counts the members and then inserts one, so invitees accepting at once all
+ * passed its count (review 92). Answered as the plugin answers a full organization, in the library's shape.
+ */
+export function isMembershipLimitRefusal(error: unknown): boolean {
+  return pgCode(error) === '23514' && pgConstraint(error) === 'organization_membership_limit';
+}
+
+export function membershipLimitRefused(): APIError {
+  return new APIError('FORBIDDEN', { code: 'ORGANIZATION_MEMBERSHIP_LIMIT_REACHED', message: 'Organization membership limit reached' });
+}

@@ -1272,6 +1272,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 19,
+    name: 'invitees accepting at once take an organization past its 100 members (review 92)',
+    file: 'supabase/migrations/20261127006500_organization_membership_limit.sql',
+    find: '  perform 1 from "organization" o where o.id = new."organizationId" for no key update;',
+    replace: '  null;',
+    tests: ['tests/identity/organization-membership-limit.pg-only.test.ts'],
+  },
+  {
+    rule: 19,
     name: 'an account removed by an admin leaves the organization it owned alone without an owner',
     file: 'supabase/migrations/20261127001500_handover_holds_under_races.sql',
     find: '    perform public.organization_hand_over(old."organizationId", old.id);',
