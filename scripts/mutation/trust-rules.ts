@@ -365,7 +365,7 @@ export const mutations: Mutation[] = [
     rule: 9,
     name: "revoking a rotated refresh token leaves the family's access tokens alive",
     file: 'functions/auth/oauth/protocol-gaps.ts',
-    find: "        error?.error === 'invalid_request' && before && state === 'gone' && before.clientId === requestingClientId(request, form)",
+    find: "        error?.error === 'invalid_request' && before && state === 'gone' && own",
     replace: '        false',
     tests: ['tests/oauth/code-flow.test.ts'],
   },
