@@ -883,6 +883,24 @@ describe('delivery', () => {
     expect(left.rows[0]!.n).toBe(0);
   });
 
+  it("a removed user's subscription.canceled is not timestamped before the subscription's earlier events, with the service's clock ahead of the database's (review 95)", async () => {
+    // The removal's cancel took the database's now() where every other write takes the service's clock: a receiver
+    // applying events whose timestamp is equal to or later than the state it holds (docs/webhooks.md) dropped it.
+    const agent = await agentWithTiers();
+    const hook = await receiver();
+    await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created', 'subscription.canceled']);
+    t.clock.set(new Date(Date.now() + 3 * 60_000)); // the service's host 3 minutes ahead of the database server
+    const user = await signUp(t, { verified: true });
+    const live = await startFree(user, agent.tierId);
+    const removed = await t.http.post('/api/auth/admin/remove-user', { cookie: admin.cookie, headers: { origin: t.baseUrl }, json: { userId: user.userId } });
+    expect(removed.status, removed.text).toBe(200);
+    expect(await drain(t)).toMatchObject({ delivered: 2, failed: 0 });
+    const [created, canceled] = hook.accepted();
+    expect([created!.type, canceled!.type, canceled!.data.id]).toEqual(['subscription.created', 'subscription.canceled', live]);
+    expect(canceled!.timestamp >= created!.timestamp, `created ${created!.timestamp}, canceled ${canceled!.timestamp}`).toBe(true);
+    expect(canceled!.data.canceledAt! >= created!.timestamp).toBe(true);
+  });
+
   it('the Stripe state upsert and the events an endpoint did not ask for', async () => {
     const agent = await agentWithTiers();
     const paid = await insertTier(t.db, agent.agentId, { priceCents: 900, stripePriceId: `price_${reqId()}` });
