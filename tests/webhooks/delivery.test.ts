@@ -901,6 +901,23 @@ describe('delivery', () => {
     expect(canceled!.data.canceledAt! >= created!.timestamp).toBe(true);
   });
 
+  it("one subscription's events never go back in time when the instances writing them disagree about the time (review 95)", async () => {
+    // Instance A (3 minutes ahead) starts the subscription, instance B (on time) takes the user's cancel: the cancel's
+    // timestamp was B's, before the created event's, and a receiver applying newer-or-equal timestamps dropped it.
+    const agent = await agentWithTiers();
+    const hook = await receiver();
+    await addEndpoint(t, admin, agent.agentId, hook, ['subscription.created', 'subscription.canceled']);
+    const user = await signUp(t, { verified: true });
+    t.clock.set(new Date(Date.now() + 3 * 60_000));
+    const live = await startFree(user, agent.tierId);
+    t.clock.set(new Date());
+    expect((await t.http.post(`/me/subscriptions/${agent.agentId}/cancel`, { cookie: user.cookie })).status).toBe(200);
+    expect(await drain(t)).toMatchObject({ delivered: 2, failed: 0 });
+    const [created, canceled] = hook.accepted();
+    expect([created!.type, canceled!.type, canceled!.data.id]).toEqual(['subscription.created', 'subscription.canceled', live]);
+    expect(canceled!.timestamp >= created!.timestamp, `created ${created!.timestamp}, canceled ${canceled!.timestamp}`).toBe(true);
+  });
+
   it('the Stripe state upsert and the events an endpoint did not ask for', async () => {
     const agent = await agentWithTiers();
     const paid = await insertTier(t.db, agent.agentId, { priceCents: 900, stripePriceId: `price_${reqId()}` });
