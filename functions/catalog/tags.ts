@@ -1,5 +1,5 @@
 import type { z } from '@hono/zod-openapi';
-import { ApiError, conflict, isUniqueViolation, notFound } from '../http/errors.ts';
+import { ApiError, conflict, notFound } from '../http/errors.ts';
 import { afterCursor, finishPage, pageScope, readPage, type CursorSigner } from '../http/pagination.ts';
 import { first, rows, sql, type Db } from '../platform/db.ts';
 import type { tagSchema } from './schemas.ts';
@@ -61,17 +61,17 @@ export async function createTag(db: Db, input: { name: string; slug?: string | u
       issues: [{ path: 'name', message: 'needs at least one letter or digit' }],
     });
   }
-  try {
-    const row = await first<Row>(
-      db,
-      sql`insert into public.tags (slug, name, created_at, standalone) values (${slug}, ${input.name}, ${now}, true)
-          returning id, slug, name, created_at as "createdAt"`,
-    );
-    return toTag(row!);
-  } catch (err) {
-    if (isUniqueViolation(err)) throw conflict('A tag with this slug already exists', { slug });
-    throw err;
-  }
+  // A tag createAgent or updateAgent made (not listed while no published agent carries it) becomes one the admin made on
+  // its own, keeping its name and id: refused as existing, it could never be listed again short of deleting it from
+  // every agent (review 96). Only a tag the admin already made on its own is a conflict.
+  const row = await first<Row>(
+    db,
+    sql`insert into public.tags (slug, name, created_at, standalone) values (${slug}, ${input.name}, ${now}, true)
+        on conflict (slug) do update set standalone = true where not tags.standalone
+        returning id, slug, name, created_at as "createdAt"`,
+  );
+  if (!row) throw conflict('A tag with this slug already exists', { slug });
+  return toTag(row);
 }
 
 /**
