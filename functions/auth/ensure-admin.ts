@@ -35,29 +35,34 @@ async function ensure(
     user = { id: result.user.id, role: null, banned: false };
     created = true;
     await markApplied(db, user.id, await fingerprint(deps.config.authSecret, user.id, admin.password), deps.clock.now());
-  } else if (!(user.verified && (await appliedBefore(db, user.id, await fingerprint(deps.config.authSecret, user.id, admin.password))))) {
-    const account = await first<{ id: string; password: string | null }>(
-      db,
-      sql`select id, password from account where "userId" = ${user.id} and "providerId" = 'credential'`,
-    );
-    const matches = account?.password ? await ctx.password.verify({ hash: account.password, password: admin.password }) : false;
-    const hash = matches ? undefined : await ctx.password.hash(admin.password);
-    const userId = user.id;
-    await db.transaction().execute(async (trx) => {
-      if (hash && account) {
-        await sql`update account set password = ${hash}, "updatedAt" = ${deps.clock.now()} where id = ${account.id}`.execute(trx);
-      } else if (hash) {
-        await sql`insert into account (id, "accountId", "providerId", "userId", password, "createdAt", "updatedAt")
-                  values (${crypto.randomUUID()}, ${userId}, 'credential', ${userId}, ${hash}, ${deps.clock.now()}, ${deps.clock.now()})`.execute(trx);
-      }
-      // Named by the operator, the address's account is taken back as a password reset takes it back (its password
-      // write has ended every session and token): whoever held it, e.g. someone who signed up with the address before
-      // the operator named it, keeps no consent to an agent (theirs would sign the admin in silently with prompt=none)
-      // and no pending invitation (found by review 48). Not when the account is already the operator's (the password
-      // matches and the address was verified, as the first start marks it).
-      if (hash || !user!.verified) await sql`select public.mailbox_takes_account_back(${userId})`.execute(trx);
-      await markApplied(trx, userId, await fingerprint(deps.config.authSecret, userId, admin.password), deps.clock.now());
-    });
+  } else {
+    // The ADMIN_PASSWORD value already applied to this very account: whatever the admin did with their password since
+    // stands (nothing to repair, nobody signed out).
+    const value = await fingerprint(deps.config.authSecret, user.id, admin.password);
+    if (!(user.verified && (await appliedBefore(db, user.id, value)))) {
+      const account = await first<{ id: string; password: string | null }>(
+        db,
+        sql`select id, password from account where "userId" = ${user.id} and "providerId" = 'credential'`,
+      );
+      const matches = account?.password ? await ctx.password.verify({ hash: account.password, password: admin.password }) : false;
+      const hash = matches ? undefined : await ctx.password.hash(admin.password);
+      const userId = user.id;
+      await db.transaction().execute(async (trx) => {
+        if (hash && account) {
+          await sql`update account set password = ${hash}, "updatedAt" = ${deps.clock.now()} where id = ${account.id}`.execute(trx);
+        } else if (hash) {
+          await sql`insert into account (id, "accountId", "providerId", "userId", password, "createdAt", "updatedAt")
+                    values (${crypto.randomUUID()}, ${userId}, 'credential', ${userId}, ${hash}, ${deps.clock.now()}, ${deps.clock.now()})`.execute(trx);
+        }
+        // Named by the operator, the address's account is taken back as a password reset takes it back (its password
+        // write has ended every session and token): whoever held it, e.g. someone who signed up with the address before
+        // the operator named it, keeps no consent to an agent (theirs would sign the admin in silently with prompt=none)
+        // and no pending invitation (found by review 48). Not when the account is already the operator's (the password
+        // matches and the address was verified, as the first start marks it).
+        if (hash || !user!.verified) await sql`select public.mailbox_takes_account_back(${userId})`.execute(trx);
+        await markApplied(trx, userId, value, deps.clock.now());
+      });
+    }
   }
   // A usable admin: the role, and no ban. The ban was lifted only with a missing role, so an ADMIN_EMAIL admin that
   // another admin banned (role kept) stayed banned on every restart: the way back closed when it was needed.
