@@ -4,6 +4,7 @@ import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
 import { html } from 'hono/html';
 import {
   ApiError,
+  apiErrorOf,
   createMarketplaceClient,
   createMeter,
   createOAuth,
@@ -289,10 +290,7 @@ export function agentBackend(options: AgentBackendOptions) {
     if (typeof tierId !== 'string') return c.html(await subscribePage(s, 'Choose one of the plans below.'), 400);
     const { data, error, response } = await marketplaceFor(s).POST('/me/checkout', { body: { tierId } });
     // The token refused (401: sign in again) or the marketplace asking to slow down (429): as every other call (onError).
-    if (response.status === 401 || response.status === 429) {
-      const refused = error as { error?: { code?: string; message?: string } } | undefined;
-      throw new ApiError(response.status, refused?.error?.code ?? `HTTP_${response.status}`, refused?.error?.message ?? 'Refused', {}, undefined);
-    }
+    if (response.status === 401 || response.status === 429) throw apiErrorOf(response, error);
     if (response.status === 201) return c.redirect('/', 303);
     const checkoutUrl = (data?.data as { checkoutUrl?: string } | undefined)?.checkoutUrl;
     if (checkoutUrl) return c.redirect(checkoutUrl, 303);

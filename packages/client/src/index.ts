@@ -54,6 +54,7 @@ export {
 export { verifyWebhook, WebhookVerificationError, type WebhookEvent } from './webhooks.ts';
 export {
   ApiError,
+  apiErrorOf,
   IdempotencyConflictError,
   NetworkError,
   NotFoundError,
