@@ -23,6 +23,7 @@ import {
   assertInviterStands,
   assertWellFormedRole,
   giveBackRefusedInvitation,
+  invitationRefusedAtInsert,
   takeInvitation,
   takeInvitationBeforeTheRoute,
 } from './invitation-rules.ts';
@@ -36,6 +37,8 @@ import { oauthProviderOptions } from './oauth/provider-options.ts';
 import { isLastAdminRefusal, lastAdminRefused } from './last-admin.ts';
 import { isOrganizationOwnerRefusal, organizationOwnerRefused } from './organization-owners.ts';
 import {
+  invitationLimitRefused,
+  isInvitationLimitRefusal,
   isMembershipLimitRefusal,
   isOrganizationGone,
   isSecondMembership,
@@ -166,6 +169,12 @@ export function authOptions(deps: AuthDeps) {
         if (isOrganizationGone(err)) throw organizationGoneRefused();
         // Invitees accepting at once into a nearly full organization: the database refuses the 101st member (review 92).
         if (isMembershipLimitRefusal(err)) throw membershipLimitRefused();
+        // Invitations sent at once into an organization nearly full of pending ones: the database refuses the 101st.
+        // (The library's hooks.after never sees this failure: what the call took is given back around it, mount.ts.)
+        if (isInvitationLimitRefusal(err)) {
+          invitationRefusedAtInsert();
+          throw invitationLimitRefused();
+        }
         // The library checks a unique value (an organization's slug) and then inserts it: two requests at once both
         // pass the check, and the second insert fails. That is the contract's 409 CONFLICT, not a 500 (found by a review).
         if (isUniqueViolation(err)) {

@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { defineRequestState } from '@better-auth/core/context';
 import { APIError } from '@better-auth/core/error';
 import type { Clock } from '../platform/clock.ts';
@@ -53,6 +54,32 @@ interface Taken {
 }
 const takenByThisCall = defineRequestState<Taken | null>(() => null);
 
+/**
+ * An invitation call the database refused at the invitation's insert (the pending-invitation limit, migration
+ * 20261127006800): the library's route then fails with the database's error, so its hooks.after never runs and gives
+ * nothing back. Its error hook marks the call (`invitationRefusedAtInsert`, better-auth.ts onAPIError), and the HTTP
+ * middleware around the route (`answeringInvitation`, mount.ts) gives back what the call took once the library has
+ * answered. (The library's request state, where the rest of this file keeps what a call took, ends with its endpoint;
+ * its error hook runs after that, so this store is the HTTP request's.)
+ */
+const invitationCall = new AsyncLocalStorage<{ taken: Taken | null; refusedAtInsert: boolean }>();
+
+/** Runs `answer` (the library answering POST /organization/invite-member) and gives back a call refused at its insert. */
+export async function answeringInvitation<T>(deps: RulesDeps, answer: () => Promise<T>): Promise<T> {
+  const call = { taken: null as Taken | null, refusedAtInsert: false };
+  try {
+    return await invitationCall.run(call, answer);
+  } finally {
+    if (call.refusedAtInsert && call.taken) await giveBack(deps, call.taken);
+  }
+}
+
+/** The library's error hook met the database's refusal of this call's invitation. */
+export function invitationRefusedAtInsert(): void {
+  const call = invitationCall.getStore();
+  if (call) call.refusedAtInsert = true;
+}
+
 interface Inviter {
   id: string;
   emailVerified: boolean;
@@ -102,7 +129,10 @@ export async function takeInvitation(deps: RulesDeps, inviter: Inviter, invitati
     for (const key of addressKeys) await refundToken(deps, key);
     throw err;
   }
-  await takenByThisCall.set({ inviterId: inviter.id, addressKeys });
+  const taken = { inviterId: inviter.id, addressKeys };
+  await takenByThisCall.set(taken);
+  const call = invitationCall.getStore();
+  if (call) call.taken = taken;
 }
 
 /**
@@ -113,6 +143,12 @@ export async function giveBackRefusedInvitation(deps: RulesDeps): Promise<void> 
   const taken = await takenByThisCall.get();
   if (!taken) return;
   await takenByThisCall.set(null);
+  const call = invitationCall.getStore();
+  if (call) call.taken = null;
+  await giveBack(deps, taken);
+}
+
+async function giveBack(deps: RulesDeps, taken: Taken): Promise<void> {
   for (const key of taken.addressKeys) await refundToken(deps, key);
   await sql`select public.invitation_claim_give_back(${taken.inviterId}, ${deps.clock.now()})`.execute(deps.database.db);
 }

@@ -2,6 +2,7 @@ import { Hono, type Context, type Next } from 'hono';
 import type { AppDeps, AppEnv } from '../platform/app-types.ts';
 import { clientSubject, enforceRateLimit } from '../http/rate-limit.ts';
 import { creatingFrom } from './organization-limits.ts';
+import { answeringInvitation } from './invitation-rules.ts';
 import { verifyOnlyInTheAccountsSession } from './email-verification.ts';
 import { crossSiteRequest } from './fetch-metadata.ts';
 import { userExists } from './oauth/token-records.ts';
@@ -44,6 +45,8 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
   }
   // The organization plugin's creation hook counts the client address too (organization-limits.ts).
   router.post('/api/auth/organization/create', (c, next) => creatingFrom(clientSubject(c), next));
+  // An invitation the database refuses at its insert gives back what the call took (invitation-rules.ts).
+  router.post('/api/auth/organization/invite-member', (c, next) => answeringInvitation(c.var.deps, next));
   // After the per-address limit: failed sign-ins per account, from any address (auth/failed-sign-ins.ts).
   router.post('/api/auth/sign-in/email', limitFailedSignIns());
   // Inside the count, so a sign-in refused for a password changed while it was checked counts as a wrong password:

@@ -49,3 +49,16 @@ export function isMembershipLimitRefusal(error: unknown): boolean {
 export function membershipLimitRefused(): APIError {
   return new APIError('FORBIDDEN', { code: 'ORGANIZATION_MEMBERSHIP_LIMIT_REACHED', message: 'Organization membership limit reached' });
 }
+
+/**
+ * The refusal of the database rule `organization_invitation_limit` (migration 20261127006800): an invitation that would
+ * make an organization's 101st pending one. The plugin counts them and then inserts, so invitations sent at once all
+ * passed its count. Answered as the plugin answers a full list of invitations, in the library's shape.
+ */
+export function isInvitationLimitRefusal(error: unknown): boolean {
+  return pgCode(error) === '23514' && pgConstraint(error) === 'organization_invitation_limit';
+}
+
+export function invitationLimitRefused(): APIError {
+  return new APIError('FORBIDDEN', { code: 'INVITATION_LIMIT_REACHED', message: 'Invitation limit reached' });
+}

@@ -1280,6 +1280,22 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 19,
+    name: 'invitations sent at once take an organization past its 100 pending invitations',
+    file: 'supabase/migrations/20261127006800_organization_invitation_limit.sql',
+    find: '  perform 1 from "organization" o where o.id = new."organizationId" for no key update;',
+    replace: '  null;',
+    tests: ['tests/identity/organization-invitation-limit.pg-only.test.ts'],
+  },
+  {
+    rule: 19,
+    name: 'an invitation refused by the pending-invitation limit at its insert keeps its inviter\'s daily claim',
+    file: 'functions/auth/invitation-rules.ts',
+    find: '    if (call.refusedAtInsert && call.taken) await giveBack(deps, call.taken);',
+    replace: '    void call;',
+    tests: ['tests/identity/organization-invitation-limit.pg-only.test.ts'],
+  },
+  {
+    rule: 19,
     name: 'an account removed by an admin leaves the organization it owned alone without an owner',
     file: 'supabase/migrations/20261127001500_handover_holds_under_races.sql',
     find: '    perform public.organization_hand_over(old."organizationId", old.id);',
