@@ -89,12 +89,22 @@ const numberType = { to: 20, from: [20, 1700], serialize: (v: unknown) => String
  */
 export const CONNECTION_BOUNDS = { statement_timeout: 30_000, idle_in_transaction_session_timeout: 60_000 };
 
+/**
+ * Every connection of the service (the pool's and the migrations') works in UTC, whatever the server's or the
+ * database's TimeZone (initdb takes the host's): PostgreSQL adds days to a timestamptz, truncates one to a day and
+ * prints one in the session's TimeZone, and the marketplace's boundaries (analytics windows, retention, periods) are
+ * UTC ones (docs/admin.md); a server in Europe/Berlin moved the admin funnel's 30-day window by an hour across a
+ * daylight-saving change (review 98). A startup parameter, so no statement of its own; PGlite is started the same way
+ * (platform/pglite.ts).
+ */
+export const SESSION_TIME_ZONE = { TimeZone: 'UTC' };
+
 export function openPostgres(url: string, options: { max?: number } = {}): Database {
   const client = postgres(url, {
     max: options.max ?? 10,
     onnotice: () => {},
     types: { number8: numberType } as never,
-    connection: { application_name: 'agent-marketplace', ...CONNECTION_BOUNDS },
+    connection: { application_name: 'agent-marketplace', ...SESSION_TIME_ZONE, ...CONNECTION_BOUNDS },
   });
   const db = new Kysely<any>({ dialect: new RollbackSafePostgresJSDialect({ postgres: client }) });
   // Migrations and seeds: whole files whose statements (an index built over a big table) may run longer than any
@@ -110,7 +120,7 @@ export function openPostgres(url: string, options: { max?: number } = {}): Datab
         idle_timeout: 5,
         onnotice: () => {},
         types: { number8: numberType } as never,
-        connection: { application_name: 'agent-marketplace migrations' },
+        connection: { application_name: 'agent-marketplace migrations', ...SESSION_TIME_ZONE },
       });
       await maintenance.begin(async (tx) => {
         // Over anything the URL or the role sets: a migration is not a request.

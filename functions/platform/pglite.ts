@@ -22,7 +22,8 @@ export async function openPGlite(dataDir: string | undefined, options: { loadDat
     extensions: { pgcrypto },
     // PostgreSQL's default 128 MB of shared buffers would live in the WebAssembly memory, which never shrinks
     // (about 140 MB more idle RSS): an embedded database's pages are in memory or the OS page cache anyway.
-    startParams: [...PGlite.defaultStartParams, '-c', 'shared_buffers=16MB'],
+    // TimeZone: UTC, as every connection of the service to a PostgreSQL server (platform/db.ts SESSION_TIME_ZONE).
+    startParams: [...PGlite.defaultStartParams, '-c', 'shared_buffers=16MB', '-c', 'TimeZone=UTC'],
     parsers: { [types.INT8]: (v: string) => Number(v), [types.NUMERIC]: (v: string) => Number(v) },
     ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}),
   });
