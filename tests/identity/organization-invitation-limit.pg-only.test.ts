@@ -34,10 +34,16 @@ describe('an organization with 98 pending invitations (invitationLimit 100)', ()
                 values (${randomUUID()}, ${organizationId}, ${`invited-${i}-${randomUUID()}@example.test`}, 'member', 'pending',
                         now() + interval '2 days', now(), ${earlierInviter.userId})`.execute(t.db);
     }
+    // Five admins of the organization, each sending one (an inviter's own invitations take turns on its daily claim).
+    const inviters = [owner, ...(await Promise.all(Array.from({ length: 4 }, () => signUp(t, { verified: true }))))];
+    for (const admin of inviters.slice(1)) {
+      await sql`insert into member (id, "organizationId", "userId", role, "createdAt")
+                values (${randomUUID()}, ${organizationId}, ${admin.userId}, 'admin', now())`.execute(t.db);
+    }
     const answers = await Promise.all(
-      Array.from({ length: 5 }, (_, i) =>
+      inviters.map((inviter, i) =>
         t.http.post('/api/auth/organization/invite-member', {
-          ...withOrigin(owner),
+          ...withOrigin(inviter),
           json: { organizationId, email: `late-${i}-${randomUUID()}@example.test`, role: 'member' },
         }),
       ),
@@ -52,10 +58,10 @@ describe('an organization with 98 pending invitations (invitationLimit 100)', ()
       pendingMissingFromTheListing: 0,
     });
     expect(answers.filter((a) => a.status === 403).map((a) => a.body.code)).toEqual(Array(3).fill('INVITATION_LIMIT_REACHED'));
-    // A refused invitation uses none of its inviter's day: no claim is left open for the three.
+    // A refused invitation uses none of its inviter's day: no claim is left open for the three refused.
     const openClaims = await first<{ n: number }>(
       t.db,
-      sql`select count(*)::int as n from public.invitation_claims where inviter_id = ${owner.userId} and invitation_id is null`,
+      sql`select count(*)::int as n from public.invitation_claims where inviter_id in (${sql.join(inviters.map((u) => u.userId))}) and invitation_id is null`,
     );
     expect(openClaims!.n).toBe(0);
   });
