@@ -83,8 +83,12 @@ const envSchema = z.object({
     .optional()
     .transform((v) => (v === undefined || v === '' ? 10 : Number(v)))
     .refine((n) => Number.isInteger(n) && n >= 0, { message: 'must be a non-negative integer (0 disables)' }),
-  DRAIN_TOKEN: optionalString.refine((v) => v === undefined || v.length >= 32, {
-    message: 'must be at least 32 characters (a random secret shared with the scheduler that calls POST /internal/drain)',
+  // Visible ASCII only: it travels as `Authorization: Bearer <DRAIN_TOKEN>` (a bearer token has no spaces, RFC 6750), so
+  // a passphrase with a space started fine and every scheduler call was then refused 401, nothing ever drained (review 99).
+  DRAIN_TOKEN: optionalString.refine((v) => v === undefined || /^[\x21-\x7e]{32,}$/.test(v), {
+    message:
+      'must be at least 32 visible ASCII characters with no space (a random secret shared with the scheduler that calls ' +
+      'POST /internal/drain as a bearer token; e.g. openssl rand -hex 32)',
   }),
   GIT_SHA: optionalString,
   RELEASE_VERSION: optionalString,

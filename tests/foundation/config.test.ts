@@ -143,6 +143,15 @@ describe('loadConfig', () => {
     for (const v of ['PORT', 'NODE_ENV', 'SMTP_URL']) expect(problems.join('\n')).toContain(v);
   });
 
+  it('refuses a DRAIN_TOKEN no scheduler could present as a bearer token (a space, a tab, a non-ASCII letter)', () => {
+    // (review 99: a passphrase started fine, and every POST /internal/drain presenting it was refused 401)
+    for (const token of ['correct horse battery staple scheduler 2026', `${'a'.repeat(32)}\tb`, `${'a'.repeat(32)}é`]) {
+      expect(problemsOf({ DRAIN_TOKEN: token }).join('\n')).toContain('DRAIN_TOKEN: must be at least 32 visible ASCII characters');
+    }
+    expect(problemsOf({ DRAIN_TOKEN: 'x'.repeat(31) }).join('\n')).toContain('DRAIN_TOKEN');
+    expect(problemsOf({ DRAIN_TOKEN: `${'a'.repeat(31)}!~` })).toEqual([]);
+  });
+
   it('never echoes a secret value in its message', () => {
     expect(problemsOf({ AUTH_SECRET: 'hunter2-secret' }).join('\n')).not.toContain('hunter2');
   });
