@@ -2839,7 +2839,9 @@ export type Database = {
         Args: { "p_value": string };
         Returns: string;
       };
-      "background_housekeeping": { Args: { "p_now": string }; Returns: Json };
+      "background_housekeeping":
+        | { Args: Record<PropertyKey, never>; Returns: Json }
+        | { Args: { "p_now": string }; Returns: Json };
       "ban_ends": {
         Args: { "p_ban_expires": string; "p_banned": boolean };
         Returns: string;

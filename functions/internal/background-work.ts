@@ -116,13 +116,15 @@ export async function runBackgroundWork(deps: Deps, options: { limit?: number } 
 }
 
 /**
- * The SQL housekeeping at the database's clock, as the pg_cron job runs it (review 25: it ran at the instance's own
- * clock, so an instance whose clock ran ahead pruned sessions, verification links and rate-limit windows early).
+ * The SQL housekeeping at the database's clock less 5 minutes, as the pg_cron job runs it (`background_housekeeping()`,
+ * migration 20261127007000). Review 25: it ran at the instance's own clock, so an instance whose clock ran ahead pruned
+ * sessions, verification links and rate-limit windows early; review 99: at the database's own clock, an instance whose
+ * clock ran behind had its live holds expired and its running rate-limit windows deleted.
  */
 export async function runHousekeeping(deps: Pick<AppDeps, 'database'>): Promise<HousekeepingReport> {
   const row = await first<{ report: HousekeepingReport | string }>(
     deps.database.db,
-    sql`select public.background_housekeeping(now())::text as report`,
+    sql`select public.background_housekeeping()::text as report`,
   );
   return JSON.parse(String(row!.report)) as HousekeepingReport;
 }

@@ -211,6 +211,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 7,
+    name: "the housekeeping deletes the running rate-limit windows of an instance whose clock is behind the database's (review 99)",
+    file: 'supabase/migrations/20261127007000_housekeeping_behind_the_database_clock.sql',
+    find: "  select public.background_housekeeping(now() - interval '5 minutes')",
+    replace: '  select public.background_housekeeping(now())',
+    tests: ['tests/foundation/housekeeping-clock.test.ts'],
+  },
+  {
+    rule: 7,
     name: 'no limit on failed sign-ins per account',
     file: 'functions/auth/failed-sign-ins.ts',
     find: '  if (!verdict.allowed) {',

@@ -28,9 +28,10 @@ afterAll(async () => {
 
 describe('a drain whose housekeeping waits for a row lock', () => {
   it('sends the queued mail meanwhile, and answers 200 once the housekeeping is done', async () => {
-    // A user with an expired session: the housekeeping will want that user's row.
+    // A user with an expired session: the housekeeping will want that user's row. (Ten minutes: it runs 5 minutes
+    // behind the database's clock.)
     const user = await signUp(t);
-    await sql`update "session" set "expiresAt" = now() - interval '1 minute' where "userId" = ${user.userId}`.execute(t.db);
+    await sql`update "session" set "expiresAt" = now() - interval '10 minutes' where "userId" = ${user.userId}`.execute(t.db);
     // Another transaction holds the user's row, as a password change or a ban does.
     const held = await holdOpen(locker, (tx) => tx`select 1 from "user" where id = ${user.userId} for update`);
     await t.deps.mailer.enqueue(t.db, { to: 'not-held-back@example.test', subject: 'Unrelated', text: 'x' });

@@ -141,11 +141,14 @@ describe('what a drain does', () => {
   it("prunes ended rate-limit windows and expired revocation-list rows at the database's clock, not the instance's", async () => {
     // Review 25: the drain ran the housekeeping at the instance's own clock (pg_cron runs it at the database's), so an
     // instance whose clock ran ahead pruned windows, revocations and sessions that had not ended yet.
+    // (It runs 5 minutes behind the database's clock, review 99: a window that ended a minute ago may be an instance's
+    // whose clock is behind, still running by that clock.)
     await sql`insert into public.rate_limits (key, window_start, window_end, hits)
-              values ('drain-test|ended', now() - interval '2 minutes', now() - interval '1 minute', 3),
+              values ('drain-test|ended', now() - interval '7 minutes', now() - interval '6 minutes', 3),
+                     ('drain-test|just-ended', now() - interval '2 minutes', now() - interval '1 minute', 3),
                      ('drain-test|open', now() - interval '1 minute', now() + interval '30 minutes', 1)`.execute(t.db);
     await sql`insert into public.revoked_tokens (key, expires_at)
-              values ('jti:drain-test-expired', now() - interval '1 minute'), ('jti:drain-test-live', now() + interval '30 minutes')`.execute(t.db);
+              values ('jti:drain-test-expired', now() - interval '6 minutes'), ('jti:drain-test-live', now() + interval '30 minutes')`.execute(t.db);
     // This instance's clock runs an hour ahead of the database's.
     t.clock.advance(60 * 60_000);
     try {
@@ -157,7 +160,7 @@ describe('what a drain does', () => {
       t.clock.advance(-60 * 60_000);
     }
     const keys = await rows<{ key: string }>(t.db, sql`select key from public.rate_limits where key like 'drain-test|%' order by key`);
-    expect(keys.map((k) => k.key)).toEqual(['drain-test|open']);
+    expect(keys.map((k) => k.key)).toEqual(['drain-test|just-ended', 'drain-test|open']);
     const revoked = await rows<{ key: string }>(t.db, sql`select key from public.revoked_tokens where key like 'jti:drain-test-%'`);
     expect(revoked.map((k) => k.key)).toEqual(['jti:drain-test-live']);
   });
@@ -275,13 +278,14 @@ describe('what a drain does', () => {
     const refreshTokenRow = async (token: string) =>
       first<{ id: string }>(t.db, sql`select id from "oauthRefreshToken" where token = ${await sha256Base64Url(token)}`);
     expect(await refreshTokenRow(other.refreshToken)).toBeDefined();
-    // The user's sign-in session ended a minute ago (7 days after the sign-in), and one of the two grants' refresh
-    // tokens expired; an expired and a live verification row beside them.
-    const minuteAgo = new Date(t.clock.now().getTime() - 60_000);
-    await sql`update "session" set "expiresAt" = ${minuteAgo} where "userId" = ${user.userId}`.execute(t.db);
-    await sql`update "oauthRefreshToken" set "expiresAt" = ${minuteAgo} where token = ${await sha256Base64Url(other.refreshToken)}`.execute(t.db);
+    // The user's sign-in session ended ten minutes ago (7 days after the sign-in), and one of the two grants' refresh
+    // tokens expired; an expired and a live verification row beside them. (Ten: the housekeeping runs 5 minutes behind
+    // the database's clock, review 99.)
+    const tenMinutesAgo = new Date(t.clock.now().getTime() - 10 * 60_000);
+    await sql`update "session" set "expiresAt" = ${tenMinutesAgo} where "userId" = ${user.userId}`.execute(t.db);
+    await sql`update "oauthRefreshToken" set "expiresAt" = ${tenMinutesAgo} where token = ${await sha256Base64Url(other.refreshToken)}`.execute(t.db);
     await sql`insert into "verification" (id, identifier, value, "expiresAt")
-              values ('prune-test-expired', 'reset-password:prune-test', 'x', ${minuteAgo}),
+              values ('prune-test-expired', 'reset-password:prune-test', 'x', ${tenMinutesAgo}),
                      ('prune-test-live', 'reset-password:prune-test', 'y', ${new Date(t.clock.now().getTime() + 60 * 60_000)})`.execute(t.db);
 
     const res = await drain(t);

@@ -116,7 +116,7 @@ describe('the migration where pg_cron can run', () => {
     const jobs = await admin`select jobname, schedule, command, database, active from cron.job order by jobname`;
     expect(jobs).toEqual([
       { jobname: 'marketplace-drain', schedule: '* * * * *', command: 'select public.request_background_drain()', database: 'marketplace', active: true },
-      { jobname: 'marketplace-housekeeping', schedule: '* * * * *', command: 'select public.background_housekeeping(now())', database: 'marketplace', active: true },
+      { jobname: 'marketplace-housekeeping', schedule: '* * * * *', command: 'select public.background_housekeeping()', database: 'marketplace', active: true },
     ]);
     // Running the scheduling again (after enabling pg_cron later, say) changes nothing.
     expect((await admin`select public.schedule_background_jobs() as jobs`)[0]!.jobs).toEqual(['marketplace-housekeeping', 'marketplace-drain']);
@@ -129,9 +129,10 @@ describe('the migration where pg_cron can run', () => {
              has_function_privilege('authenticated', p.oid, 'execute') as authenticated
       from pg_proc p where p.pronamespace = 'public'::regnamespace
         and p.proname in ('background_housekeeping', 'request_background_drain', 'schedule_background_jobs')
-      order by p.proname`;
+      order by p.proname, p.pronargs`;
     expect(grants).toEqual([
-      { proname: 'background_housekeeping', anon: false, authenticated: false },
+      { proname: 'background_housekeeping', anon: false, authenticated: false }, // () as the job runs it
+      { proname: 'background_housekeeping', anon: false, authenticated: false }, // (p_now)
       { proname: 'request_background_drain', anon: false, authenticated: false },
       { proname: 'schedule_background_jobs', anon: false, authenticated: false },
     ]);
