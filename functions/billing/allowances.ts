@@ -1,6 +1,6 @@
 import type { AppDeps } from '../platform/app-types.ts';
 import { enforceDailyAllowance, enforceUserAndAddressAllowance, type Asker } from '../http/rate-limit.ts';
-import { userAndAddressAllowance } from '../platform/rate-limits.ts';
+import { giveBackUserAndAddressAllowance, userAndAddressAllowance } from '../platform/rate-limits.ts';
 
 /**
  * How often one caller may ask for what makes an object or a read at Stripe, or a subscription row here. Every paid
@@ -68,8 +68,17 @@ export async function takeBillingAllowance(
   kind: keyof typeof allowances,
   ofAgent?: string,
 ): Promise<void> {
+  await enforceUserAndAddressAllowance(deps, asker, allowances[kind], billingKey(asker, kind, ofAgent));
+}
+
+/** Gives back one request taken by `takeBillingAllowance` that turned out to make nothing. */
+export async function giveBackBillingAllowance(deps: Pick<AppDeps, 'database' | 'clock'>, asker: Asker, kind: keyof typeof allowances): Promise<void> {
+  await giveBackUserAndAddressAllowance(deps, asker, allowances[kind], billingKey(asker, kind));
+}
+
+function billingKey(asker: Asker, kind: keyof typeof allowances, ofAgent?: string): string {
   const of = ofAgent ? `|of:${ofAgent}` : '';
-  await enforceUserAndAddressAllowance(deps, asker, allowances[kind], `billing-${kind}|${asker.userId}|${asker.agentId ?? 'own'}${of}`);
+  return `billing-${kind}|${asker.userId}|${asker.agentId ?? 'own'}${of}`;
 }
 
 const anonymousAllowances = {

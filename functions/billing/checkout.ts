@@ -3,7 +3,7 @@ import type { BillingDeps } from './billing-deps.ts';
 import { ApiError, notFound } from '../http/errors.ts';
 import type { Principal } from '../http/context.ts';
 import { first, sql } from '../platform/db.ts';
-import { takeBillingAllowance, type Asker } from './allowances.ts';
+import { giveBackBillingAllowance, takeBillingAllowance, type Asker } from './allowances.ts';
 import { placeAnonymousPurchase } from './buyer-accounts.ts';
 import { claimOfSubscription, purchaseAbandoned, purchaseEnded } from './purchase-claims.ts';
 import { withCustomer } from './customers.ts';
@@ -40,13 +40,31 @@ export async function startCheckout(
 ): Promise<StartCheckoutResult> {
   const tier = await purchasableTier(deps, input.tierId, 'buyer');
   requireWithinAgent(principal, tier.agentId); // an agent's token buys only that agent's tiers
-  await takeBillingAllowance(deps, principal, 'checkout');
-  if (!isPaid(tier)) {
-    const { subscription } = await startFreeSubscription(deps.database.db, deps.clock, { userId: principal.userId, tierId: tier.id });
-    return { kind: 'free', subscription };
-  }
-  const session = await createSubscriptionCheckout(deps, tier, { userId: principal.userId, email: principal.email, name: principal.name }, input);
+  // The day's allowance counts what a checkout makes (docs/billing.md, Daily allowances): a request refused before it
+  // makes anything spends nothing. A paid subscriber clicking "subscribe" again (422 before Stripe) used it up, and
+  // then could not start any other agent's tier that day (review 97).
+  if (!isPaid(tier)) return { kind: 'free', subscription: await startFreeTier(deps, principal, tier) };
+  const buyer = { userId: principal.userId, email: principal.email, name: principal.name };
+  const session = await createSubscriptionCheckout(deps, tier, buyer, input, () => takeBillingAllowance(deps, principal, 'checkout'));
   return { kind: 'paid', checkoutUrl: session.url!, sessionId: session.id };
+}
+
+/**
+ * A free tier's start, taking one of the day's checkouts; given back when it wrote nothing (the tier already held, a
+ * live subscription of the agent in the way: 409, the tier closed meanwhile: 404). Taken first, so starts sent at once
+ * stay within the allowance.
+ */
+async function startFreeTier(deps: BillingDeps, principal: Principal & Asker, tier: BillingTier): Promise<SubscriptionDto> {
+  await takeBillingAllowance(deps, principal, 'checkout');
+  let started: Awaited<ReturnType<typeof startFreeSubscription>>;
+  try {
+    started = await startFreeSubscription(deps.database.db, deps.clock, { userId: principal.userId, tierId: tier.id });
+  } catch (err) {
+    if (err instanceof ApiError && err.status < 500) await giveBackBillingAllowance(deps, principal, 'checkout');
+    throw err;
+  }
+  if (!started.created) await giveBackBillingAllowance(deps, principal, 'checkout');
+  return started.subscription;
 }
 
 /** Admin: a checkout link for a user and a paid tier (also hidden, custom tiers), to share with the user. */
@@ -62,11 +80,13 @@ export async function createCheckoutLink(deps: BillingDeps, input: { userId: str
   return { checkoutUrl: session.url!, sessionId: session.id };
 }
 
+/** A Checkout Session of a paid tier; `beforeStripe` runs once every refusal of our own has passed (the buyer's allowance). */
 async function createSubscriptionCheckout(
   deps: BillingDeps,
   tier: BillingTier,
   buyer: { userId: string; email: string; name?: string },
   urls: CheckoutUrls,
+  beforeStripe: () => Promise<void> = async () => {},
 ): Promise<Stripe.Checkout.Session> {
   const { stripe } = requirePayments(deps);
   const returnUrls = checkoutUrls(deps, urls);
@@ -76,6 +96,7 @@ async function createSubscriptionCheckout(
       subscriptionId: live.id,
     });
   }
+  await beforeStripe();
   const priceId = await ensureTierPrice(deps, tier);
   // Who and what travel in the session and the subscription it creates, so the webhook can place the
   // subscription without trusting anything else. The tier itself is later read from the price, never from here.

@@ -141,7 +141,7 @@ export async function takeUserAndAddressAllowance(
   allowance: UserAndAddressAllowance,
   userKey: string,
 ): Promise<AllowanceRefusal | undefined> {
-  const addressKey = asker.agentId || asker.address === undefined ? undefined : `${allowance.kind}|address|${asker.address}`;
+  const addressKey = addressKeyOf(asker, allowance);
   const refusal = (verdict: RateLimitVerdict, ofAddress: boolean): AllowanceRefusal => ({
     message: ofAddress ? allowance.addressMessage : allowance.message,
     limitPerDay: ofAddress ? allowance.perAddress : allowance.perUser,
@@ -156,4 +156,24 @@ export async function takeUserAndAddressAllowance(
   if (address.allowed) return undefined;
   await refundToken(deps, userKey);
   return refusal(address, true);
+}
+
+/**
+ * Gives back what `takeUserAndAddressAllowance` took for a request that then turned out to make nothing (a free start
+ * of a tier the user already has, or refused for a live subscription of the agent; billing/checkout.ts).
+ */
+export async function giveBackUserAndAddressAllowance(
+  deps: { database: { db: Db }; clock: Clock },
+  asker: Asker,
+  allowance: UserAndAddressAllowance,
+  userKey: string,
+): Promise<void> {
+  await refundToken(deps, userKey);
+  const addressKey = addressKeyOf(asker, allowance);
+  if (addressKey !== undefined) await refundToken(deps, addressKey);
+}
+
+/** The address's count of a kind: for the user's own credentials from a known address (none for an agent's token). */
+function addressKeyOf(asker: Asker, allowance: UserAndAddressAllowance): string | undefined {
+  return asker.agentId || asker.address === undefined ? undefined : `${allowance.kind}|address|${asker.address}`;
 }

@@ -89,6 +89,39 @@ describe("an agent's token has an allowance of its own for the user, and spends 
   });
 });
 
+describe('a checkout refused before it makes anything spends nothing (review 97)', () => {
+  it(`a user's ${CHECKOUTS_PER_DAY} refused or idle checkouts (422 already paying, 400 a foreign return URL, 409 another tier held, the free tier held already) leave the day's allowance whole`, async () => {
+    const x = await activeAgent(w);
+    const xPaid = await paidTier(w, x.id);
+    const y = await activeAgent(w);
+    const yPaid = await paidTier(w, y.id);
+    const z = await activeAgent(w);
+    const zFreeA = await insertTier(w.t.db, z.id, { priceCents: 0 });
+    const zFreeB = await insertTier(w.t.db, z.id, { priceCents: 0 });
+    const other = await activeAgent(w);
+    const otherFree = await insertTier(w.t.db, other.id, { priceCents: 0 });
+    const user = await signUp(w.t);
+    await buyPaidTier(w, user, xPaid.id); // takes one
+    expect((await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: zFreeA.id } })).status).toBe(201); // takes one
+
+    const attempts = [
+      { json: { tierId: xPaid.id }, answer: [422, 'INVALID_STATE'] },
+      { json: { tierId: yPaid.id, successUrl: 'https://elsewhere.example/thanks' }, answer: [400, 'VALIDATION_ERROR'] },
+      { json: { tierId: zFreeB.id }, answer: [409, 'CONFLICT'] },
+      { json: { tierId: zFreeA.id }, answer: [201, undefined] }, // the subscription already held, answered again
+    ];
+    const sessionsBefore = w.fake.sessions.size;
+    for (let i = 0; i < CHECKOUTS_PER_DAY; i++) {
+      const { json, answer } = attempts[i % attempts.length]!;
+      const res = await w.t.http.post('/me/checkout', { cookie: user.cookie, json });
+      expect([res.status, res.body.error?.code], res.text).toEqual(answer);
+    }
+    expect(w.fake.sessions.size).toBe(sessionsBefore); // Stripe was never asked
+    const started = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: otherFree.id } });
+    expect(started.status, started.text).toBe(201);
+  });
+});
+
 describe('checkout-session reads', () => {
   it(`attack: reading made-up, anonymous or other users' checkout sessions asks Stripe nothing and spends nothing; one's own read in a loop stops reaching Stripe after ${CHECKOUT_READS_PER_DAY} a day`, async () => {
     // The read asked Stripe before it could tell whose session it was: each made-up id cost the marketplace's shared
