@@ -11,6 +11,7 @@ import {
   PORTAL_SESSIONS_PER_ADDRESS_PER_DAY,
   PORTAL_SESSIONS_PER_DAY,
 } from '../../functions/billing/allowances.ts';
+import { first, sql } from '../../functions/platform/db.ts';
 import { insertTier } from '../support/fixtures.ts';
 import { browserGet } from '../support/http.ts';
 import { accessTokenFor, createFirstPartyClient } from '../support/oauth.ts';
@@ -117,6 +118,9 @@ describe('a checkout refused before it makes anything spends nothing (review 97)
       expect([res.status, res.body.error?.code], res.text).toEqual(answer);
     }
     expect(w.fake.sessions.size).toBe(sessionsBefore); // Stripe was never asked
+    // What the day counts: the two starts that made something, none of the fifty (each kind on its own, too).
+    const counted = await first<{ hits: number }>(w.t.db, sql`select hits from public.rate_limits where key = ${`billing-checkout|${user.userId}|own`}`);
+    expect(counted?.hits).toBe(2);
     const started = await w.t.http.post('/me/checkout', { cookie: user.cookie, json: { tierId: otherFree.id } });
     expect(started.status, started.text).toBe(201);
   });
