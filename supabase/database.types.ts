@@ -3139,6 +3139,14 @@ export type Database = {
         Args: { "p_limit"?: number; "p_now": string };
         Returns: number;
       };
+      "metering_expire_reservations_due": {
+        Args: {
+          "p_due_before": string;
+          "p_limit"?: number;
+          "p_settled_at": string;
+        };
+        Returns: number;
+      };
       "metering_increment": {
         Args: {
           "p_agent_id": string;

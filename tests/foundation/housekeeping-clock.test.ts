@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first, sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { signUp, type TestUser } from '../support/users.ts';
 import { commit, getReservation, reserve } from '../metering/reservation-support.ts';
@@ -45,6 +46,30 @@ describe('the housekeeping and instances whose clock is behind the database', ()
     const done = await commit(t, user, a.agentId, id, 3);
     expect(done.status, done.text).toBe(200);
     expect(done.body.data).toMatchObject({ status: 'committed', committedAmount: 3 });
+  });
+
+  it('a hold it does expire is stamped when the drain noticed it, not 5 minutes back (its ledger row, whose time the reservation.expired event carries)', async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'tokens', kind: 'rolling', quota: 10 }]);
+    const buyer = await signUp(t);
+    await subscribe(t, buyer.userId, a.tierId);
+    const held = await reserve(t, buyer, a.agentId, 'tokens', { clientReqId: reqId(), amount: 2, ttlSeconds: 60 });
+    expect(held.status, held.text).toBe(201);
+    const id = held.body.data.id as string;
+    await sql`update public.usage_reservations set expires_at = now() - interval '10 minutes' where id = ${id}`.execute(t.db);
+    const before = (await first<{ now: Date }>(t.db, sql`select now() as now`))!.now;
+
+    const drained = await t.http.post('/internal/drain', { bearer: TOKEN });
+    expect(drained.status, drained.text).toBe(200);
+    const row = await first<{ status: string; settled_at: Date; ledger_at: Date }>(
+      t.db,
+      sql`select r.status, r.settled_at,
+                 (select l.created_at from public.quota_ledger l
+                   where l.event = 'expired' and l.details->>'reservationId' = r.id::text) as ledger_at
+            from public.usage_reservations r where r.id = ${id}`,
+    );
+    expect(row!.status).toBe('expired');
+    expect(new Date(row!.settled_at).getTime()).toBeGreaterThanOrEqual(new Date(before).getTime());
+    expect(new Date(row!.ledger_at).getTime()).toBeGreaterThanOrEqual(new Date(before).getTime());
   });
 
   it("a drain leaves a running per-minute window alone: the address's limit holds on every instance", async () => {
