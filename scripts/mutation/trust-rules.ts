@@ -212,9 +212,10 @@ export const mutations: Mutation[] = [
   {
     rule: 7,
     name: "the housekeeping deletes the running rate-limit windows of an instance whose clock is behind the database's (review 99)",
-    file: 'supabase/migrations/20261127007000_housekeeping_behind_the_database_clock.sql',
-    find: "  select public.background_housekeeping(now() - interval '5 minutes')",
-    replace: '  select public.background_housekeeping(now())',
+    // (The drain's call: the no-argument SQL function shares its name with the one 20261127007100 restates.)
+    file: 'functions/internal/background-work.ts',
+    find: '    sql`select public.background_housekeeping()::text as report`,',
+    replace: '    sql`select public.background_housekeeping(now())::text as report`,',
     tests: ['tests/foundation/housekeeping-clock.test.ts'],
   },
   {
@@ -744,7 +745,23 @@ export const mutations: Mutation[] = [
     find: 'revoke truncate on all tables in schema public from anon, authenticated;',
     replace: '',
     tests: ['tests/catalog/data-api-costs-and-defaults.pg-only.test.ts'],
+  },  {
+    rule: 28,
+    name: "the Data API's roles keep the TRIGGER, REFERENCES and write privileges Supabase's default privileges give them (review 100)",
+    file: 'supabase/migrations/20261127007200_data_api_roles_write_nothing.sql',
+    find: 'revoke insert, update, delete, references, trigger on all tables in schema public from anon, authenticated;',
+    replace: '',
+    tests: ['tests/catalog/data-api-costs-and-defaults.pg-only.test.ts'],
   },
+  {
+    rule: 28,
+    name: 'trigger functions stay executable by the Data API roles (review 100)',
+    file: 'supabase/migrations/20261127007200_data_api_roles_write_nothing.sql',
+    find: "    execute format('revoke execute on function %s from public, anon, authenticated', f);",
+    replace: '    null;',
+    tests: ['tests/foundation/function-privileges.test.ts'],
+  },
+
   {
     rule: 9,
     name: 'a sign-out answers 200 while the database refused to delete its session, which lives on (stop 44)',

@@ -15,7 +15,9 @@ import { insertAgent } from '../support/fixtures.ts';
  *     `anon` further on); it now reads the tallies the HTTP API reads (migration 20261127005500). Their reads and exact counts of an
  *     agent's reviews (`reviews`, `catalog_reviews`) asked it about every row too; a review now keeps from when it is
  *     shown (migration 20261127005600).
- *   - Those roles hold no TRUNCATE on any table (the defaults grant it, and TRUNCATE ignores row-level security).
+ *   - Those roles hold no TRUNCATE on any table (the defaults grant it, and TRUNCATE ignores row-level security), and
+ *     no INSERT, UPDATE, DELETE, REFERENCES or TRIGGER either (review 100: the defaults grant those too, and a trigger
+ *     anon attached to public.agents ran as the service whenever it wrote the table; migration 20261127007200).
  */
 
 let database: Database;
@@ -100,23 +102,51 @@ describe('the Data API on a database with Supabase’s default privileges', () =
     }
   });
 
-  it('anon and authenticated hold no TRUNCATE on any table (it ignores row-level security)', async () => {
-    const truncatable = await rows<{ role: string; tbl: string }>(
+  const WRITES = ['insert', 'update', 'delete', 'truncate', 'references', 'trigger'];
+
+  it('anon and authenticated hold no TRUNCATE (it ignores row-level security), nor any other write, REFERENCES or TRIGGER, on any table', async () => {
+    const held = await rows<{ role: string; tbl: string; privilege: string }>(
       database.db,
-      sql`select r.rolname as role, c.relname as tbl
+      sql`select r.rolname as role, c.relname as tbl, w.privilege
             from pg_class c join pg_namespace n on n.oid = c.relnamespace cross join pg_roles r
+           cross join unnest(${WRITES}::text[]) w (privilege)
            where n.nspname = 'public' and c.relkind in ('r', 'p') and r.rolname in ('anon', 'authenticated')
-             and has_table_privilege(r.rolname, c.oid, 'truncate')
-           order by 1, 2`,
+             and has_table_privilege(r.rolname, c.oid, w.privilege)
+           order by 1, 2, 3`,
     );
-    expect(truncatable).toEqual([]);
-    // and a table made later by the same owner inherits no TRUNCATE for them either
+    expect(held).toEqual([]);
+    // and a table made later by the same owner inherits none of them either
     await sql`create table public.later_table (id int)`.execute(database.db);
-    const later = await first<{ anon: boolean; authenticated: boolean }>(
+    const later = await rows<{ role: string; privilege: string }>(
       database.db,
-      sql`select has_table_privilege('anon', 'public.later_table', 'truncate') as anon,
-                 has_table_privilege('authenticated', 'public.later_table', 'truncate') as authenticated`,
+      sql`select r.rolname as role, w.privilege from pg_roles r cross join unnest(${WRITES}::text[]) w (privilege)
+           where r.rolname in ('anon', 'authenticated') and has_table_privilege(r.rolname, 'public.later_table', w.privilege)`,
     );
-    expect(later).toEqual({ anon: false, authenticated: false });
+    expect(later).toEqual([]);
+  });
+
+  it('attack (review 100): anon cannot attach a trigger to public.agents that would then run as the service writing it', async () => {
+    const outcome = await database.db.transaction().execute(async (trx) => {
+      await sql.raw('set local role anon').execute(trx);
+      let refusal = '';
+      try {
+        await sql.raw('savepoint planted').execute(trx);
+        await sql.raw(`create function pg_temp.who_writes() returns trigger language plpgsql as $$
+                         begin perform set_config('planted.ran_as', current_user, true); return new; end $$`).execute(trx);
+        await sql.raw(`create trigger planted before insert on public.agents for each row execute function pg_temp.who_writes()`).execute(trx);
+      } catch (err) {
+        refusal = (err as { code?: string }).code ?? String(err);
+        await sql.raw('rollback to savepoint planted').execute(trx);
+      }
+      await sql.raw('reset role').execute(trx);
+      await sql`insert into public.agents (slug, name) values ('planted-trigger', 'Planted')`.execute(trx); // the service writes
+      const ran = await first<{ ran_as: string | null }>(trx, sql`select nullif(current_setting('planted.ran_as', true), '') as ran_as`);
+      // (thrown to roll the whole transaction back: the agent row and any trigger)
+      throw Object.assign(new Error('rolled back'), { outcome: { refusal, ranAs: ran?.ran_as ?? null } });
+    }).catch((err: { outcome?: { refusal: string; ranAs: string | null } }) => {
+      if (err.outcome) return err.outcome;
+      throw err;
+    });
+    expect(outcome).toEqual({ refusal: '42501', ranAs: null }); // insufficient_privilege; nothing ran as the service
   });
 });

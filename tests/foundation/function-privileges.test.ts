@@ -3,10 +3,10 @@ import { rows, sql } from '../../functions/platform/db.ts';
 import { useTestDatabase } from '../support/databases.ts';
 
 /**
- * Functions that write are the service's (migration 20261125000400): no volatile function of the public schema,
- * other than trigger functions, may be executed by the Data API's roles (anon, authenticated), which would otherwise
- * reach it through PostgREST's /rpc. The rule is checked over the catalog, so a function added later without its
- * revoke fails here.
+ * Functions that write are the service's (migration 20261125000400): no volatile function of the public schema may be
+ * executed by the Data API's roles (anon, authenticated), which would otherwise reach it through PostgREST's /rpc;
+ * trigger functions neither (review 100, migration 20261127007200: EXECUTE is what CREATE TRIGGER asks of whoever
+ * attaches one). The rule is checked over the catalog, so a function added later without its revoke fails here.
  */
 
 const db = useTestDatabase();
@@ -20,7 +20,6 @@ describe('function privileges', () => {
             join pg_namespace n on n.oid = p.pronamespace
             cross join pg_roles r
            where n.nspname = 'public' and p.prokind = 'f' and p.provolatile = 'v'
-             and p.prorettype <> 'trigger'::regtype
              and r.rolname in ('anon', 'authenticated')
              and has_function_privilege(r.rolname, p.oid, 'execute')
            order by 1, 2`,
