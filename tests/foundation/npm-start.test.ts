@@ -189,10 +189,11 @@ describe('npm start', () => {
 
   it('second run on the same data: nothing to migrate, the same admin, ready again; it runs the housekeeping', async () => {
     // An expired password-reset row and a live one, left by the first run: the service deletes the expired one on its
-    // own (no pg_cron here, no cron calling the drain), as the pg_cron job would.
+    // own (no pg_cron here, no cron calling the drain), as the pg_cron job would. (Expired ten minutes ago: the
+    // housekeeping runs 5 minutes behind the database's clock, migration 20261127007000.)
     await withServiceDatabase(env, (db) =>
       sql`insert into "verification" (id, identifier, value, "expiresAt")
-          values ('housekeeping-expired', 'reset-password:housekeeping', 'x', now() - interval '1 minute'),
+          values ('housekeeping-expired', 'reset-password:housekeeping', 'x', now() - interval '10 minutes'),
                  ('housekeeping-live', 'reset-password:housekeeping', 'y', now() + interval '1 hour')`.execute(db),
     );
     const running = await start(env);
