@@ -68,9 +68,15 @@ function refusedHere(deps: { clock: Clock }, key: string, limit: number, windowM
   return undefined;
 }
 
-/** Gives one counted request back (it turned out not to count, e.g. a sign-in that did not fail). */
+/**
+ * Gives one counted request back (it turned out not to count, e.g. a sign-in that did not fail), and forgets this
+ * app's cached refusal of the key: a request refused while the given-back one was in flight left the key refused here
+ * for the rest of its window, the count below the limit again (review 102).
+ */
 export async function refundToken(deps: { database: { db: Db }; clock: Clock }, key: string): Promise<void> {
   await sql`select public.rate_limit_refund(${key}, ${deps.clock.now()})`.execute(deps.database.db);
+  const cache = refusals.get(deps);
+  if (cache) for (const cacheKey of cache.keys()) if (cacheKey.startsWith(`${key}|`)) cache.delete(cacheKey);
 }
 
 /** A daily allowance's window (it opens with the key's first request). */

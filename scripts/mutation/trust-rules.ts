@@ -1710,6 +1710,14 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 25,
+    name: 'a given-back request leaves the app refusing the key for the rest of its window (review 102)',
+    file: 'functions/platform/rate-limits.ts',
+    find: '  if (cache) for (const cacheKey of cache.keys()) if (cacheKey.startsWith(`${key}|`)) cache.delete(cacheKey);',
+    replace: '',
+    tests: ['tests/billing/allowance-give-back-cache.pg-only.test.ts'],
+  },
+  {
+    rule: 25,
     name: 'a free start that writes nothing (another tier of the agent held, the tier held already) spends the day (review 97)',
     file: 'functions/billing/checkout.ts',
     find: '  if (!started.created) await giveBackBillingAllowance(deps, principal, \'checkout\');',
