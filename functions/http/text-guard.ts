@@ -23,6 +23,9 @@ const jsonSurrogateEscape = /(^|[^\\])(\\\\)*\\u[dD][89a-fA-F]/;
 const encodedNul = /%00/;
 const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json$/i;
 
+const FORM_TYPES = new Set(['application/x-www-form-urlencoded', 'multipart/form-data']);
+const mediaTypeOf = (contentType: string) => contentType.split(';')[0]!.trim().toLowerCase();
+
 /** A Content-Type of JSON (`application/json` or `application/<x>+json`, any parameters). */
 export function isJsonMediaType(contentType: string | undefined): boolean {
   return JSON_TYPE.test((contentType ?? '').split(';')[0]!.trim());
@@ -37,9 +40,14 @@ export function rejectUnstorableText(): MiddlewareHandler<AppEnv> {
     // prefix) and lets `multipart/form-data+application/json` through its type check, then fails on it (500).
     const isJson = /json/i.test(type);
     const isForm = /x-www-form-urlencoded/i.test(type);
-    if ((isJson || isForm) && hasBody(c)) {
+    if ((isJson || isForm || /multipart/i.test(type)) && hasBody(c)) {
       if (isJson && !isJsonMediaType(type)) {
         throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Send the body as application/json');
+      }
+      // Likewise a form type must be one: the library takes any type containing a form's name for a form, and the
+      // runtime's formData() then throws on it (`application/x-www-form-urlencodedx`: a 500 to anyone; review 101).
+      if (!isJson && !FORM_TYPES.has(mediaTypeOf(type))) {
+        throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Send the body as application/json or application/x-www-form-urlencoded');
       }
       // Read through Hono's body cache, so the validator's c.req.json() parses this same text and the body is read
       // once. The auth library reads the raw request itself, so under /api/auth a copy is read instead.
