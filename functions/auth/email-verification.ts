@@ -40,6 +40,9 @@ export function verifyOnlyInTheAccountsSession() {
     // Without a callback (a link stripped of it, or a front end calling the endpoint itself) the answer is the
     // library's shape for a link that cannot be used, 401 with a code; it verified the address for anyone before.
     if (!callback) return c.json({ code: 'SIGN_IN_TO_VERIFY', message }, 401);
+    // (Without the mail's `verified=true`: beside the error it told a front end reading it that the address was
+    // confirmed when nothing was; review 101.)
+    callback.searchParams.delete('verified');
     callback.searchParams.set('error', 'SIGN_IN_TO_VERIFY');
     callback.searchParams.set('verify', `${url.pathname}${url.search}`);
     return c.redirect(callback.href, 302);

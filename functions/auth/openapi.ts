@@ -324,6 +324,19 @@ const CORRECTIONS: Record<string, (op: Json) => Json> = {
     ...op,
     responses: { ...op.responses, 302: { description: 'Location: the callbackURL with `token` (a live link) or `error=INVALID_TOKEN`' } },
   }),
+  // the link of the verification mail: a redirect to the callbackURL, verified, or asking to sign in first (review 101:
+  // the one answer every user gets was not listed)
+  'get /verify-email': (op) => ({
+    ...op,
+    responses: {
+      ...op.responses,
+      302: {
+        description:
+          'Location: the callbackURL, with `verified=true` once the address is verified in its own session; signed out (or as ' +
+          'another account), with `error=SIGN_IN_TO_VERIFY` and `verify` (the link to open again once signed in) and nothing verified',
+      },
+    },
+  }),
   'get /organization/get-full-organization': organizationOrNull('The organization with its members and invitations; null with no active organization and none named'),
   'get /organization/get-organization': organizationOrNull('The organization; null with no active organization and none named'),
   'post /organization/has-permission': permissionAnswer,

@@ -160,7 +160,12 @@ describe('email verification', () => {
     const link = linkIn((await mailsTo(t, victimEmail)).filter((m) => /Confirm/.test(m.subject)).pop()!);
     const clicked = await t.http.get(link.pathname + link.search);
     expect(clicked.status).toBe(302);
-    expect(new URL(clicked.headers.get('location')!).searchParams.get('error')).toBe('SIGN_IN_TO_VERIFY');
+    const askedToSignIn = new URL(clicked.headers.get('location')!).searchParams;
+    expect(askedToSignIn.get('error')).toBe('SIGN_IN_TO_VERIFY');
+    expect(askedToSignIn.has('verified')).toBe(false); // the mail's verified=true is not beside the refusal (review 101)
+    // and the 302 is an answer /openapi.json lists for the link
+    const verifyEmail = (await t.http.get('/openapi.json')).body.paths['/api/auth/verify-email'].get;
+    expect(Object.keys(verifyEmail.responses)).toContain('302');
     expect((await accept()).status).toBe(403);
     expect((await rows(t.db, sql`select 1 from member where "organizationId" = ${org.body.id} and "userId" = ${attacker.userId}`))).toEqual([]);
 

@@ -16784,6 +16784,13 @@ export interface operations {
                     };
                 };
             };
+            /** @description Location: the callbackURL, with `verified=true` once the address is verified in its own session; signed out (or as another account), with `error=SIGN_IN_TO_VERIFY` and `verify` (the link to open again once signed in) and nothing verified */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad Request. Usually due to missing parameters, or invalid parameters. */
             400: {
                 headers: {
