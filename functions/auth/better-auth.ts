@@ -8,7 +8,8 @@ import { oauthProvider } from '@better-auth/oauth-provider';
 import type { Clock } from '../platform/clock.ts';
 import type { Config } from '../platform/config.ts';
 import { isConnectionLost, isTransientConflict, sql, type Database } from '../platform/db.ts';
-import { ApiError, isUniqueViolation } from '../http/errors.ts';
+import { isUniqueViolation } from '../http/errors.ts';
+import { APIError } from '@better-auth/core/error';
 import type { Logger } from '../platform/logger.ts';
 import type { Mailer } from '../platform/mailer.ts';
 import {
@@ -176,9 +177,14 @@ export function authOptions(deps: AuthDeps) {
           throw invitationLimitRefused();
         }
         // The library checks a unique value (an organization's slug) and then inserts it: two requests at once both
-        // pass the check, and the second insert fails. That is the contract's 409 CONFLICT, not a 500 (found by a review).
+        // pass the check, and the second insert fails. That is the contract's 409 CONFLICT, not a 500 (found by a review),
+        // in the library's `{ code, message }` as its other answers under /api/auth (review 101: it was the envelope,
+        // and listed nowhere; functions/auth/openapi.ts lists it for organization create and update).
         if (isUniqueViolation(err)) {
-          throw new ApiError('CONFLICT', 'Another request just wrote the same unique value (e.g. an organization slug); choose another and retry');
+          throw new APIError('CONFLICT', {
+            code: 'CONFLICT',
+            message: 'Another request just wrote the same unique value (e.g. an organization slug); choose another and retry',
+          });
         }
         // set-role, update-user, ban-user and remove-user check the caller, then write: of two admins taking each other
         // away at once, the database refuses the later write (migration 20261127000400), 422 as on our routes.

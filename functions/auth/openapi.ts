@@ -218,6 +218,17 @@ const modelAnswer = (description: string, model: string, list = false) => {
  */
 const jsonAnswer = (description: string, schema: Json) => ({ description, content: { 'application/json': { schema } } });
 const withAnswer = (answer: Json) => (op: Json) => ({ ...op, responses: { ...op.responses, 200: answer } });
+/** The 409 of a unique value written by two requests at once, in the library's error shape (as its 400). */
+const slugRace = (op: Json) => ({
+  ...op,
+  responses: {
+    ...op.responses,
+    409: {
+      ...(op.responses as Json)?.['400'],
+      description: 'CONFLICT: another request wrote the same slug at the same moment; choose another and retry',
+    },
+  },
+});
 /**
  * The 302 of authorize goes to the sign-in or consent page as well as to the client (the library says "Redirect to
  * client with code or error": review 84, a newcomer's script followed it and did not expect the consent page).
@@ -337,6 +348,9 @@ const CORRECTIONS: Record<string, (op: Json) => Json> = {
       },
     },
   }),
+  // two requests writing one slug at once: the later insert fails, answered 409 CONFLICT (better-auth.ts onAPIError)
+  'post /organization/create': slugRace,
+  'post /organization/update': slugRace,
   'get /organization/get-full-organization': organizationOrNull('The organization with its members and invitations; null with no active organization and none named'),
   'get /organization/get-organization': organizationOrNull('The organization; null with no active organization and none named'),
   'post /organization/has-permission': permissionAnswer,

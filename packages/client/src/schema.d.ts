@@ -13539,6 +13539,17 @@ export interface operations {
                     };
                 };
             };
+            /** @description CONFLICT: another request wrote the same slug at the same moment; choose another and retry */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        message: string;
+                    };
+                };
+            };
             /** @description UNSUPPORTED_MEDIA_TYPE: the body was not sent as `application/json` */
             415: {
                 headers: {
@@ -15236,6 +15247,17 @@ export interface operations {
                 content: {
                     "application/json": {
                         message?: string;
+                    };
+                };
+            };
+            /** @description CONFLICT: another request wrote the same slug at the same moment; choose another and retry */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        message: string;
                     };
                 };
             };
