@@ -1306,11 +1306,11 @@ export const mutations: Mutation[] = [
   {
     rule: 19,
     name: 'invitations sent at once take an organization past its 100 pending invitations',
-    file: 'supabase/migrations/20261127006800_organization_invitation_limit.sql',
+    file: 'supabase/migrations/20261127007300_invitation_limit_locks_first.sql',
     // (Not the lock: an invitation's insert commits alone, so the window between the trigger's count and the commit
     // is too short for a test to hit without it; the count is what the plugin's own check leaves open.)
-    find: "       where i.\"organizationId\" = new.\"organizationId\" and i.status = 'pending' and i.\"expiresAt\" > now()) >= 100 then",
-    replace: "       where i.\"organizationId\" = new.\"organizationId\" and i.status = 'pending' and i.\"expiresAt\" > now()) >= 1000 then",
+    find: '         and lower(i.email) <> lower(new.email)) >= 100 then',
+    replace: '         and lower(i.email) <> lower(new.email)) >= 1000 then',
     tests: ['tests/identity/organization-invitation-limit.pg-only.test.ts'],
   },
   {
