@@ -1,4 +1,4 @@
-import { Hono, type Context, type Next } from 'hono';
+import { Hono, type Context, type MiddlewareHandler, type Next } from 'hono';
 import type { AppDeps, AppEnv } from '../platform/app-types.ts';
 import { clientSubject, enforceRateLimit } from '../http/rate-limit.ts';
 import { creatingFrom } from './organization-limits.ts';
@@ -35,6 +35,19 @@ export const RATE_LIMITED_AUTH_PATHS: ReadonlyArray<readonly [string, string]> =
   ['/api/auth/reset-password', 'reset-password'],
 ];
 
+/** How long every answer to a password-reset request takes at least, known address or not (mount.ts, review 103). */
+export const RESET_REQUEST_ANSWER_MS = 500;
+
+/** Holds the answer back until `ms` have passed since the request reached this point (a wall-clock wait). */
+function answerNoSoonerThan(ms: number): MiddlewareHandler<AppEnv> {
+  return async (_c, next) => {
+    const started = performance.now();
+    await next();
+    const left = ms - (performance.now() - started);
+    if (left > 0) await new Promise((resolve) => setTimeout(resolve, left));
+  };
+}
+
 export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemoval }) {
   const router = new Hono<AppEnv>();
   for (const [path, bucket] of RATE_LIMITED_AUTH_PATHS) {
@@ -43,6 +56,11 @@ export function authLibraryRoutes(options: { aroundUserRemoval: AroundUserRemova
       await next();
     });
   }
+  // After the per-address limit (a 429 tells nothing of the address asked about): every other answer to a reset
+  // request takes the same time, whether the address has an account or not (review 103: one with an account waited
+  // for the token's insert, the mailbox's allowance and the mail's transaction, about twice as long; the library pads
+  // its verification resend the same way).
+  router.post('/api/auth/request-password-reset', answerNoSoonerThan(RESET_REQUEST_ANSWER_MS));
   // The organization plugin's creation hook counts the client address too (organization-limits.ts).
   router.post('/api/auth/organization/create', (c, next) => creatingFrom(clientSubject(c), next));
   // An invitation the database refuses at its insert gives back what the call took (invitation-rules.ts).
