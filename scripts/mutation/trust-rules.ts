@@ -501,6 +501,22 @@ export const mutations: Mutation[] = [
   },
   {
     rule: 10,
+    name: 'two sign-ups of one new address at once: the later answers 422, which no existing address gets (review 104)',
+    file: 'functions/auth/mount.ts',
+    find: '    if (email === undefined || !(await addressHasAccount(c.var.deps.database.db, email))) return answer;',
+    replace: '    return answer;',
+    tests: ['tests/identity/sign-up-race.pg-only.test.ts'],
+  },
+  {
+    rule: 10,
+    name: 'a reset request for an address with an account answers later than one for an unknown address (review 103)',
+    file: 'functions/auth/mount.ts',
+    find: "  router.post('/api/auth/request-password-reset', answerNoSoonerThan(RESET_REQUEST_ANSWER_MS));",
+    replace: '',
+    tests: ['tests/identity/password-reset.test.ts'],
+  },
+  {
+    rule: 10,
     name: 'sign-up signs in (an existing address answers differently)',
     file: 'functions/auth/better-auth.ts',
     find: '      autoSignIn: false,',
