@@ -6,6 +6,7 @@ import { creatingFrom } from './organization-limits.ts';
 import { answeringInvitation } from './invitation-rules.ts';
 import { verifyOnlyInTheAccountsSession } from './email-verification.ts';
 import { crossSiteRequest } from './fetch-metadata.ts';
+import { mediaTypeOf } from '../http/text-guard.ts';
 import { userExists } from './oauth/token-records.ts';
 import { limitFailedPasswordChanges, limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
@@ -124,12 +125,17 @@ async function answerByLibrary(c: Context<AppEnv>, request: Request): Promise<Re
   return explainMissingOrigin(await c.var.deps.auth.handler(handed));
 }
 
-/** The address a sign-up names, from its JSON or form body. */
+/**
+ * The address a sign-up names, read as the library reads its body (review 105: read otherwise, a form whose media type
+ * was in capitals, or that named `email` twice, was checked under another address than the one the library tried):
+ * the media type compared in lower case, without its parameters; a form's repeated field is its last value.
+ */
 async function emailOfSignUp(request: Request): Promise<string | undefined> {
-  const type = request.headers.get('content-type') ?? '';
-  const email = type.includes('x-www-form-urlencoded')
-    ? new URLSearchParams(await request.text().catch(() => '')).get('email')
-    : ((await request.json().catch(() => null)) as { email?: unknown } | null)?.email;
+  const type = mediaTypeOf(request.headers.get('content-type') ?? '');
+  const email =
+    type === 'application/x-www-form-urlencoded' || type === 'multipart/form-data'
+      ? (await request.formData().catch(() => undefined))?.getAll('email').at(-1)
+      : ((await request.json().catch(() => null)) as { email?: unknown } | null)?.email;
   return typeof email === 'string' ? email : undefined;
 }
 

@@ -24,7 +24,8 @@ const encodedNul = /%00/;
 const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json$/i;
 
 const FORM_TYPES = new Set(['application/x-www-form-urlencoded', 'multipart/form-data']);
-const mediaTypeOf = (contentType: string) => contentType.split(';')[0]!.trim().toLowerCase();
+/** A Content-Type's media type, in lower case, without its parameters. */
+export const mediaTypeOf = (contentType: string) => contentType.split(';')[0]!.trim().toLowerCase();
 
 /** A Content-Type of JSON (`application/json` or `application/<x>+json`, any parameters). */
 export function isJsonMediaType(contentType: string | undefined): boolean {

@@ -41,4 +41,27 @@ describe('sign-up of one new address several times at once', () => {
       expect((await mailsTo(t, email)).length).toBeGreaterThanOrEqual(1); // the verification mail at least
     }
   });
+
+  // Review 105: the replay read the address otherwise than the library: a form's media type in capitals was taken for
+  // JSON, and of a field named twice it took the first value where the library takes the last.
+  for (const [what, contentType, body] of [
+    ['an honest form with its media type in capitals', 'Application/X-WWW-Form-Urlencoded', (email: string, i: number) =>
+      new URLSearchParams({ email, password: `pw-12345678-abc-${i}`, name: 'Racer' }).toString()],
+    ['attack: a form naming the address twice (the library takes the last)', 'application/x-www-form-urlencoded', (email: string, i: number) =>
+      `email=${encodeURIComponent(`decoy-${i}-${Date.now()}@example.com`)}&email=${encodeURIComponent(email)}&password=pw-12345678-abc-${i}&name=Racer`],
+  ] as const) {
+    it(`${what}: every answer 200, one account`, async () => {
+      const answers: string[] = [];
+      for (let round = 0; round < 3; round++) {
+        const email = `race-form-${round}-${Date.now()}@example.com`;
+        const sent = await Promise.all(
+          Array.from({ length: 4 }, (_, i) => t.http.post('/api/auth/sign-up/email', { body: body(email, i), headers: { 'content-type': contentType } })),
+        );
+        for (const a of sent) answers.push(a.status === 200 ? '200' : `${a.status} ${a.text.slice(0, 80)}`);
+        const accounts = await first<{ n: number }>(t.db, sql`select count(*)::int as n from "user" where lower(email) = ${email}`);
+        expect(accounts!.n).toBe(1);
+      }
+      expect(answers).toEqual(Array(12).fill('200'));
+    });
+  }
 });
