@@ -26,7 +26,7 @@ describe('sign-up of one new address several times at once', () => {
 
     const answers: string[] = [];
     const emails: string[] = [];
-    for (let round = 0; round < 5; round++) {
+    for (let round = 0; round < 3; round++) {
       const email = `race-${round}-${Date.now()}@example.com`;
       emails.push(email);
       const sent = await Promise.all(
@@ -34,7 +34,7 @@ describe('sign-up of one new address several times at once', () => {
       );
       for (const a of sent) answers.push(a.status === 200 ? '200' : `${a.status} ${a.text.slice(0, 80)}`);
     }
-    expect(answers).toEqual(Array(20).fill('200'));
+    expect(answers).toEqual(Array(12).fill('200'));
     for (const email of emails) {
       const accounts = await first<{ n: number }>(t.db, sql`select count(*)::int as n from "user" where lower(email) = ${email}`);
       expect(accounts!.n).toBe(1);
