@@ -28,8 +28,9 @@ export function newRouter() {
 }
 
 function callerFirst(route: RouteConfig) {
-  // A user's credential (the internal routes name `bearer` too, for their DRAIN_TOKEN: judged by their own middleware)
-  const needsCaller = !route.path.startsWith('/internal/') && (route.security ?? []).some((scheme) => Object.keys(scheme).length > 0);
+  // A user's credential: the routes that name SECURITY's schemes (the internal routes name a `bearer` of their own, for
+  // their DRAIN_TOKEN, which their own middleware judges).
+  const needsCaller = route.security === SECURITY.sessionOrBearer || route.security === SECURITY.bearerOnly;
   return async (result: { success: boolean; error?: z.ZodError; target?: string }, c: Context<AppEnv>) => {
     if (result.success) return;
     if (needsCaller) await requireUser(c);

@@ -29,7 +29,7 @@ export const mediaTypeOf = (contentType: string) => contentType.split(';')[0]!.t
 
 /** A Content-Type of JSON (`application/json` or `application/<x>+json`, any parameters). */
 export function isJsonMediaType(contentType: string | undefined): boolean {
-  return JSON_TYPE.test((contentType ?? '').split(';')[0]!.trim());
+  return JSON_TYPE.test(mediaTypeOf(contentType ?? ''));
 }
 
 export function rejectUnstorableText(): MiddlewareHandler<AppEnv> {

@@ -18,12 +18,18 @@ export interface RateLimitVerdict {
   retryAfterSec: number;
 }
 
+/** A refusal of `key`, for the limit and window it was counted against. */
 interface Refusal {
+  limit: number;
+  windowMs: number;
   since: number;
   until: number;
 }
 
-/** Refusal caches, one per running app (keyed by its deps object), so two apps in one process never share one. */
+/**
+ * Refusal caches, one per running app (keyed by its deps object), so two apps in one process never share one; by the
+ * limit's key alone, so a give-back forgets its key's refusal at once (refundToken, on every successful sign-in too).
+ */
 const refusals = new WeakMap<object, Map<string, Refusal>>();
 
 /**
@@ -42,7 +48,6 @@ export async function takeToken(
   const known = refusedHere(deps, key, limit, windowMs);
   if (known) return known;
   const cache = refusals.get(deps)!;
-  const cacheKey = `${key}|${limit}|${windowMs}`;
   const row = await first<{ allowed: boolean; retryAfterMs: string | number }>(
     db,
     sql`select allowed, retry_after_ms as "retryAfterMs" from public.rate_limit_hit(${key}, ${limit}, ${windowMs}, ${now})`,
@@ -50,7 +55,7 @@ export async function takeToken(
   if (!row || row.allowed) return { allowed: true, retryAfterSec: 0 };
   const retryAfterMs = Number(row.retryAfterMs);
   if (cache.size >= MAX_CACHED_REFUSALS) cache.clear();
-  cache.set(cacheKey, { since: nowMs, until: nowMs + retryAfterMs });
+  cache.set(key, { limit, windowMs, since: nowMs, until: nowMs + retryAfterMs });
   return { allowed: false, retryAfterSec: Math.max(1, Math.ceil(retryAfterMs / 1000)) };
 }
 
@@ -59,12 +64,12 @@ function refusedHere(deps: { clock: Clock }, key: string, limit: number, windowM
   const nowMs = deps.clock.now().getTime();
   let cache = refusals.get(deps);
   if (!cache) refusals.set(deps, (cache = new Map()));
-  const cacheKey = `${key}|${limit}|${windowMs}`;
-  const refused = cache.get(cacheKey);
-  if (refused && nowMs >= refused.since && nowMs < refused.until) {
+  const refused = cache.get(key);
+  if (!refused || refused.limit !== limit || refused.windowMs !== windowMs) return undefined;
+  if (nowMs >= refused.since && nowMs < refused.until) {
     return { allowed: false, retryAfterSec: Math.max(1, Math.ceil((refused.until - nowMs) / 1000)) };
   }
-  if (refused) cache.delete(cacheKey);
+  cache.delete(key);
   return undefined;
 }
 
@@ -75,8 +80,7 @@ function refusedHere(deps: { clock: Clock }, key: string, limit: number, windowM
  */
 export async function refundToken(deps: { database: { db: Db }; clock: Clock }, key: string): Promise<void> {
   await sql`select public.rate_limit_refund(${key}, ${deps.clock.now()})`.execute(deps.database.db);
-  const cache = refusals.get(deps);
-  if (cache) for (const cacheKey of cache.keys()) if (cacheKey.startsWith(`${key}|`)) cache.delete(cacheKey);
+  refusals.get(deps)?.delete(key);
 }
 
 /** A daily allowance's window (it opens with the key's first request). */

@@ -1728,7 +1728,7 @@ export const mutations: Mutation[] = [
     rule: 25,
     name: 'a given-back request leaves the app refusing the key for the rest of its window (review 102)',
     file: 'functions/platform/rate-limits.ts',
-    find: '  if (cache) for (const cacheKey of cache.keys()) if (cacheKey.startsWith(`${key}|`)) cache.delete(cacheKey);',
+    find: '  refusals.get(deps)?.delete(key);',
     replace: '',
     tests: ['tests/billing/allowance-give-back-cache.pg-only.test.ts'],
   },
