@@ -123,15 +123,15 @@ describe('account mails per recipient mailbox: its other spellings, and what str
     // own allowance, which only the mailbox's owner's accounts draw on, with reset links that work.
     const owner = await signUp(m, { email: `owner-${randomUUID().slice(0, 8)}@example.test`, verified: true });
     const [local, domain] = owner.email.split('@');
-    for (let i = 0; i < MAILS_PER_RECIPIENT_PER_HOUR; i++) {
-      const email = `${local}+${i}@${domain}`;
-      expect((await strangerSignsUp(email)).status).toBe(200);
-      expect((await askForReset(email)).status).toBe(200);
-    }
+    // Sent at once: each reset request waits out its answer floor, one after another they took 8 s.
+    const spellings = Array.from({ length: MAILS_PER_RECIPIENT_PER_HOUR }, (_, i) => `${local}+${i}@${domain}`);
+    for (const email of spellings) expect((await strangerSignsUp(email)).status).toBe(200);
+    expect((await Promise.all(spellings.map(askForReset))).map((res) => res.status)).toEqual(spellings.map(() => 200));
     expect((await askForReset(owner.email)).status).toBe(200);
     expect(await resetMails(owner.email)).toHaveLength(1);
     // That allowance is the same size: strangers asking for the owner's resets get it mailed that often an hour.
-    for (let i = 0; i < 2 * MAILS_PER_RECIPIENT_PER_HOUR; i++) expect((await askForReset(owner.email)).status).toBe(200);
+    const more = await Promise.all(Array.from({ length: 2 * MAILS_PER_RECIPIENT_PER_HOUR }, () => askForReset(owner.email)));
+    expect(more.map((res) => res.status)).toEqual(more.map(() => 200));
     expect(await resetMails(owner.email)).toHaveLength(MAILS_PER_RECIPIENT_PER_HOUR);
   });
 });
