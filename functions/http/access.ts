@@ -1,7 +1,7 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import { first, sql } from '../platform/db.ts';
 import { signInUrls } from '../platform/config.ts';
-import { CROSS_SITE_REQUEST, type Principal } from './context.ts';
+import { CROSS_SITE_REQUEST, type BearerCheck, type Principal } from './context.ts';
 import type { AppEnv } from '../platform/app-types.ts';
 import { ApiError } from './errors.ts';
 
@@ -28,6 +28,19 @@ export async function requireUser(c: Context<AppEnv>): Promise<Principal> {
   const principal = await currentPrincipal(c);
   if (!principal) throw unauthorized(c);
   return principal;
+}
+
+/**
+ * The caller of a bearer-only route (usage writes, reservations: contract.md, Trust boundaries): a bearer token, whose
+ * agent the route's one statement then confirms. 401 without credentials (or with a bad token); 403 for a cookie
+ * session, the user's own browser, which must not change what it used. Asked before the route's input is judged
+ * (router.ts), so a cookie is refused as a cookie whatever it sent.
+ */
+export async function requireBearer(c: Context<AppEnv>): Promise<BearerCheck> {
+  const check = await c.var.deps.authenticator.bearerCheck(c.req.raw);
+  if (check) return check;
+  await requireUser(c);
+  throw new ApiError('FORBIDDEN', "Usage is changed by the agent's backend with its bearer token; a cookie session can only read usage");
 }
 
 /** A platform admin; 401 when signed out, 403 when signed in without the role. */

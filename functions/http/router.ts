@@ -1,6 +1,6 @@
 import { OpenAPIHono, z, type RouteConfig } from '@hono/zod-openapi';
 import type { Context } from 'hono';
-import { requireUser } from './access.ts';
+import { requireBearer, requireUser } from './access.ts';
 import type { AppEnv } from '../platform/app-types.ts';
 import { errorBodySchema } from './envelope.ts';
 import { ApiError } from './errors.ts';
@@ -13,7 +13,8 @@ import { breaksLine } from '../platform/text.ts';
  * On a route that needs a signed-in caller (its OpenAPI `security` names one), the caller is authenticated before a
  * validation failure is answered: an anonymous, expired or revoked caller gets 401 whatever it sent, as the contract's
  * error table says, and learns nothing of the route's input from its 400 (reviews 94 and 52: a malformed body without
- * credentials answered 400 with the schema's issues). The route's own code still decides who may do what (403).
+ * credentials answered 400 with the schema's issues). A bearer-only route refuses a cookie session (403) before its input
+ * as well. The route's own code still decides who may do what (403).
  */
 export function newRouter() {
   const router = new OpenAPIHono<AppEnv>({
@@ -30,10 +31,13 @@ export function newRouter() {
 function callerFirst(route: RouteConfig) {
   // A user's credential: the routes that name SECURITY's schemes (the internal routes name a `bearer` of their own, for
   // their DRAIN_TOKEN, which their own middleware judges).
-  const needsCaller = route.security === SECURITY.sessionOrBearer || route.security === SECURITY.bearerOnly;
+  // A bearer-only route refuses a cookie session (403) before its input too: what kind of credential it takes is part
+  // of who may call it, and a cookie holder sending a malformed usage write is told so rather than how to fix the body.
+  const judgeCaller =
+    route.security === SECURITY.bearerOnly ? requireBearer : route.security === SECURITY.sessionOrBearer ? requireUser : undefined;
   return async (result: { success: boolean; error?: z.ZodError; target?: string }, c: Context<AppEnv>) => {
     if (result.success) return;
-    if (needsCaller) await requireUser(c);
+    await judgeCaller?.(c);
     throw validationError(result.error!, result.target);
   };
 }

@@ -52,6 +52,25 @@ describe('a route that needs a caller judges the caller before the input', () =>
     ]);
   });
 
+  it("a bearer-only route (usage writes, reservations) refuses a cookie session 403 whatever it sent, before its input's 400", async () => {
+    const agent = '00000000-0000-4000-8000-000000000001';
+    const writes = [
+      `/me/usage/${agent}/calls/increment`,
+      `/me/usage/${agent}/calls/decrement`,
+      `/me/usage/${agent}/calls/reservations`,
+      `/me/usage/${agent}/reservations/not-a-uuid/commit`,
+    ];
+    const answers: Array<[string, number, string, unknown]> = [];
+    for (const path of writes) {
+      const res = await t.http.post(path, { cookie: user.cookie, headers: { origin: t.baseUrl }, json: { amount: 'lots', clientReqId: 7 } });
+      answers.push([path, res.status, res.body.error?.code, res.body.error?.details?.issues]);
+    }
+    expect(answers).toEqual(writes.map((path) => [path, 403, 'FORBIDDEN', undefined]));
+    // Without credentials it is still 401.
+    const anonymous = await t.http.post(writes[0]!, { json: { amount: 'lots' } });
+    expect([anonymous.status, anonymous.body.error?.code]).toEqual([401, 'UNAUTHORIZED']);
+  });
+
   it('a public route answers a malformed request 400 to anyone', async () => {
     const res = await t.http.get('/agents?limit=abc');
     expect([res.status, res.body.error?.code]).toEqual([400, 'VALIDATION_ERROR']);

@@ -3,7 +3,7 @@ import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { accessTokenFor, postForm } from '../support/oauth.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
-import { ledgerAgreesWithCounters, meter, meteredAgent, reqId, setQuota, subscribe, usagePath } from './support.ts';
+import { agentToken, ledgerAgreesWithCounters, meter, meteredAgent, reqId, setQuota, subscribe, usagePath } from './support.ts';
 
 /**
  * /me/usage over HTTP: increment and decrement as the agent backend makes them (the user's bearer token of the
@@ -169,7 +169,8 @@ describe('incrementUsage', () => {
       expect(res.status, JSON.stringify(body)).toBe(400);
       expect(res.body.error.code).toBe('VALIDATION_ERROR');
     }
-    expect((await t.http.post(usagePath('not-a-uuid', 'calls', 'increment'), { cookie: user.cookie, json: { clientReqId: 'k' } })).status).toBe(400);
+    const bearer = await agentToken(t, user, a.agentId);
+    expect((await t.http.post(usagePath('not-a-uuid', 'calls', 'increment'), { bearer, json: { clientReqId: 'k' } })).status).toBe(400);
     const usage = await t.http.get(usagePath(a.agentId, 'calls'), { cookie: user.cookie });
     expect(usage.body.data.used).toBe(0);
   });

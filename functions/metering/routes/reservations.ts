@@ -1,9 +1,8 @@
 import { createRoute, z } from '@hono/zod-openapi';
 import type { Context } from 'hono';
-import { requireUser } from '../../http/access.ts';
+import { requireBearer } from '../../http/access.ts';
 import type { AppEnv } from '../../platform/app-types.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
-import { ApiError } from '../../http/errors.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../../http/router.ts';
 import { callReservationAsBearer, type ReservationCall, type ReservationOperation, type ReservationResult } from '../reservations.ts';
 import { commitReservationBody, reservationSchema, reserveUsageBody } from '../schemas.ts';
@@ -138,12 +137,8 @@ const headers = (result: ReservationResult) => quotaHeaders(result.reservation.u
  * one statement. A cookie session answers 403.
  */
 async function reservation(c: Context<AppEnv>, operation: ReservationOperation, call: ReservationCall) {
-  const { database, clock, authenticator } = c.var.deps;
-  const check = await authenticator.bearerCheck(c.req.raw);
-  if (!check) {
-    await requireUser(c); // no credentials (or a bad token): 401
-    throw new ApiError('FORBIDDEN', "Reservations are the agent backend's, with its bearer token; a cookie session cannot hold or settle usage");
-  }
+  const { database, clock } = c.var.deps;
+  const check = await requireBearer(c);
   const { principal, result } = await callReservationAsBearer(database.db, clock, { operation, check, call });
   c.set('principal', Promise.resolve(principal));
   return result;

@@ -1,12 +1,11 @@
 import { createRoute, z } from '@hono/zod-openapi';
-import { requireUser } from '../../http/access.ts';
+import { requireBearer, requireUser } from '../../http/access.ts';
 import { envelopeOf, ok } from '../../http/envelope.ts';
 import { errors, jsonBody, jsonResponse, newRouter, uuidParam, SECURITY } from '../../http/router.ts';
 import { decrementUsageBody, incrementUsageBody, usageRecordSchema, usageResultSchema } from '../schemas.ts';
 import type { Context } from 'hono';
 import type { AppEnv } from '../../platform/app-types.ts';
 import { getMyUsage, listMyUsage, meterUsageAsBearer, quotaHeaders, type UsageCall, type UsageOperation } from '../usage.ts';
-import { ApiError } from '../../http/errors.ts';
 import { idempotencyConflict409, quotaExceeded429, quotaHeaderDocs } from './responses.ts';
 
 /**
@@ -130,12 +129,8 @@ export function usageRoutes() {
  * (one round trip). A cookie session, the user's own browser, answers 403: a user must not un-count what they used.
  */
 async function meter(c: Context<AppEnv>, operation: UsageOperation, call: Omit<UsageCall, 'userId'>) {
-  const { database, clock, authenticator } = c.var.deps;
-  const check = await authenticator.bearerCheck(c.req.raw);
-  if (!check) {
-    await requireUser(c); // no credentials (or a bad token): 401
-    throw new ApiError('FORBIDDEN', "Usage is changed by the agent's backend with its bearer token; a cookie session can only read usage");
-  }
+  const { database, clock } = c.var.deps;
+  const check = await requireBearer(c);
   const { principal, result } = await meterUsageAsBearer(database.db, clock, { operation, check, call });
   c.set('principal', Promise.resolve(principal));
   return result;
