@@ -56,8 +56,10 @@ export const mutations: Mutation[] = [
     rule: 3,
     name: 'a cookie session may write usage',
     file: 'functions/metering/routes/usage.ts',
-    find: "    throw new ApiError('FORBIDDEN', \"Usage is changed by the agent's backend with its bearer token; a cookie session can only read usage\");",
-    replace: "    return meterUsage(database.db, clock, operation, { ...call, userId: (await requireUser(c)).userId });",
+    find: '  const check = await requireBearer(c);\n',
+    replace:
+      '  const check = await c.var.deps.authenticator.bearerCheck(c.req.raw);\n' +
+      '  if (!check) return meterUsage(database.db, clock, operation, { ...call, userId: (await requireUser(c)).userId });\n',
     also: [{ find: 'import { getMyUsage, listMyUsage, meterUsageAsBearer,', replace: 'import { getMyUsage, listMyUsage, meterUsage, meterUsageAsBearer,' }],
     tests: [boundaries],
   },
@@ -1511,6 +1513,14 @@ export const mutations: Mutation[] = [
     file: 'functions/auth/oauth/protocol-gaps.ts',
     find: '        if (refreshLive && (await grantStands(trx, issued))) return false;',
     replace: '        if (refreshLive && (codeId === null || (await grantStands(trx, issued)))) return false;',
+    tests: ['tests/oauth/wrapper-reads.test.ts'],
+  },
+  {
+    rule: 9,
+    name: 'introspection calls a refresh token active after the user narrowed the consent it depends on',
+    file: 'functions/auth/oauth/protocol-gaps.ts',
+    find: ' || !(await introspectedGrantStands(database.db, body))',
+    replace: '',
     tests: ['tests/oauth/wrapper-reads.test.ts'],
   },
   {

@@ -209,6 +209,9 @@ describe('a narrowed consent also narrows what a refresh gives', () => {
       json: { id: consent.id, update: { scopes: ['openid'] } },
     });
     expect(narrowed.status, narrowed.text).toBe(200);
+    // Introspection says so as well (review 108: it called the refresh token active, with the scopes taken back).
+    const introspect = (token: string) => postForm(t, '/api/auth/oauth2/introspect', agent, { token, token_type_hint: 'refresh_token' });
+    expect((await introspect(tokens.refreshToken)).body).toEqual({ active: false });
 
     // The grant ends (as a code redeemed after the narrowing does): the agent asks the user again, for what it may have.
     const refresh = await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: tokens.refreshToken });
@@ -218,6 +221,7 @@ describe('a narrowed consent also narrows what a refresh gives', () => {
     // A consent left as it was changes nothing: another user's refresh goes on.
     const other = await signUp(t);
     const kept = await accessTokenFor(t, other, { client: agent });
+    expect((await introspect(kept.refreshToken)).body).toMatchObject({ active: true, scope: 'openid profile email offline_access' });
     expect((await postForm(t, '/api/auth/oauth2/token', agent, { grant_type: 'refresh_token', refresh_token: kept.refreshToken })).status).toBe(200);
   });
 

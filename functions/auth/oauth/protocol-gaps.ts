@@ -17,6 +17,7 @@ import {
   endReusedRefreshToken,
   findRefreshToken,
   grantStands,
+  introspectedGrantStands,
   isRevoked,
   issuedAccessToken,
   looksLikeJwt,
@@ -412,7 +413,7 @@ export function oauthProtocolRoutes() {
     }
     if (response.status !== 200) return response;
     const body = (await response.clone().json().catch(() => undefined)) as Record<string, unknown> | undefined;
-    if (body?.active === true && (await isRevoked(database.db, body, clock.now()))) {
+    if (body?.active === true && ((await isRevoked(database.db, body, clock.now())) || !(await introspectedGrantStands(database.db, body)))) {
       return Response.json({ active: false }, { status: 200, headers: NO_STORE });
     }
     return response;

@@ -125,7 +125,7 @@ export async function revokeIssuedRefreshToken(db: Db, id: string): Promise<void
 // there (found by a review). A demoted admin's refresh ends here too. The library's adapter stores the consent's
 // scopes as a JSON string inside the jsonb, which public.oauth_consent_scopes reads (migration 20261126001900). (Keep comments out of this SQL: pg_stat_activity
 // keeps a statement's first 1,024 bytes, and the race tests find this one waiting by its text.)
-export async function grantStands(db: Db, token: IssuedAccessToken): Promise<boolean> {
+export async function grantStands(db: Db, token: Pick<IssuedAccessToken, 'clientId' | 'userId' | 'scopes'>): Promise<boolean> {
   const row = await first<{ stands: boolean }>(
     db,
     sql`select not coalesce(c.disabled, false)
@@ -139,6 +139,18 @@ export async function grantStands(db: Db, token: IssuedAccessToken): Promise<boo
            for share of c`,
   );
   return row?.stands === true;
+}
+
+/**
+ * Whether the grant behind a token the library introspected as active still stands (grantStands, read off the answer's
+ * `client_id`, `sub` and `scope`). A refresh token outlives a consent the user narrowed (the token endpoint refuses it
+ * then, by grantStands; the access tokens are revoked at once, migration 20261126001900), and introspection called it
+ * active with the scopes taken back (review 108). An answer without those claims is left to the library.
+ */
+export async function introspectedGrantStands(db: Db, answer: Record<string, unknown>): Promise<boolean> {
+  const { client_id: clientId, sub: userId, scope } = answer;
+  if (typeof clientId !== 'string' || typeof userId !== 'string' || typeof scope !== 'string') return true;
+  return grantStands(db, { clientId, userId, scopes: scope.split(' ').filter(Boolean) });
 }
 
 /**
