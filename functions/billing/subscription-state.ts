@@ -79,8 +79,8 @@ const fromUnix = (s: number) => new Date(s * 1000);
 /**
  * What the local row should say, read off the subscription (with its schedule expanded). Pending changes come
  * from Stripe too: an upgrade waiting for payment is the subscription's `pending_update`; a downgrade is a
- * future phase of its schedule with another price. `lapsed`: a past_due subscription whose renewal of an earlier
- * period is still unpaid (lapsedUnpaid) grants no access, as `incomplete`.
+ * future phase of its schedule with another price. `lapsed`: a subscription whose renewal is unpaid where that ends
+ * access (lapsedUnpaid: an earlier period's, or the current one's written off) grants no access, as `incomplete`.
  */
 export function stateOf({ subscription: sub, lapsed }: Pick<StripeRead, 'subscription' | 'lapsed'>): StripeSubscriptionState {
   const item = sub.items.data[0];
@@ -129,7 +129,7 @@ export function stateOf({ subscription: sub, lapsed }: Pick<StripeRead, 'subscri
 export interface StripeRead {
   subscription: Stripe.Subscription;
   read: number;
-  /** past_due with a renewal of an earlier period still unpaid (lapsedUnpaid) */
+  /** a period's renewal unpaid where that ends access (lapsedUnpaid) */
   lapsed: boolean;
 }
 
@@ -147,20 +147,37 @@ export async function readToApply(deps: BillingDeps, stripeSubscriptionId: strin
  * marks it unpaid (both end access here) or leaves it past_due: then Stripe opens a new invoice each period, moves
  * the period on, and the subscription stayed past_due, served with a fresh rolling quota every period, for good,
  * with nothing paid (found by a review). So past_due grants access in the period whose renewal failed and no longer
- * once another period began with that renewal still open: the row then shows `incomplete`, and paying the open
+ * once another period began with that renewal still unpaid: the row then shows `incomplete`, and paying the open
  * invoices (the portal shows them) makes Stripe's state active again, which the next event writes. Only renewal
  * invoices count (billing_reason subscription_cycle): an open upgrade proration never made a subscription past_due.
- * One Stripe call, for past_due subscriptions, and active ones coming back from unpaid (comingBackFromUnpaid).
+ *
+ * The same setting's other half may mark such a renewal `uncollectible` instead of leaving it open, and Stripe then
+ * makes the subscription active again (nothing is left to collect): the buyer whose card always fails was served
+ * every period (review 107). So an uncollectible renewal is an unpaid one: of the current period, it ends access in an
+ * active subscription; of an earlier period, in a past_due one. Once a later renewal is paid, a written-off one no
+ * longer holds access back (the account chose not to collect it; an open one does, comingBackFromUnpaid).
+ * The current period's renewal is read off the subscription (its latest invoice, expanded by readStripeSubscription);
+ * past_due subscriptions, and active ones coming back from unpaid, make one or two Stripe calls more.
  */
 async function lapsedUnpaid(deps: BillingDeps, sub: Stripe.Subscription): Promise<boolean> {
   const periodStart = sub.items.data[0]?.current_period_start;
-  if (periodStart === undefined || !(sub.status === 'past_due' || (await comingBackFromUnpaid(deps, sub)))) return false;
-  const { stripe } = requirePayments(deps);
-  const open = await callStripe(() => stripe.invoices.list({ subscription: sub.id, status: 'open', limit: 100 }));
+  if (periodStart === undefined) return false;
   // A day's margin: the current period's own renewal invoice is made at its start (never a day before it), and
   // tiers renew monthly or yearly, so an earlier period's renewal is weeks older.
   const earlierPeriod = periodStart - 24 * 60 * 60;
-  return open.data.some((invoice) => invoice.billing_reason === 'subscription_cycle' && invoice.created < earlierPeriod);
+  const renewal = (invoice: Stripe.Invoice) => invoice.billing_reason === 'subscription_cycle';
+  const latest = typeof sub.latest_invoice === 'object' ? sub.latest_invoice : null;
+  if ((sub.status === 'active' || sub.status === 'trialing') && latest && renewal(latest) && latest.status === 'uncollectible' && latest.created >= earlierPeriod) {
+    return true;
+  }
+  const pastDue = sub.status === 'past_due';
+  if (!pastDue && !(await comingBackFromUnpaid(deps, sub))) return false;
+  const { stripe } = requirePayments(deps);
+  for (const status of pastDue ? (['open', 'uncollectible'] as const) : (['open'] as const)) {
+    const unpaid = await callStripe(() => stripe.invoices.list({ subscription: sub.id, status, limit: 100 }));
+    if (unpaid.data.some((invoice) => renewal(invoice) && invoice.created < earlierPeriod)) return true;
+  }
+  return false;
 }
 
 /**
@@ -193,7 +210,7 @@ export async function readPurchaseToPlace(deps: BillingDeps, stripeSubscriptionI
 /** Reads a subscription from Stripe with what the local state needs. */
 export async function readStripeSubscription(deps: Pick<BillingDeps, 'payments'>, stripeSubscriptionId: string): Promise<Stripe.Subscription> {
   const { stripe } = requirePayments(deps);
-  return callStripe(() => stripe.subscriptions.retrieve(stripeSubscriptionId, { expand: ['schedule'] }));
+  return callStripe(() => stripe.subscriptions.retrieve(stripeSubscriptionId, { expand: ['schedule', 'latest_invoice'] }));
 }
 
 /**

@@ -164,6 +164,41 @@ describe('past_due grants access in the period whose renewal failed, not in the 
   });
 });
 
+describe('a renewal Stripe marks uncollectible is an unpaid one', () => {
+  it('attack: the card fails at every renewal and the account marks failed renewals uncollectible (Stripe then says active); no access until a renewal is paid', async () => {
+    // Review 107: with the invoice half of "Manage failed payments" set to mark them uncollectible, no renewal stays
+    // open, and Stripe makes the subscription active once its latest invoice is written off: only open renewals were
+    // looked at, and the buyer was served every period with nothing paid.
+    const agent = await activeAgent(w);
+    const tier = await paidTier(w, agent.id, { priceCents: 4900 });
+    const user = await signUp(w.t);
+    const { stripeSubscriptionId } = await buyPaidTier(w, user, tier.id);
+    const latestInvoice = () => w.fake.subscriptions.get(stripeSubscriptionId)!.latest_invoice as string;
+    w.fake.setPaymentMode('fails');
+
+    w.fake.advancePeriod(stripeSubscriptionId);
+    await deliverPending(w);
+    expect(await access(user, agent.id)).toMatchObject({ status: 'past_due' });
+    // Every retry failed: the renewal is written off, and Stripe says active.
+    w.fake.markUncollectible(latestInvoice());
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.status).toBe('active');
+    expect({ access: await access(user, agent.id), row: await rowStatus(stripeSubscriptionId) }).toEqual({ access: null, row: 'incomplete' });
+
+    // The next renewal fails too: past_due, with the previous one unpaid, grants nothing either.
+    w.fake.advancePeriod(stripeSubscriptionId);
+    await deliverPending(w);
+    expect(w.fake.subscriptions.get(stripeSubscriptionId)!.status).toBe('past_due');
+    expect(await access(user, agent.id)).toBeNull();
+
+    // The buyer's card works again and this period's renewal is paid: access comes back (the written-off one is the account's loss).
+    w.fake.setPaymentMode('succeeds');
+    w.fake.payInvoice(latestInvoice());
+    await deliverPending(w);
+    expect(await access(user, agent.id)).toMatchObject({ status: 'active' });
+  });
+});
+
 describe('paying only the newest invoice does not bring access back with an earlier renewal still open', () => {
   const openInvoicesOf = (stripeSubscriptionId: string) =>
     [...w.fake.invoices.values()].filter((i) => i.parent?.subscription_details?.subscription === stripeSubscriptionId && i.status === 'open');

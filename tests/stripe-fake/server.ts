@@ -28,13 +28,13 @@ import {
  *
  * What it models (only what the marketplace uses): customers, products, prices, Checkout Sessions in
  * subscription mode, subscriptions with one item and `pending_update` (payment_behavior=pending_if_incomplete),
- * subscription schedules (from_subscription, phases, release), invoices (open, paid, void), billing portal
+ * subscription schedules (from_subscription, phases, release), invoices (open, paid, void, uncollectible), billing portal
  * sessions. Each change records the events Stripe would send; tests take them with `takeEvents()` and deliver
  * them signed (the SDK's generateTestHeaderString) with `deliver()`, in any order and as often as they like.
  *
  * Test controls stand in for what a customer or Stripe's clock would do: `completeCheckout` (the customer pays
- * on the hosted page), `payInvoice` / `failInvoice`, `advancePeriod` (a billing cycle ends), `setPaymentMode`,
- * `dispute` (the cardholder's bank opens a chargeback).
+ * on the hosted page), `payInvoice` / `failInvoice` / `markUncollectible`, `advancePeriod` (a billing cycle ends),
+ * `setPaymentMode`, `dispute` (the cardholder's bank opens a chargeback).
  */
 
 export const FAKE_SECRET_KEY = 'sk_test_fake_marketplace';
@@ -311,7 +311,8 @@ export class StripeFake {
   /** The customer pays an open invoice (e.g. the proration of an upgrade): a pending update is applied. */
   payInvoice(invoiceId: string): void {
     const invoice = this.#get(this.invoices, invoiceId, 'invoice');
-    if (invoice.status !== 'open') throw new Error(`invoice ${invoiceId} is ${invoice.status}`);
+    // Stripe takes a payment of an invoice marked uncollectible too.
+    if (invoice.status !== 'open' && invoice.status !== 'uncollectible') throw new Error(`invoice ${invoiceId} is ${invoice.status}`);
     this.#markPaid(invoice);
     this.#emit('invoice.paid', invoice);
     this.#emit('invoice.payment_succeeded', invoice);
@@ -359,6 +360,24 @@ export class StripeFake {
     });
     this.#emit('charge.dispute.created', dispute);
     return dispute;
+  }
+
+  /**
+   * Every retry of an open invoice failed and the account's billing settings mark such invoices uncollectible (Stripe's
+   * "Manage failed payments": the invoice setting, beside the subscription's). As at Stripe, a past_due subscription
+   * whose latest invoice that was becomes `active` again: nothing is left to collect.
+   */
+  markUncollectible(invoiceId: string): void {
+    const invoice = this.#get(this.invoices, invoiceId, 'invoice');
+    if (invoice.status !== 'open') throw new Error(`invoice ${invoiceId} is ${invoice.status}`);
+    invoice.status = 'uncollectible';
+    invoice.status_transitions.marked_uncollectible_at = this.now();
+    this.#emit('invoice.marked_uncollectible', invoice);
+    const sub = this.subscriptions.get(invoice.parent?.subscription_details?.subscription);
+    if (sub && sub.latest_invoice === invoice.id && sub.status === 'past_due') {
+      sub.status = 'active';
+      this.#emit('customer.subscription.updated', sub);
+    }
   }
 
   /** A payment attempt on an open invoice fails. */
