@@ -54,7 +54,9 @@ export async function createUpload(
   const stem = input.filename.replace(/\.[^.]*$/, '');
   const name = slugify(stem).slice(0, 80).replace(/-+$/, '') || input.kind;
   const key = `agents/${input.agentId}/${input.kind}/${crypto.randomUUID()}-${name}.${ext}`;
-  const expiresAt = new Date(now.getTime() + UPLOAD_URL_TTL_MS);
+  // In whole seconds, as the URL carries it: a URL answered with milliseconds stopped working up to a second before
+  // the expiresAt it came with (review 106).
+  const expiresAt = new Date(Math.floor((now.getTime() + UPLOAD_URL_TTL_MS) / 1000) * 1000);
   const maxBytes = sizeBytes ?? rules.maxBytes;
   const signed = await storage.presignUpload({ key, contentType, sizeBytes, maxBytes, now, expiresAt });
   return {

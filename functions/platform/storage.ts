@@ -107,7 +107,8 @@ export function s3Storage(s3: S3Config): ObjectStorage {
     kind: 's3',
     async presignUpload(request) {
       const url = new URL(`${s3.endpoint}/${encodeURIComponent(s3.bucket)}/${encodeKey(request.key)}`);
-      const seconds = Math.max(1, Math.round((request.expiresAt.getTime() - request.now.getTime()) / 1000));
+      // Rounded up: X-Amz-Date is the signing second, so the URL works until expiresAt (a whole second), never less.
+      const seconds = Math.max(1, Math.ceil((request.expiresAt.getTime() - request.now.getTime()) / 1000));
       url.searchParams.set('X-Amz-Expires', String(seconds));
       // Without a declared size S3 bounds a presigned PUT only by its own 5 GB (a PUT cannot carry a size range).
       const headers: Record<string, string> = {
