@@ -32,15 +32,29 @@ export async function requireUser(c: Context<AppEnv>): Promise<Principal> {
 
 /**
  * The caller of a bearer-only route (usage writes, reservations: contract.md, Trust boundaries): a bearer token, whose
- * agent the route's one statement then confirms. 401 without credentials (or with a bad token); 403 for a cookie
- * session, the user's own browser, which must not change what it used. Asked before the route's input is judged
- * (router.ts), so a cookie is refused as a cookie whatever it sent.
+ * liveness (revoked, banned, client disabled) and agent the route's one statement then confirm. 401 without credentials
+ * (or with a bad token); 403 for a cookie session, the user's own browser, which must not change what it used.
  */
 export async function requireBearer(c: Context<AppEnv>): Promise<BearerCheck> {
   const check = await c.var.deps.authenticator.bearerCheck(c.req.raw);
   if (check) return check;
   await requireUser(c);
-  throw new ApiError('FORBIDDEN', "Usage is changed by the agent's backend with its bearer token; a cookie session can only read usage");
+  throw cookieOnBearerOnly();
+}
+
+/**
+ * The same judgement before a bearer-only route's input is (router.ts), where no statement of the route will run: the
+ * whole caller check, so a revoked or banned caller's token is 401 there too (review 111: the token's signature alone
+ * let it learn the input's issues), then a cookie session is refused 403 as a cookie, whatever it sent.
+ */
+export async function requireBearerCaller(c: Context<AppEnv>): Promise<Principal> {
+  const principal = await requireUser(c);
+  if (principal.via !== 'bearer') throw cookieOnBearerOnly();
+  return principal;
+}
+
+function cookieOnBearerOnly(): ApiError {
+  return new ApiError('FORBIDDEN', "Usage is changed by the agent's backend with its bearer token; a cookie session can only read usage");
 }
 
 /** A platform admin; 401 when signed out, 403 when signed in without the role. */

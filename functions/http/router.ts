@@ -1,6 +1,6 @@
 import { OpenAPIHono, z, type RouteConfig } from '@hono/zod-openapi';
 import type { Context } from 'hono';
-import { requireBearer, requireUser } from './access.ts';
+import { requireBearerCaller, requireUser } from './access.ts';
 import type { AppEnv } from '../platform/app-types.ts';
 import { errorBodySchema } from './envelope.ts';
 import { ApiError } from './errors.ts';
@@ -34,7 +34,7 @@ function callerFirst(route: RouteConfig) {
   // A bearer-only route refuses a cookie session (403) before its input too: what kind of credential it takes is part
   // of who may call it, and a cookie holder sending a malformed usage write is told so rather than how to fix the body.
   const judgeCaller =
-    route.security === SECURITY.bearerOnly ? requireBearer : route.security === SECURITY.sessionOrBearer ? requireUser : undefined;
+    route.security === SECURITY.bearerOnly ? requireBearerCaller : route.security === SECURITY.sessionOrBearer ? requireUser : undefined;
   return async (result: { success: boolean; error?: z.ZodError; target?: string }, c: Context<AppEnv>) => {
     if (result.success) return;
     await judgeCaller?.(c);

@@ -1540,6 +1540,15 @@ export const mutations: Mutation[] = [
     tests: ['tests/billing/unpaid-access.test.ts'],
   },
   {
+    rule: 3,
+    name: "a bearer-only route judges a malformed request's token by its signature alone (a revoked one learns the input's issues; review 111)",
+    file: 'functions/http/router.ts',
+    find: 'route.security === SECURITY.bearerOnly ? requireBearerCaller :',
+    replace: 'route.security === SECURITY.bearerOnly ? requireBearer :',
+    also: [{ find: "import { requireBearerCaller, requireUser } from './access.ts';", replace: "import { requireBearer, requireUser } from './access.ts';" }],
+    tests: ['tests/foundation/caller-before-input.test.ts'],
+  },
+  {
     rule: 24,
     name: 'a repeated form field is read first by our wrappers and last by the library',
     file: 'functions/auth/oauth/protocol-gaps.ts',

@@ -1,6 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { signUp, type TestUser } from '../support/users.ts';
+import { sql } from '../../functions/platform/db.ts';
+import { accessTokenFor, postForm } from '../support/oauth.ts';
+import { meteredAgent } from '../metering/support.ts';
 
 /**
  * contract.md's error table: 401 for no, invalid or expired credentials. On a route that needs a signed-in caller the
@@ -69,6 +72,29 @@ describe('a route that needs a caller judges the caller before the input', () =>
     // Without credentials it is still 401.
     const anonymous = await t.http.post(writes[0]!, { json: { amount: 'lots' } });
     expect([anonymous.status, anonymous.body.error?.code]).toEqual([401, 'UNAUTHORIZED']);
+  });
+
+  it("a bearer-only route judges the whole token before the input: a revoked one, a banned user's, is 401 (review 111)", async () => {
+    const a = await meteredAgent(t.db, [{ slug: 'calls', kind: 'rolling', quota: 5 }]);
+    const malformed = { amount: 'lots', clientReqId: 7 };
+    const revoked = await signUp(t);
+    const tokens = await accessTokenFor(t, revoked, { agentId: a.agentId });
+    expect((await postForm(t, '/api/auth/oauth2/revoke', tokens, { token: tokens.accessToken, token_type_hint: 'access_token' })).status).toBe(200);
+    const banned = await signUp(t);
+    const { accessToken } = await accessTokenFor(t, banned, { agentId: a.agentId });
+    await sql`update "user" set banned = true where id = ${banned.userId}`.execute(t.db);
+    const answers = [];
+    for (const [bearer, path] of [
+      [tokens.accessToken, `/me/usage/${a.agentId}/calls/increment`],
+      [accessToken, `/me/usage/${a.agentId}/calls/reservations`],
+    ] as const) {
+      const res = await t.http.post(path, { bearer, json: malformed });
+      answers.push([res.status, res.body.error?.code, res.body.error?.details?.issues]);
+    }
+    expect(answers).toEqual([
+      [401, 'UNAUTHORIZED', undefined],
+      [401, 'UNAUTHORIZED', undefined],
+    ]);
   });
 
   it('a public route answers a malformed request 400 to anyone', async () => {
