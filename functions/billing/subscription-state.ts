@@ -154,8 +154,9 @@ export async function readToApply(deps: BillingDeps, stripeSubscriptionId: strin
  * The same setting's other half may mark such a renewal `uncollectible` instead of leaving it open, and Stripe then
  * makes the subscription active again (nothing is left to collect): the buyer whose card always fails was served
  * every period (review 107). So an uncollectible renewal is an unpaid one: of the current period, it ends access in an
- * active subscription; of an earlier period, in a past_due one. Once a later renewal is paid, a written-off one no
- * longer holds access back (the account chose not to collect it; an open one does, comingBackFromUnpaid).
+ * active subscription; of an earlier period with no renewal paid since, in a past_due one. Once a later renewal is
+ * paid, a written-off one no longer holds access back (the account chose not to collect it; an open one does,
+ * comingBackFromUnpaid).
  * The current period's renewal is read off the subscription (its latest invoice, expanded by readStripeSubscription);
  * past_due subscriptions, and active ones coming back from unpaid, make one or two Stripe calls more.
  */
@@ -173,11 +174,18 @@ async function lapsedUnpaid(deps: BillingDeps, sub: Stripe.Subscription): Promis
   const pastDue = sub.status === 'past_due';
   if (!pastDue && !(await comingBackFromUnpaid(deps, sub))) return false;
   const { stripe } = requirePayments(deps);
-  for (const status of pastDue ? (['open', 'uncollectible'] as const) : (['open'] as const)) {
-    const unpaid = await callStripe(() => stripe.invoices.list({ subscription: sub.id, status, limit: 100 }));
-    if (unpaid.data.some((invoice) => renewal(invoice) && invoice.created < earlierPeriod)) return true;
-  }
-  return false;
+  const earlierRenewals = async (status: 'open' | 'uncollectible' | 'paid') =>
+    (await callStripe(() => stripe.invoices.list({ subscription: sub.id, status, limit: 100 }))).data.filter(
+      (invoice) => renewal(invoice) && invoice.created < earlierPeriod,
+    );
+  if ((await earlierRenewals('open')).length > 0) return true;
+  if (!pastDue) return false;
+  // A written-off renewal ends the grace of a later failure only when no renewal was paid since: a buyer whose card
+  // failed once, long ago, and who paid every period after keeps the retry period (review 111).
+  const writtenOff = await earlierRenewals('uncollectible');
+  if (writtenOff.length === 0) return false;
+  const lastPaid = Math.max(0, ...(await earlierRenewals('paid')).map((invoice) => invoice.created));
+  return writtenOff.some((invoice) => invoice.created > lastPaid);
 }
 
 /**

@@ -1535,8 +1535,16 @@ export const mutations: Mutation[] = [
     rule: 15,
     name: 'a past_due subscription with an earlier renewal written off (not open) serves',
     file: 'functions/billing/subscription-state.ts',
-    find: "pastDue ? (['open', 'uncollectible'] as const) : (['open'] as const)",
-    replace: "(['open'] as const)",
+    find: "  const writtenOff = await earlierRenewals('uncollectible');",
+    replace: '  const writtenOff: Stripe.Invoice[] = [];',
+    tests: ['tests/billing/unpaid-access.test.ts'],
+  },
+  {
+    rule: 15,
+    name: "a renewal written off long ago ends the retry period of a later failure, renewals paid since (review 111)",
+    file: 'functions/billing/subscription-state.ts',
+    find: '  return writtenOff.some((invoice) => invoice.created > lastPaid);',
+    replace: '  return writtenOff.length > 0;',
     tests: ['tests/billing/unpaid-access.test.ts'],
   },
   {

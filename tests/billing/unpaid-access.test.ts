@@ -196,6 +196,16 @@ describe('a renewal Stripe marks uncollectible is an unpaid one', () => {
     w.fake.payInvoice(latestInvoice());
     await deliverPending(w);
     expect(await access(user, agent.id)).toMatchObject({ status: 'active' });
+
+    // A renewal paid since: a later failure is retried with access, as any buyer's (review 111: the written-off
+    // renewal of long ago ended that grace for the life of the subscription).
+    w.fake.setPaymentMode('fails');
+    w.fake.advancePeriod(stripeSubscriptionId);
+    await deliverPending(w);
+    expect({ access: await access(user, agent.id), row: await rowStatus(stripeSubscriptionId) }).toEqual({
+      access: expect.objectContaining({ status: 'past_due' }),
+      row: 'past_due',
+    });
   });
 });
 
