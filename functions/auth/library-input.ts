@@ -53,6 +53,12 @@ export function refuseBadLibraryInput(path: string, body: unknown, query: unknow
       if (inherited !== undefined) throw invalid(field, `${field} names no resource called ${inherited}`);
     }
   }
+  // The admin and organization plugins read `userId` with z.coerce.string(): `["<id>"]` (or 7, or null) is read as a
+  // user id. Our guards in mount.ts read the body first and take only a string as naming a user, so a list went past
+  // the self-demotion check and removed a user without billing's cancellation (review 113). A user id is a string.
+  for (const [where, fields] of [['body', body], ['query', query]] as const) {
+    if (isRecord(fields) && fields.userId !== undefined && typeof fields.userId !== 'string') throw invalid('userId', `userId in the ${where} must be a string`);
+  }
   if (path === '/admin/set-role' && isRecord(body)) refuseUnknownRole('role', body.role);
   if (path === '/admin/create-user' && isRecord(body) && body.role !== undefined) refuseUnknownRole('role', body.role);
   if (path === '/admin/create-user' && isRecord(body) && !USER_FIELDS.name!(body.name)) throw invalid('name', NAME_RULE);

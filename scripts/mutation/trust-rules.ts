@@ -1557,6 +1557,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/foundation/caller-before-input.test.ts'],
   },
   {
+    rule: 18,
+    name: "a userId sent as a list passes our guards and the library reads it as the id (removal past billing's cancellation, self-demotion; review 113)",
+    file: 'functions/auth/library-input.ts',
+    find: "fields.userId !== undefined && typeof fields.userId !== 'string'",
+    replace: 'false',
+    tests: ['tests/identity/admin-users.test.ts'],
+  },
+  {
     rule: 24,
     name: 'a repeated form field is read first by our wrappers and last by the library',
     file: 'functions/auth/oauth/protocol-gaps.ts',

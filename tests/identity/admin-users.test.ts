@@ -169,6 +169,20 @@ describe('the library’s /api/auth/admin/* endpoints', () => {
     expect(ok.body.users.some((u: { id: string }) => u.id === user.userId)).toBe(true);
   });
 
+  it("attack: a userId sent as a list (the library reads it as the id) is refused 400: no self-demotion, no removal past billing's cancellation (review 113)", async () => {
+    const other = await createAdmin(t); // another usable admin, so the database's last-admin rule does not step in
+    const user = await signUp(t);
+    const send = (path: string, json: Record<string, unknown>) => t.http.post(path, { cookie: other.cookie, headers: { origin: t.baseUrl }, json });
+    const answers = [
+      await send('/api/auth/admin/set-role', { userId: [other.userId], role: 'user' }),
+      await send('/api/auth/admin/update-user', { userId: [other.userId], data: { role: 'user' } }),
+      await send('/api/auth/admin/remove-user', { userId: [user.userId] }),
+      await send('/api/auth/admin/remove-user', { userId: null }),
+    ];
+    expect(answers.map((res) => [res.status, res.body.code])).toEqual(answers.map(() => [400, 'VALIDATION_ERROR']));
+    expect({ admin: await roleOf(other.userId), user: await roleOf(user.userId) }).toEqual({ admin: 'platform_admin', user: 'user' });
+  });
+
   it('list-users answers a query it cannot run with 400 naming the parameter, not an empty list (review 75)', async () => {
     const user = await signUp(t, { name: 'Listed Person' });
     const list = (query: string) => t.http.get(`/api/auth/admin/list-users?${query}`, { cookie: admin.cookie });
