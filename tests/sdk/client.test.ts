@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
+  apiErrorOf,
   createMarketplaceClient,
   createMeter,
   createOAuth,
@@ -334,6 +335,28 @@ describe('createMarketplaceClient', () => {
     });
     expect([revoked.response.status, revoked.error ?? null]).toEqual([200, null]);
     expect(asked).toBe(1); // the token function is not asked for them either
+  });
+
+  it("apiErrorOf keeps the code of every answer shape docs/errors.md lists: the OAuth endpoints' and the auth library's (review 114)", async () => {
+    const client = createMarketplaceClient({ baseUrl: t.baseUrl });
+    const form = { 'content-type': 'application/x-www-form-urlencoded' };
+    const refresh = (client_secret: string) =>
+      client.POST('/api/auth/oauth2/token', {
+        headers: form,
+        body: { grant_type: 'refresh_token', refresh_token: 'not-a-refresh-token', client_id: oauthClient.clientId, client_secret },
+      });
+    const grant = await refresh(oauthClient.clientSecret);
+    const secret = await refresh('not the secret');
+    const signIn = await client.POST('/api/auth/sign-in/email', { body: { email: user.email, password: 'not the password' } });
+    const codes = [grant, secret, signIn].map(({ response, error }) => {
+      const err = apiErrorOf(response, error);
+      return [err.status, err.code, err.message === response.statusText];
+    });
+    expect(codes).toEqual([
+      [400, 'invalid_grant', false],
+      [401, 'invalid_client', false],
+      [401, 'INVALID_EMAIL_OR_PASSWORD', false],
+    ]);
   });
 });
 

@@ -97,15 +97,24 @@ export class NetworkError extends ApiError {
 /** 429 RATE_LIMITED: retry after `retryAfterSeconds` (from ApiError). */
 export class RateLimitedError extends ApiError {}
 
-/** The error of an envelope response (status >= 400), as its class. */
+/**
+ * The error of a refused answer (status >= 400), as its class. It reads the three shapes docs/errors.md lists: the
+ * envelope's `{ status: "error", error: { code, message, details } }`, the auth library's `{ code, message }` and the
+ * OAuth endpoints' `{ error, error_description }` (review 114: only the envelope was read, so `invalid_grant`,
+ * `invalid_client` and `INVALID_EMAIL_OR_PASSWORD` all came out as `HTTP_<status>`).
+ */
 export function apiErrorOf(response: Response, body: unknown): ApiError {
-  const error = (body as { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | null)?.error;
-  const code = error?.code ?? `HTTP_${response.status}`;
+  const answer = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>;
+  const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value : undefined);
+  const envelope = typeof answer.error === 'object' && answer.error !== null ? (answer.error as Record<string, unknown>) : undefined;
+  const code = text(envelope?.code) ?? text(answer.error) ?? text(answer.code) ?? `HTTP_${response.status}`;
+  const message = text(envelope?.message) ?? text(answer.error_description) ?? text(answer.message) ?? response.statusText;
+  const details = typeof envelope?.details === 'object' && envelope.details !== null ? (envelope.details as Record<string, unknown>) : {};
   const args = [
     response.status,
     code,
-    error?.message ?? response.statusText,
-    error?.details ?? {},
+    message,
+    details,
     response.headers.get('x-request-id') ?? undefined,
     retryAfterSecondsOf(response.headers),
   ] as const;
