@@ -34,7 +34,10 @@ interface Row {
   createdAt: Date | string;
   updatedAt: Date | string;
 }
-/** The columns of a review, the author's id only for `viewer` (and `all` for an admin, or the writer of the review). */
+/**
+ * The columns of a review, the author's id only for `viewer` (and `all` for an admin, or the author writing with their
+ * own credentials: an agent's token writing the user's review gets it without the id, as the list shows it; review 112).
+ */
 const columns = (viewer: { all: boolean; userId?: string | undefined }) => sql`id, agent_id as "agentId",
   case when ${viewer.all} or user_id = ${viewer.userId ?? null} then user_id end as "userId", rating, title, body,
   written_by_agent as "writtenByAgent", created_at as "createdAt", updated_at as "updatedAt"`;
@@ -88,7 +91,7 @@ export async function upsertReview(
           set rating = excluded.rating, title = excluded.title, body = excluded.body,
               written_by_agent = excluded.written_by_agent, updated_at = excluded.updated_at
           where not excluded.written_by_agent or r.written_by_agent
-        returning ${columns({ all: true })}, (xmax = 0) as created`,
+        returning ${columns({ all: !byAgent })}, (xmax = 0) as created`,
   );
   if (!row) {
     if (byAgent && (await first(db, sql`select 1 from public.reviews where agent_id = ${input.agentId} and user_id = ${input.userId}`))) {
