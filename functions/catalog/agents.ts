@@ -89,7 +89,11 @@ export interface ListAgentsInput {
 }
 
 export async function listAgents(db: Db, cursors: CursorSigner, { query, admin }: ListAgentsInput) {
-  const { status, tag, q, pricing } = query;
+  // A filter given empty is none (schemas.ts), for the cursor's scope too.
+  const status = query.status || undefined;
+  const tag = query.tag || undefined;
+  const q = query.q || undefined;
+  const pricing = query.pricing || undefined;
   const page = await readPage(cursors, pageScope('agents', { view: admin ? 'admin' : 'public', status, tag, q, pricing }), query);
   const visible = admin ? sql`true` : sql`public.agent_is_published(a.status)`;
   const byStatus = status ? sql`a.status = ${status}` : sql`true`;

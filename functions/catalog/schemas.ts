@@ -126,13 +126,16 @@ export const updateAgentBody = z
   })
   .openapi('UpdateAgent');
 
+// Each filter given empty (`?q=&tag=`, what a search form sends for a field left blank) is the same as not given
+// (review 112: a blank search box answered 400); functions/catalog/agents.ts reads them so.
+const BLANK = ' An empty value is the same as none.';
 export const listAgentsQuery = z.object({
-  status: agentStatusSchema.optional().openapi({ param: { name: 'status', in: 'query' } }),
-  tag: z.string().min(1).max(60).optional().openapi({ param: { name: 'tag', in: 'query' }, description: 'Tag slug' }),
-  q: z.string().trim().min(1).max(200).optional().openapi({ param: { name: 'q', in: 'query' }, description: 'Full-text search over name and description' }),
-  pricing: z.enum(['free', 'paid']).optional().openapi({
+  status: agentStatusSchema.or(z.literal('')).optional().openapi({ param: { name: 'status', in: 'query' }, description: BLANK.trim() }),
+  tag: z.string().max(60).optional().openapi({ param: { name: 'tag', in: 'query' }, description: `Tag slug.${BLANK}` }),
+  q: z.string().trim().max(200).optional().openapi({ param: { name: 'q', in: 'query' }, description: `Full-text search over name and description.${BLANK}` }),
+  pricing: z.enum(['free', 'paid', '']).optional().openapi({
     param: { name: 'pricing', in: 'query' },
-    description: '`free`: has a public free tier; `paid`: has a public paid tier',
+    description: `\`free\`: has a public free tier; \`paid\`: has a public paid tier.${BLANK}`,
   }),
 });
 

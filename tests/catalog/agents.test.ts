@@ -231,6 +231,10 @@ describe('GET /agents (listAgents)', () => {
       expect((await fresh.http.get(`/agents?q=${encodeURIComponent(q)}`)).status).toBe(200);
     }
     expect((await fresh.http.get(`/agents?q=${encodeURIComponent('-tickets customer')}`)).body.data).toEqual([]);
+    // A search form's blank fields are no filter (review 112: 400), and the page's cursor is the unfiltered list's.
+    const blank = await fresh.http.get('/agents?q=&tag=&status=&pricing=&limit=2');
+    const none = await fresh.http.get('/agents?limit=2');
+    expect([blank.status, blank.body.data, blank.body.pagination]).toEqual([200, none.body.data, none.body.pagination]);
   });
 
   it('filters by pricing: free = a public free tier, paid = a public paid tier', async () => {

@@ -6030,12 +6030,13 @@ export interface operations {
                 cursor?: string;
                 /** @description Page size, default 20, max 100 (clamped) */
                 limit?: number;
-                /** @description `free`: has a public free tier; `paid`: has a public paid tier */
-                pricing?: "free" | "paid";
-                /** @description Full-text search over name and description */
+                /** @description `free`: has a public free tier; `paid`: has a public paid tier. An empty value is the same as none. */
+                pricing?: "free" | "paid" | "";
+                /** @description Full-text search over name and description. An empty value is the same as none. */
                 q?: string;
-                status?: components["schemas"]["AgentStatus"];
-                /** @description Tag slug */
+                /** @description An empty value is the same as none. */
+                status?: components["schemas"]["AgentStatus"] | "";
+                /** @description Tag slug. An empty value is the same as none. */
                 tag?: string;
             };
             header?: never;
