@@ -130,6 +130,19 @@ describe('loadConfig', () => {
     expect(problems.join('\n')).toContain(variable);
   });
 
+  it("refuses a DATABASE_URL the driver cannot read without ever printing it, password and all (review 116)", () => {
+    // The driver threw `Invalid URL: '<the string>'`, and both entries printed that error: the password in the logs.
+    for (const url of ['postgres://app:Sup3rS3cretDbPw#x@127.0.0.1:5432/marketplace', 'postgres://app:Sup3rS3cret%zz@db:5432/app']) {
+      const problems = problemsOf({ DATABASE_URL: url }).join('\n');
+      expect(problems).toContain('DATABASE_URL: must be a postgres:// or postgresql:// connection string');
+      expect(problems).not.toContain('Sup3rS3cret');
+    }
+    // What the driver reads stays accepted: an encoded password, several hosts, query parameters.
+    for (const url of ['postgres://app:p%23ss%40word@db:5432/app', 'postgresql://u:p@h1:5432,h2:5433/app?sslmode=require']) {
+      expect(problemsOf({ DATABASE_URL: url })).toEqual([]);
+    }
+  });
+
   it('listens on the loopback interface outside production and on every interface in production, unless HOST says', () => {
     expect(loadConfig({ AUTH_SECRET: SECRET }).host).toBe('127.0.0.1');
     expect(loadConfig({ AUTH_SECRET: SECRET, NODE_ENV: 'production' }).host).toBe('0.0.0.0');
