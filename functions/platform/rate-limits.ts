@@ -12,13 +12,21 @@ import { first, sql, type Db } from './db.ts';
 /** Refusals remembered per app at most (beyond that the cache starts over; the database still counts). */
 const MAX_CACHED_REFUSALS = 10_000;
 
+/**
+ * How long an app answers a key's refusal from its cache before asking the database again. Not the window's end: a
+ * give-back on another instance (a sign-in that succeeded, a start that wrote nothing) makes room this app cannot see,
+ * and a refusal cached until the window's end kept refusing the account's owner there for 15 minutes, or a user's
+ * checkout for a day (review 115). A flood still costs the database one statement per key per app every 5 seconds.
+ */
+export const REFUSAL_CACHE_MS = 5_000;
+
 export interface RateLimitVerdict {
   allowed: boolean;
   /** Seconds until the window ends (only meaningful when not allowed). */
   retryAfterSec: number;
 }
 
-/** A refusal of `key`, for the limit and window it was counted against. */
+/** A refusal of `key`, for the limit and window it was counted against; `until` is the window's end. */
 interface Refusal {
   limit: number;
   windowMs: number;
@@ -59,14 +67,14 @@ export async function takeToken(
   return { allowed: false, retryAfterSec: Math.max(1, Math.ceil(retryAfterMs / 1000)) };
 }
 
-/** The refusal this app's cache holds for `key` (its window not over), if any; the database is not asked. */
+/** The refusal this app's cache holds for `key` (its window not over, cached less than REFUSAL_CACHE_MS ago), if any; the database is not asked. */
 function refusedHere(deps: { clock: Clock }, key: string, limit: number, windowMs: number): RateLimitVerdict | undefined {
   const nowMs = deps.clock.now().getTime();
   let cache = refusals.get(deps);
   if (!cache) refusals.set(deps, (cache = new Map()));
   const refused = cache.get(key);
   if (!refused || refused.limit !== limit || refused.windowMs !== windowMs) return undefined;
-  if (nowMs >= refused.since && nowMs < refused.until) {
+  if (nowMs >= refused.since && nowMs < Math.min(refused.until, refused.since + REFUSAL_CACHE_MS)) {
     return { allowed: false, retryAfterSec: Math.max(1, Math.ceil((refused.until - nowMs) / 1000)) };
   }
   cache.delete(key);
@@ -141,7 +149,7 @@ export interface AllowanceRefusal {
  * Takes one request of the day from the user's count (`userKey`: per user and credential, as each kind keys it) and,
  * for the user's own credentials from a known address, from the address's: both or neither, so a refusal spends
  * nothing (the user's is given back when the address's refuses). A count this app already knows refused is refused
- * before anything is taken, so a flood costs the database nothing, whichever of the two it used up. Returns the
+ * before anything is taken, so a flood costs the database little (one statement per 5 s), whichever of the two it used up. Returns the
  * refusal, or undefined when the request may go on. The one place every kind's pair is taken (billing/allowances.ts,
  * catalog/engagement-requests.ts, auth/organization-limits.ts).
  */

@@ -1565,6 +1565,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/identity/admin-users.test.ts'],
   },
   {
+    rule: 25,
+    name: 'a refusal cached until its window ends keeps refusing after another instance gave the request back (review 115)',
+    file: 'functions/platform/rate-limits.ts',
+    find: '  if (nowMs >= refused.since && nowMs < Math.min(refused.until, refused.since + REFUSAL_CACHE_MS)) {',
+    replace: '  if (nowMs >= refused.since && nowMs < refused.until) {',
+    tests: ['tests/identity/refusal-cache-instances.pg-only.test.ts'],
+  },
+  {
     rule: 24,
     name: 'a repeated form field is read first by our wrappers and last by the library',
     file: 'functions/auth/oauth/protocol-gaps.ts',
