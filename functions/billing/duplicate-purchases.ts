@@ -15,7 +15,7 @@ import { callStripe, isStripeMissing, isStripeRefusal, requirePayments } from '.
  * not processed yet), the new one is no duplicate and is written after all (`kept_is_gone`); if it is not paid yet
  * and the new one is, the unpaid one is ended at Stripe instead and the new one written (`kept_is_gone` too). Every
  * step can run again (a refunded payment is skipped, a canceled subscription stays canceled), so a failure is retried
- * by Stripe's redelivery of the event: the caller un-records the event and answers 5xx.
+ * by Stripe's redelivery of the event: the event stays unrecorded until it is done (writeStripeRead) and the webhook answers 5xx.
  */
 export type DuplicateOutcome = 'refunded' | 'kept_is_gone';
 

@@ -407,18 +407,20 @@ export async function writeStripeRead(
   const result = await applyStripeState(deps, { event, state, read, userId });
   if (result.outcome !== 'conflict' || !result.subscriptionId) return result;
   // A second paid subscription to an agent the user pays for: undone at Stripe (duplicate-purchases.ts). Until that
-  // is done the event must not count as processed, so that Stripe's redelivery runs it again.
+  // is done the event must not count as processed, so that Stripe's redelivery runs it again: the database left it
+  // unrecorded (migration 20261127007400), and it is recorded here once the undo is done. (Recorded with the conflict
+  // and deleted again on a failure, it stayed recorded when the failure was the database's: review 118.)
   try {
     const undone = await undoDuplicatePurchase(deps, subscription, result.subscriptionId, grantsAccess(state.status), (id) =>
       syncStripeSubscription(deps, id),
     );
     if (undone === 'kept_is_gone') {
       const again = await readToApply(deps, stripeSubscriptionId);
-      return applyStripeState(deps, { state: stateOf(again), read: again.read, userId });
+      return await applyStripeState(deps, { event, state: stateOf(again), read: again.read, userId });
     }
+    if (event) await applyStripeState(deps, { event });
     return result;
   } catch (err) {
-    if (event) await sql`delete from public.stripe_events where id = ${event.id}`.execute(deps.database.db);
     // Stripe missing an object here (a payment, an invoice) is a failure to retry, not the webhook's "this event's
     // subscription is unknown, record it and move on", which would leave the duplicate charging for good.
     if (isStripeMissing(err)) throw new Error('undoing a duplicate purchase failed: Stripe could not find an object', { cause: err });

@@ -946,7 +946,7 @@ export const mutations: Mutation[] = [
   {
     rule: 14,
     name: 'an unpaid checkout takes the place of the free subscription',
-    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    file: 'supabase/migrations/20261127007400_conflict_leaves_event_unrecorded.sql',
     find: '    if found and not public.subscription_grants_access(p_status) then',
     replace: '    if false then',
     tests: ['tests/billing/pending-payment.test.ts'],
@@ -1098,7 +1098,7 @@ export const mutations: Mutation[] = [
   {
     rule: 16,
     name: "a subscription takes another agent's tier",
-    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    file: 'supabase/migrations/20261127007400_conflict_leaves_event_unrecorded.sql',
     find: '  if found and (v_foreign or v_tier.agent_id <> v_known.agent_id) then',
     replace: '  if false then',
     tests: ['tests/billing/webhook.test.ts'],
@@ -1106,7 +1106,7 @@ export const mutations: Mutation[] = [
   {
     rule: 16,
     name: "a subscription on another agent's price keeps serving its own tier",
-    file: 'supabase/migrations/20261126000500_usage_continues_whole.sql',
+    file: 'supabase/migrations/20261127007400_conflict_leaves_event_unrecorded.sql',
     find: "    status = case when v_foreign and public.subscription_grants_access(p_status) then 'incomplete' else p_status end,",
     replace: '    status = p_status,',
     tests: ['tests/billing/webhook.test.ts'],
@@ -1571,6 +1571,14 @@ export const mutations: Mutation[] = [
     find: '  if (nowMs >= refused.since && nowMs < Math.min(refused.until, refused.since + REFUSAL_CACHE_MS)) {',
     replace: '  if (nowMs >= refused.since && nowMs < refused.until) {',
     tests: ['tests/identity/refusal-cache-instances.pg-only.test.ts'],
+  },
+  {
+    rule: 18,
+    name: "a duplicate purchase's event is recorded before its undo is done, so a database failure mid-undo leaves it charging (review 118)",
+    file: 'supabase/migrations/20261127007400_conflict_leaves_event_unrecorded.sql',
+    find: '        delete from public.stripe_events where id = p_event_id;',
+    replace: '        null;',
+    tests: ['tests/billing/duplicate-undo-db-cut.pg-only.test.ts'],
   },
   {
     rule: 24,
