@@ -16,7 +16,9 @@ const MAX_CACHED_REFUSALS = 10_000;
  * How long an app answers a key's refusal from its cache before asking the database again. Not the window's end: a
  * give-back on another instance (a sign-in that succeeded, a start that wrote nothing) makes room this app cannot see,
  * and a refusal cached until the window's end kept refusing the account's owner there for 15 minutes, or a user's
- * checkout for a day (review 115). A flood still costs the database one statement per key per app every 5 seconds.
+ * checkout for a day (review 115). One request asks again; the others meanwhile keep the cached refusal (review 117:
+ * every request of a flood in flight when it went stale asked), so a flood costs one statement per key per app every
+ * 5 seconds.
  */
 export const REFUSAL_CACHE_MS = 5_000;
 
@@ -26,12 +28,16 @@ export interface RateLimitVerdict {
   retryAfterSec: number;
 }
 
-/** A refusal of `key`, for the limit and window it was counted against; `until` is the window's end. */
+/**
+ * A refusal of `key`, for the limit and window it was counted against; `until` is the window's end, `checked` when the
+ * database last said so (or was last asked again).
+ */
 interface Refusal {
   limit: number;
   windowMs: number;
   since: number;
   until: number;
+  checked: number;
 }
 
 /**
@@ -50,35 +56,49 @@ export async function takeToken(
   limit: number,
   windowMs: number,
 ): Promise<RateLimitVerdict> {
-  const db = deps.database.db;
+  return refusedHere(deps, key, limit, windowMs) ?? countHit(deps, key, limit, windowMs);
+}
+
+/** Counts one request against `key` in the database (no cache asked first), and keeps a refusal in the cache. */
+async function countHit(deps: { database: { db: Db }; clock: Clock }, key: string, limit: number, windowMs: number): Promise<RateLimitVerdict> {
   const now = deps.clock.now();
   const nowMs = now.getTime();
-  const known = refusedHere(deps, key, limit, windowMs);
-  if (known) return known;
-  const cache = refusals.get(deps)!;
+  let cache = refusals.get(deps);
+  if (!cache) refusals.set(deps, (cache = new Map()));
   const row = await first<{ allowed: boolean; retryAfterMs: string | number }>(
-    db,
+    deps.database.db,
     sql`select allowed, retry_after_ms as "retryAfterMs" from public.rate_limit_hit(${key}, ${limit}, ${windowMs}, ${now})`,
   );
-  if (!row || row.allowed) return { allowed: true, retryAfterSec: 0 };
+  if (!row || row.allowed) {
+    cache.delete(key); // room again (a give-back elsewhere): a refusal kept while this was asked goes
+    return { allowed: true, retryAfterSec: 0 };
+  }
   const retryAfterMs = Number(row.retryAfterMs);
   if (cache.size >= MAX_CACHED_REFUSALS) cache.clear();
-  cache.set(key, { limit, windowMs, since: nowMs, until: nowMs + retryAfterMs });
+  cache.set(key, { limit, windowMs, since: nowMs, until: nowMs + retryAfterMs, checked: nowMs });
   return { allowed: false, retryAfterSec: Math.max(1, Math.ceil(retryAfterMs / 1000)) };
 }
 
-/** The refusal this app's cache holds for `key` (its window not over, cached less than REFUSAL_CACHE_MS ago), if any; the database is not asked. */
+/**
+ * The refusal this app's cache holds for `key` (its window not over), if any; the database is not asked. Once the
+ * database said so REFUSAL_CACHE_MS ago, this caller is sent to ask it again (undefined) and the refusal is marked
+ * asked, so the callers meanwhile keep it; the answer replaces it (countHit).
+ */
 function refusedHere(deps: { clock: Clock }, key: string, limit: number, windowMs: number): RateLimitVerdict | undefined {
   const nowMs = deps.clock.now().getTime();
   let cache = refusals.get(deps);
   if (!cache) refusals.set(deps, (cache = new Map()));
   const refused = cache.get(key);
   if (!refused || refused.limit !== limit || refused.windowMs !== windowMs) return undefined;
-  if (nowMs >= refused.since && nowMs < Math.min(refused.until, refused.since + REFUSAL_CACHE_MS)) {
-    return { allowed: false, retryAfterSec: Math.max(1, Math.ceil((refused.until - nowMs) / 1000)) };
+  if (nowMs < refused.since || nowMs >= refused.until) {
+    cache.delete(key);
+    return undefined;
   }
-  cache.delete(key);
-  return undefined;
+  if (nowMs >= refused.checked + REFUSAL_CACHE_MS) {
+    refused.checked = nowMs;
+    return undefined;
+  }
+  return { allowed: false, retryAfterSec: Math.max(1, Math.ceil((refused.until - nowMs) / 1000)) };
 }
 
 /**
@@ -149,7 +169,8 @@ export interface AllowanceRefusal {
  * Takes one request of the day from the user's count (`userKey`: per user and credential, as each kind keys it) and,
  * for the user's own credentials from a known address, from the address's: both or neither, so a refusal spends
  * nothing (the user's is given back when the address's refuses). A count this app already knows refused is refused
- * before anything is taken, so a flood costs the database little (one statement per 5 s), whichever of the two it used up. Returns the
+ * before anything is taken, so a flood costs the database little (one request every 5 s asks again: three statements
+ * when the address's count refused), whichever of the two it used up. Returns the
  * refusal, or undefined when the request may go on. The one place every kind's pair is taken (billing/allowances.ts,
  * catalog/engagement-requests.ts, auth/organization-limits.ts).
  */
@@ -170,7 +191,8 @@ export async function takeUserAndAddressAllowance(
   const user = await takeToken(deps, userKey, allowance.perUser, DAY_MS);
   if (!user.allowed) return refusal(user, false);
   if (addressKey === undefined) return undefined;
-  const address = await takeToken(deps, addressKey, allowance.perAddress, DAY_MS);
+  // Not through the cache again: the look above has just judged it (and sent this request to ask the database).
+  const address = await countHit(deps, addressKey, allowance.perAddress, DAY_MS);
   if (address.allowed) return undefined;
   await refundToken(deps, userKey);
   return refusal(address, true);

@@ -1568,8 +1568,8 @@ export const mutations: Mutation[] = [
     rule: 25,
     name: 'a refusal cached until its window ends keeps refusing after another instance gave the request back (review 115)',
     file: 'functions/platform/rate-limits.ts',
-    find: '  if (nowMs >= refused.since && nowMs < Math.min(refused.until, refused.since + REFUSAL_CACHE_MS)) {',
-    replace: '  if (nowMs >= refused.since && nowMs < refused.until) {',
+    find: '  if (nowMs >= refused.checked + REFUSAL_CACHE_MS) {',
+    replace: '  if (false) {',
     tests: ['tests/identity/refusal-cache-instances.pg-only.test.ts'],
   },
   {

@@ -1,0 +1,69 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from '../support/app.ts';
+import { REFUSAL_CACHE_MS, takeToken, takeUserAndAddressAllowance, userAndAddressAllowance } from '../../functions/platform/rate-limits.ts';
+
+/**
+ * A refused key's cached refusal is asked of the database again every REFUSAL_CACHE_MS (review 115), by one request:
+ * review 117 found every request of a flood in flight when it went stale asking, 50 statements for 50 requests, and an
+ * allowance refused by the address's count taking and giving back each request's user count. Measured here on one app:
+ * the statements sent through its database for a key already refused.
+ */
+describe('a refused flood costs the database one request every REFUSAL_CACHE_MS', () => {
+  let t: TestApp;
+  let statements = 0;
+  let deps: Parameters<typeof takeToken>[0];
+  beforeAll(async () => {
+    t = await startTestApp();
+    const db = t.deps.database.db;
+    // The same db, counting every statement sent through it.
+    const counting = new Proxy(db, {
+      get(target, prop, receiver) {
+        if (prop === 'getExecutor') {
+          return () => {
+            const executor = target.getExecutor();
+            return new Proxy(executor, {
+              get(e, p, r) {
+                if (p === 'executeQuery') return (...args: unknown[]) => { statements++; return (e as any).executeQuery(...args); };
+                const v = Reflect.get(e, p, r);
+                return typeof v === 'function' ? v.bind(e) : v;
+              },
+            });
+          };
+        }
+        const v = Reflect.get(target, prop, receiver);
+        return typeof v === 'function' ? v.bind(target) : v;
+      },
+    });
+    deps = { database: { db: counting as typeof db }, clock: t.clock };
+  });
+  afterAll(async () => {
+    await t?.close();
+  });
+
+  it('a flood of 50 concurrent requests on a refused key, after the cached refusal expires, sends one statement, not 50', async () => {
+    const key = `refusal-cache|${crypto.randomUUID()}`;
+    expect((await takeToken(deps, key, 1, 60 * 60 * 1000)).allowed).toBe(true);
+    expect((await takeToken(deps, key, 1, 60 * 60 * 1000)).allowed).toBe(false); // refused, cached
+    statements = 0;
+    await Promise.all(Array.from({ length: 50 }, () => takeToken(deps, key, 1, 60 * 60 * 1000)));
+    expect(statements).toBe(0); // within REFUSAL_CACHE_MS: from memory
+    t.clock.advance(REFUSAL_CACHE_MS);
+    const verdicts = await Promise.all(Array.from({ length: 50 }, () => takeToken(deps, key, 1, 60 * 60 * 1000)));
+    expect(verdicts.every((v) => !v.allowed)).toBe(true);
+    expect(statements).toBe(1);
+  });
+
+  it("a flood refused by the address's daily count asks again with one request: its take, the address's refusal, the give-back", async () => {
+    const allowance = userAndAddressAllowance(`refusal-cache-${crypto.randomUUID()}`, 'do it', 50, 1);
+    const asker = (userId: string) => ({ userId, address: '203.0.113.7' });
+    expect(await takeUserAndAddressAllowance(deps, asker('u1'), allowance, `${allowance.kind}|u1`)).toBeUndefined();
+    expect(await takeUserAndAddressAllowance(deps, asker('u2'), allowance, `${allowance.kind}|u2`)).toMatchObject({ limitPerDay: 1 });
+    t.clock.advance(REFUSAL_CACHE_MS);
+    statements = 0;
+    const refused = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => takeUserAndAddressAllowance(deps, asker(`u${i + 3}`), allowance, `${allowance.kind}|u${i + 3}`)),
+    );
+    expect(refused.every((r) => r?.limitPerDay === 1)).toBe(true);
+    expect(statements).toBe(3);
+  });
+});
