@@ -2,6 +2,7 @@ import type { Context } from 'hono';
 import { builtInPage, pageScript, requireBuiltInPages, signInComingBackTo } from '../http/built-in-pages.ts';
 import { escapeHtml, randomNonce } from '../http/html.ts';
 import type { AppEnv } from '../platform/app-types.ts';
+import { DOUBLE_QUOTE_MARKS } from '../platform/text.ts';
 import { newRouter } from '../http/router.ts';
 
 /**
@@ -154,10 +155,12 @@ function acceptInvitationPage(c: Context<AppEnv>): Response {
           return;
         }
         const invitation = res.data;
+        // The organization's name in quotes it cannot close (platform/text.ts DOUBLE_QUOTE_MARKS, review 120).
+        const organization = String(invitation.organizationName).replace(new RegExp(${JSON.stringify(DOUBLE_QUOTE_MARKS.source)}, 'g'), "'");
         $('summary').textContent = invitation.inviterEmail + ' invited you (' + invitation.email + ') to join the organization "' +
-          invitation.organizationName + '" as ' + invitation.role + '.';
+          organization + '" as ' + invitation.role + '.';
         $('invitation').hidden = false;
-        $('accept').addEventListener('click', () => answer('accept-invitation', 'You are now a member of "' + invitation.organizationName + '".'));
+        $('accept').addEventListener('click', () => answer('accept-invitation', 'You are now a member of "' + organization + '".'));
         $('reject').addEventListener('click', () => answer('reject-invitation', 'You declined the invitation. Nothing changed on your account.'));
       })();`,
     )}`;

@@ -3,7 +3,7 @@ import type { Config } from './config.ts';
 import { isConnectionLost, rows, sql, type Db } from './db.ts';
 import { claimable, leaseEnd, leaseEndsAt, recordWithinLease } from './lease.ts';
 import type { Logger } from './logger.ts';
-import { oneLine } from './text.ts';
+import { oneLine, withoutDoubleQuotes } from './text.ts';
 
 /**
  * Outgoing mail through an outbox table (`mail_outbox`, migration 20261122000200_auth.sql).
@@ -41,11 +41,12 @@ import { oneLine } from './text.ts';
  */
 
 /**
- * User text (a name, an organization's name) as a mail quotes it: one line, at most 80 characters, in double quotes,
- * so that it can neither start lines of its own in the mail nor pass for the mail's own words.
+ * User text (a name, an organization's name) as a mail quotes it: one line, at most 80 characters, in double quotes it
+ * cannot close (its own double quotes become single ones), so that it can neither start lines of its own in the mail
+ * nor pass for the mail's own words.
  */
 export function quotedText(text: string): string {
-  const line = oneLine(text);
+  const line = withoutDoubleQuotes(oneLine(text));
   const short = line.length > 80 ? `${line.slice(0, 79)}…` : line;
   return `"${short}"`;
 }

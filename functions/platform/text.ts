@@ -20,3 +20,16 @@ export function breaksLine(text: string): boolean {
 export function oneLine(text: string): string {
   return text.replace(RUNS, ' ').trim();
 }
+
+/**
+ * The double quotation marks (ASCII, typographic, prime-like, fullwidth) that text of ours puts around text someone else
+ * chose: inside it they become a single quote, so the text cannot close our quotes and go on as our own words
+ * (review 120: a name `Jane" <cfo@bigcorp.example> asked...` put an unmarked address before the real one in a staff
+ * mail). One definition for the mails (mailer.ts `quotedText`) and the built-in pages' scripts (its source).
+ */
+export const DOUBLE_QUOTE_MARKS = /["\u201c\u201d\u201e\u201f\u2033\u2036\u275d\u275e\u301d\u301e\u301f\uff02]/g;
+
+/** The text with each of DOUBLE_QUOTE_MARKS made a single quote. */
+export function withoutDoubleQuotes(text: string): string {
+  return text.replace(DOUBLE_QUOTE_MARKS, "'");
+}

@@ -1581,6 +1581,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/billing/duplicate-undo-db-cut.pg-only.test.ts'],
   },
   {
+    rule: 26,
+    name: "a name's own double quote closes the mail's quotes around it, and what follows reads as the marketplace's words (review 120)",
+    file: 'functions/platform/mailer.ts',
+    find: '  const line = withoutDoubleQuotes(oneLine(text));',
+    replace: '  const line = oneLine(text);',
+    tests: ['tests/catalog/quoted-names.test.ts'],
+  },
+  {
     rule: 24,
     name: 'a repeated form field is read first by our wrappers and last by the library',
     file: 'functions/auth/oauth/protocol-gaps.ts',
