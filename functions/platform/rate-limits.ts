@@ -85,20 +85,34 @@ async function countHit(deps: { database: { db: Db }; clock: Clock }, key: strin
  * asked, so the callers meanwhile keep it; the answer replaces it (countHit).
  */
 function refusedHere(deps: { clock: Clock }, key: string, limit: number, windowMs: number): RateLimitVerdict | undefined {
+  return lookHere(deps, key, limit, windowMs).verdict;
+}
+
+/**
+ * refusedHere's look, saying also whether this caller was handed the re-ask (`reask`: the refusal it marked, and when
+ * it was last asked before), so a caller that then does not ask can hand it back (takeUserAndAddressAllowance).
+ */
+function lookHere(
+  deps: { clock: Clock },
+  key: string,
+  limit: number,
+  windowMs: number,
+): { verdict?: RateLimitVerdict; reask?: { refusal: Refusal; checked: number } } {
   const nowMs = deps.clock.now().getTime();
   let cache = refusals.get(deps);
   if (!cache) refusals.set(deps, (cache = new Map()));
   const refused = cache.get(key);
-  if (!refused || refused.limit !== limit || refused.windowMs !== windowMs) return undefined;
+  if (!refused || refused.limit !== limit || refused.windowMs !== windowMs) return {};
   if (nowMs < refused.since || nowMs >= refused.until) {
     cache.delete(key);
-    return undefined;
+    return {};
   }
   if (nowMs >= refused.checked + REFUSAL_CACHE_MS) {
+    const reask = { refusal: refused, checked: refused.checked };
     refused.checked = nowMs;
-    return undefined;
+    return { reask };
   }
-  return { allowed: false, retryAfterSec: Math.max(1, Math.ceil((refused.until - nowMs) / 1000)) };
+  return { verdict: { allowed: false, retryAfterSec: Math.max(1, Math.ceil((refused.until - nowMs) / 1000)) } };
 }
 
 /**
@@ -186,10 +200,15 @@ export async function takeUserAndAddressAllowance(
     limitPerDay: ofAddress ? allowance.perAddress : allowance.perUser,
     retryAfterSec: verdict.retryAfterSec,
   });
-  const addressRefused = addressKey === undefined ? undefined : refusedHere(deps, addressKey, allowance.perAddress, DAY_MS);
-  if (addressRefused) return refusal(addressRefused, true);
+  const addressLook = addressKey === undefined ? {} : lookHere(deps, addressKey, allowance.perAddress, DAY_MS);
+  if (addressLook.verdict) return refusal(addressLook.verdict, true);
   const user = await takeToken(deps, userKey, allowance.perUser, DAY_MS);
-  if (!user.allowed) return refusal(user, false);
+  if (!user.allowed) {
+    // The address's re-ask, if this request was handed it, was not made: the next request makes it (review 119: a user
+    // whose own day was spent, asking every few seconds, kept the address refused here for the day).
+    if (addressLook.reask) addressLook.reask.refusal.checked = addressLook.reask.checked;
+    return refusal(user, false);
+  }
   if (addressKey === undefined) return undefined;
   // Not through the cache again: the look above has just judged it (and sent this request to ask the database).
   const address = await countHit(deps, addressKey, allowance.perAddress, DAY_MS);

@@ -1589,6 +1589,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/catalog/quoted-names.test.ts'],
   },
   {
+    rule: 25,
+    name: "an address's re-ask is spent by a request its user's count refuses, and the address stays refused here (review 119)",
+    file: 'functions/platform/rate-limits.ts',
+    find: '    if (addressLook.reask) addressLook.reask.refusal.checked = addressLook.reask.checked;',
+    replace: '',
+    tests: ['tests/foundation/refusal-cache.test.ts'],
+  },
+  {
     rule: 24,
     name: 'a repeated form field is read first by our wrappers and last by the library',
     file: 'functions/auth/oauth/protocol-gaps.ts',

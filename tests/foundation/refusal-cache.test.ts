@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
-import { REFUSAL_CACHE_MS, takeToken, takeUserAndAddressAllowance, userAndAddressAllowance } from '../../functions/platform/rate-limits.ts';
+import { REFUSAL_CACHE_MS, refundToken, takeToken, takeUserAndAddressAllowance, userAndAddressAllowance } from '../../functions/platform/rate-limits.ts';
 
 /**
  * A refused key's cached refusal is asked of the database again every REFUSAL_CACHE_MS (review 115), by one request:
@@ -65,5 +65,20 @@ describe('a refused flood costs the database one request every REFUSAL_CACHE_MS'
     );
     expect(refused.every((r) => r?.limitPerDay === 1)).toBe(true);
     expect(statements).toBe(3);
+  });
+
+  it("the address's re-ask is not spent by a request its own user's count refuses (review 119)", async () => {
+    // An address's count used up, then room given back on another instance: another account there is admitted once
+    // the refusal is REFUSAL_CACHE_MS old, though an account whose own day is spent asked first (it took the re-ask
+    // and returned without asking: the address stayed refused here for the day).
+    const allowance = userAndAddressAllowance(`refusal-cache-${crypto.randomUUID()}`, 'do it', 1, 2);
+    const take = (u: string) => takeUserAndAddressAllowance(deps, { userId: u, address: '198.51.100.9' }, allowance, `${allowance.kind}|${u}`);
+    expect(await take('spent')).toBeUndefined();
+    expect(await take('other-1')).toBeUndefined();
+    expect(await take('other-2')).toMatchObject({ limitPerDay: 2 }); // the address refuses: cached here
+    await refundToken({ database: t.deps.database, clock: t.clock }, `${allowance.kind}|address|198.51.100.9`); // another instance
+    t.clock.advance(REFUSAL_CACHE_MS);
+    expect(await take('spent')).toMatchObject({ limitPerDay: 1 });
+    expect(await take('honest')).toBeUndefined();
   });
 });
