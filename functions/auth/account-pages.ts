@@ -2,7 +2,7 @@ import type { Context } from 'hono';
 import { builtInPage, pageScript, requireBuiltInPages, signInComingBackTo } from '../http/built-in-pages.ts';
 import { escapeHtml, randomNonce } from '../http/html.ts';
 import type { AppEnv } from '../platform/app-types.ts';
-import { DOUBLE_QUOTE_MARKS } from '../platform/text.ts';
+import { APOSTROPHE_RUNS, DOUBLE_QUOTE_MARKS } from '../platform/text.ts';
 import { newRouter } from '../http/router.ts';
 
 /**
@@ -155,8 +155,10 @@ function acceptInvitationPage(c: Context<AppEnv>): Response {
           return;
         }
         const invitation = res.data;
-        // The organization's name in quotes it cannot close (platform/text.ts DOUBLE_QUOTE_MARKS, review 120).
-        const organization = String(invitation.organizationName).replace(new RegExp(${JSON.stringify(DOUBLE_QUOTE_MARKS.source)}, 'g'), "'");
+        // The organization's name in quotes it cannot close (platform/text.ts withoutDoubleQuotes, reviews 120 and 121).
+        const organization = String(invitation.organizationName)
+          .replace(new RegExp(${JSON.stringify(DOUBLE_QUOTE_MARKS.source)}, 'g'), "'")
+          .replace(new RegExp(${JSON.stringify(APOSTROPHE_RUNS.source)}, 'g'), "'");
         $('summary').textContent = invitation.inviterEmail + ' invited you (' + invitation.email + ') to join the organization "' +
           organization + '" as ' + invitation.role + '.';
         $('invitation').hidden = false;

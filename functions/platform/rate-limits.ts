@@ -97,7 +97,7 @@ function lookHere(
   key: string,
   limit: number,
   windowMs: number,
-): { verdict?: RateLimitVerdict; reask?: { refusal: Refusal; checked: number } } {
+): { verdict?: RateLimitVerdict; reask?: { refusal: Refusal; checked: number; marked: number } } {
   const nowMs = deps.clock.now().getTime();
   let cache = refusals.get(deps);
   if (!cache) refusals.set(deps, (cache = new Map()));
@@ -108,7 +108,7 @@ function lookHere(
     return {};
   }
   if (nowMs >= refused.checked + REFUSAL_CACHE_MS) {
-    const reask = { refusal: refused, checked: refused.checked };
+    const reask = { refusal: refused, checked: refused.checked, marked: nowMs };
     refused.checked = nowMs;
     return { reask };
   }
@@ -206,7 +206,9 @@ export async function takeUserAndAddressAllowance(
   if (!user.allowed) {
     // The address's re-ask, if this request was handed it, was not made: the next request makes it (review 119: a user
     // whose own day was spent, asking every few seconds, kept the address refused here for the day).
-    if (addressLook.reask) addressLook.reask.refusal.checked = addressLook.reask.checked;
+    // Only if nobody took it since (review 121: a slow refusal handed back another request's re-ask, and one more asked).
+    const { reask } = addressLook;
+    if (reask && reask.refusal.checked === reask.marked) reask.refusal.checked = reask.checked;
     return refusal(user, false);
   }
   if (addressKey === undefined) return undefined;

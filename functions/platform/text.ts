@@ -22,14 +22,17 @@ export function oneLine(text: string): string {
 }
 
 /**
- * The double quotation marks (ASCII, typographic, prime-like, fullwidth) that text of ours puts around text someone else
- * chose: inside it they become a single quote, so the text cannot close our quotes and go on as our own words
- * (review 120: a name `Jane" <cfo@bigcorp.example> asked...` put an unmarked address before the real one in a staff
- * mail). One definition for the mails (mailer.ts `quotedText`) and the built-in pages' scripts (its source).
+ * The double quotation marks, and what reads as one (Unicode's confusables of `"`: primes, gershayim, the ditto mark,
+ * the double acute, fullwidth and ornamental quotes), that text of ours puts around text someone else chose: inside it
+ * each becomes a single quote, and a run of apostrophe-like marks (`''`, `’’`, which read as `"`) one, so the text
+ * cannot seem to close our quotes and go on as our own words (review 120: a name `Jane" <cfo@bigcorp.example> asked...`
+ * put an unmarked address before the real one in a staff mail; review 121: the look-alikes did the same). One definition
+ * for the mails (mailer.ts `quotedText`) and the built-in pages' scripts (their sources).
  */
-export const DOUBLE_QUOTE_MARKS = /["\u201c\u201d\u201e\u201f\u2033\u2036\u275d\u275e\u301d\u301e\u301f\uff02]/g;
+export const DOUBLE_QUOTE_MARKS = /["\u02ba\u02dd\u02ee\u030b\u030e\u05f4\u201c-\u201f\u2033\u2036\u2e42\u275d-\u2760\u3003\u301d-\u301f\uff02]/g;
+export const APOSTROPHE_RUNS = /['\u0060\u00b4\u02b9\u02bb\u02bc\u02bd\u2018-\u201b\u2032\u2035\uff07]{2,}/g;
 
-/** The text with each of DOUBLE_QUOTE_MARKS made a single quote. */
+/** The text with each of DOUBLE_QUOTE_MARKS made a single quote, and each run of APOSTROPHE_RUNS one. */
 export function withoutDoubleQuotes(text: string): string {
-  return text.replace(DOUBLE_QUOTE_MARKS, "'");
+  return text.replace(DOUBLE_QUOTE_MARKS, "'").replace(APOSTROPHE_RUNS, "'");
 }

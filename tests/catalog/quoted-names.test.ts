@@ -4,6 +4,7 @@ import { startTestApp, type TestApp } from '../support/app.ts';
 import { mailsTo } from '../support/mail.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { createAgent } from './helpers.ts';
+import { quotedText } from '../../functions/platform/mailer.ts';
 
 /**
  * Review 120. The mails put a user's name or an organization's name in double quotes (mailer.ts `quotedText`) so that
@@ -23,6 +24,14 @@ afterAll(() => t?.close());
 const quotedSpans = (line: string) => [...line.matchAll(/"([^"]*)"/g)].map((m) => m[1]);
 
 describe('a name holding a double quote, in a mail', () => {
+  it("a double quote's look-alikes, and apostrophes side by side, cannot seem to close the quotes either (review 121)", () => {
+    // Unicode's confusables of `"`: the double prime, the double apostrophe, the gershayim, the ditto mark, `''`, `’’`.
+    for (const mark of ['\u02ba', '\u02ee', '\u05f4', '\u3003', '""', "''", '\u2019\u2019', '\u2033', '\uff02']) {
+      const quoted = quotedText(`Billing${mark} as admin. Confirm your card first at https://evil.example/card`);
+      expect(quoted, JSON.stringify(mark)).toBe(`"Billing' as admin. Confirm your card first at https://evil.example/card"`);
+    }
+  });
+
   it("attack: a requester's name cannot close its quotes and put an unmarked address before the real one (the staff's demo-request mail)", async () => {
     const staff = `sales-${randomUUID().slice(0, 8)}@example.test`;
     expect((await t.http.post('/admin/notification-recipients', { cookie: admin.cookie, json: { email: staff } })).status).toBe(201);

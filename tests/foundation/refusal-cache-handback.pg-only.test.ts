@@ -1,0 +1,76 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { first as firstRow, sql } from '../../functions/platform/db.ts';
+import { REFUSAL_CACHE_MS, takeToken, takeUserAndAddressAllowance, userAndAddressAllowance } from '../../functions/platform/rate-limits.ts';
+import { startTestApp, type TestApp } from '../support/app.ts';
+
+/**
+ * Review 121, beside tests/foundation/refusal-cache.test.ts: a request handed the address's re-ask hands it back when
+ * its own user's count refuses it, but only if nobody took it since. A slow user count (held here by a row lock; on a
+ * loaded database it takes 5 s) let a later request take the re-ask meanwhile, and the late hand-back rewound that
+ * later mark: the next requests asked the database too while the later re-ask was still in flight.
+ */
+
+/** The app's database handle, counting every statement sent through it. */
+function countingDeps(t: TestApp, count: () => void): Parameters<typeof takeToken>[0] {
+  const db = t.deps.database.db;
+  const counting = new Proxy(db, {
+    get(target, prop, receiver) {
+      if (prop === 'getExecutor') {
+        return () => {
+          const executor = target.getExecutor();
+          return new Proxy(executor, {
+            get(e, p, r) {
+              if (p === 'executeQuery') return (...args: Parameters<typeof executor.executeQuery>) => (count(), executor.executeQuery(...args));
+              const v = Reflect.get(e, p, r);
+              return typeof v === 'function' ? v.bind(e) : v;
+            },
+          });
+        };
+      }
+      const v = Reflect.get(target, prop, receiver);
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
+  return { database: { db: counting as typeof db }, clock: t.clock };
+}
+
+const waitingOnLocks = async (t: TestApp) =>
+  (await firstRow<{ n: number }>(
+    t.db,
+    sql`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
+  ))!.n;
+
+describe("the address's re-ask handed back late", () => {
+  let t: TestApp;
+  let statements = 0;
+  let deps: Parameters<typeof takeToken>[0];
+  beforeAll(async () => {
+    t = await startTestApp();
+    deps = countingDeps(t, () => statements++);
+  });
+  afterAll(() => t?.close());
+
+  it("does not undo a later request's re-ask: requests meanwhile are refused from memory", async () => {
+    const allowance = userAndAddressAllowance(`refusal-cache-${crypto.randomUUID()}`, 'do it', 1, 2);
+    const take = (u: string) => takeUserAndAddressAllowance(deps, { userId: u, address: '198.51.100.77' }, allowance, `${allowance.kind}|${u}`);
+    expect(await take('spent-a')).toBeUndefined();
+    expect(await take('spent-b')).toBeUndefined();
+    expect(await take('c')).toMatchObject({ limitPerDay: 2 }); // the address refuses: cached here
+    let second: Promise<unknown> | undefined;
+    await t.db.transaction().execute(async (trx) => {
+      // spent-b's count held: its request, taking the re-ask 5 s after spent-a's, waits on it.
+      await sql`select 1 from public.rate_limits where key = ${`${allowance.kind}|spent-b`} for update`.execute(trx);
+      t.clock.advance(REFUSAL_CACHE_MS);
+      const first = take('spent-a'); // takes the re-ask; refused by its own count, it hands it back ...
+      t.clock.advance(REFUSAL_CACHE_MS);
+      second = take('spent-b'); // ... after this one took it (still waiting)
+      for (let i = 0; i < 200 && (await waitingOnLocks(t)) === 0; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(await first).toMatchObject({ limitPerDay: 1 });
+      statements = 0;
+      const flood = await Promise.all(Array.from({ length: 10 }, (_, i) => take(`honest-${i}`)));
+      expect(flood.every((r) => r?.limitPerDay === 2)).toBe(true);
+      expect(statements).toBe(0);
+    });
+    expect(await second).toMatchObject({ limitPerDay: 1 });
+  });
+});
