@@ -6,7 +6,7 @@ import { creatingFrom } from './organization-limits.ts';
 import { answeringInvitation } from './invitation-rules.ts';
 import { verifyOnlyInTheAccountsSession } from './email-verification.ts';
 import { crossSiteRequest } from './fetch-metadata.ts';
-import { mediaTypeOf } from '../http/text-guard.ts';
+import { isFormMediaType } from '../http/text-guard.ts';
 import { userExists } from './oauth/token-records.ts';
 import { limitFailedPasswordChanges, limitFailedSignIns } from './failed-sign-ins.ts';
 import { keepsAdminRole, selfDemotion } from './set-user-role.ts';
@@ -131,11 +131,9 @@ async function answerByLibrary(c: Context<AppEnv>, request: Request): Promise<Re
  * the media type compared in lower case, without its parameters; a form's repeated field is its last value.
  */
 async function emailOfSignUp(request: Request): Promise<string | undefined> {
-  const type = mediaTypeOf(request.headers.get('content-type') ?? '');
-  const email =
-    type === 'application/x-www-form-urlencoded' || type === 'multipart/form-data'
-      ? (await request.formData().catch(() => undefined))?.getAll('email').at(-1)
-      : ((await request.json().catch(() => null)) as { email?: unknown } | null)?.email;
+  const email = isFormMediaType(request.headers.get('content-type') ?? '')
+    ? (await request.formData().catch(() => undefined))?.getAll('email').at(-1)
+    : ((await request.json().catch(() => null)) as { email?: unknown } | null)?.email;
   return typeof email === 'string' ? email : undefined;
 }
 

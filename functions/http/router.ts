@@ -29,10 +29,9 @@ export function newRouter() {
 }
 
 function callerFirst(route: RouteConfig) {
-  // A user's credential: the routes that name SECURITY's schemes (the internal routes name a `bearer` of their own, for
-  // their DRAIN_TOKEN, which their own middleware judges).
-  // A bearer-only route refuses a cookie session (403) before its input too: what kind of credential it takes is part
-  // of who may call it, and a cookie holder sending a malformed usage write is told so rather than how to fix the body.
+  // The routes that name SECURITY's schemes take a user's credential (the internal routes name a `bearer` of their own,
+  // for their DRAIN_TOKEN, which their own middleware judges). A bearer-only route also refuses a cookie session (403)
+  // here: the kind of credential it takes is part of who may call it.
   const judgeCaller =
     route.security === SECURITY.bearerOnly ? requireBearerCaller : route.security === SECURITY.sessionOrBearer ? requireUser : undefined;
   return async (result: { success: boolean; error?: z.ZodError; target?: string }, c: Context<AppEnv>) => {

@@ -26,6 +26,8 @@ const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json$/i;
 const FORM_TYPES = new Set(['application/x-www-form-urlencoded', 'multipart/form-data']);
 /** A Content-Type's media type, in lower case, without its parameters. */
 export const mediaTypeOf = (contentType: string) => contentType.split(';')[0]!.trim().toLowerCase();
+/** A Content-Type of a form (urlencoded or multipart, any case, any parameters), as the auth library reads one. */
+export const isFormMediaType = (contentType: string) => FORM_TYPES.has(mediaTypeOf(contentType));
 
 /** A Content-Type of JSON (`application/json` or `application/<x>+json`, any parameters). */
 export function isJsonMediaType(contentType: string | undefined): boolean {
@@ -47,7 +49,7 @@ export function rejectUnstorableText(): MiddlewareHandler<AppEnv> {
       }
       // Likewise a form type must be one: the library takes any type containing a form's name for a form, and the
       // runtime's formData() then throws on it (`application/x-www-form-urlencodedx`: a 500 to anyone; review 101).
-      if (!isJson && !FORM_TYPES.has(mediaTypeOf(type))) {
+      if (!isJson && !isFormMediaType(type)) {
         throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'Send the body as application/json or application/x-www-form-urlencoded');
       }
       // Read through Hono's body cache, so the validator's c.req.json() parses this same text and the body is read

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { first as firstRow, sql } from '../../functions/platform/db.ts';
 import { REFUSAL_CACHE_MS, takeToken, takeUserAndAddressAllowance, userAndAddressAllowance } from '../../functions/platform/rate-limits.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { countingDeps } from '../support/statements.ts';
 
 /**
  * Review 121, beside tests/foundation/refusal-cache.test.ts: a request handed the address's re-ask hands it back when
@@ -9,30 +10,6 @@ import { startTestApp, type TestApp } from '../support/app.ts';
  * loaded database it takes 5 s) let a later request take the re-ask meanwhile, and the late hand-back rewound that
  * later mark: the next requests asked the database too while the later re-ask was still in flight.
  */
-
-/** The app's database handle, counting every statement sent through it. */
-function countingDeps(t: TestApp, count: () => void): Parameters<typeof takeToken>[0] {
-  const db = t.deps.database.db;
-  const counting = new Proxy(db, {
-    get(target, prop, receiver) {
-      if (prop === 'getExecutor') {
-        return () => {
-          const executor = target.getExecutor();
-          return new Proxy(executor, {
-            get(e, p, r) {
-              if (p === 'executeQuery') return (...args: Parameters<typeof executor.executeQuery>) => (count(), executor.executeQuery(...args));
-              const v = Reflect.get(e, p, r);
-              return typeof v === 'function' ? v.bind(e) : v;
-            },
-          });
-        };
-      }
-      const v = Reflect.get(target, prop, receiver);
-      return typeof v === 'function' ? v.bind(target) : v;
-    },
-  });
-  return { database: { db: counting as typeof db }, clock: t.clock };
-}
 
 const waitingOnLocks = async (t: TestApp) =>
   (await firstRow<{ n: number }>(

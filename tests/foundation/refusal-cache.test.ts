@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { countingDeps } from '../support/statements.ts';
 import { REFUSAL_CACHE_MS, refundToken, takeToken, takeUserAndAddressAllowance, userAndAddressAllowance } from '../../functions/platform/rate-limits.ts';
 
 /**
@@ -14,27 +15,7 @@ describe('a refused flood costs the database one request every REFUSAL_CACHE_MS'
   let deps: Parameters<typeof takeToken>[0];
   beforeAll(async () => {
     t = await startTestApp();
-    const db = t.deps.database.db;
-    // The same db, counting every statement sent through it.
-    const counting = new Proxy(db, {
-      get(target, prop, receiver) {
-        if (prop === 'getExecutor') {
-          return () => {
-            const executor = target.getExecutor();
-            return new Proxy(executor, {
-              get(e, p, r) {
-                if (p === 'executeQuery') return (...args: unknown[]) => { statements++; return (e as any).executeQuery(...args); };
-                const v = Reflect.get(e, p, r);
-                return typeof v === 'function' ? v.bind(e) : v;
-              },
-            });
-          };
-        }
-        const v = Reflect.get(target, prop, receiver);
-        return typeof v === 'function' ? v.bind(target) : v;
-      },
-    });
-    deps = { database: { db: counting as typeof db }, clock: t.clock };
+    deps = countingDeps(t, () => statements++);
   });
   afterAll(async () => {
     await t?.close();
