@@ -108,7 +108,8 @@ const redeliverRoute = createRoute({
   summary: 'Send a failed (or delivered) delivery again',
   description:
     'The delivery becomes pending, due at once, with a new 24-hour retry window; the next drain sends it (same ' +
-    '`webhook-id`). A delivery that is still pending answers 422 INVALID_STATE.',
+    '`webhook-id`), or, while its endpoint is disabled, the first drain after an admin enables it again. A delivery ' +
+    'that is still pending answers 422 INVALID_STATE.',
   security,
   request: { params: z.object({ deliveryId: uuidParam('deliveryId') }) },
   responses: { 200: jsonResponse(envelopeOf(deliverySchema), 'The delivery, pending again'), ...errors(400, 401, 403, 404, 422) },

@@ -456,7 +456,7 @@ export interface paths {
         put?: never;
         /**
          * Send a failed (or delivered) delivery again
-         * @description The delivery becomes pending, due at once, with a new 24-hour retry window; the next drain sends it (same `webhook-id`). A delivery that is still pending answers 422 INVALID_STATE.
+         * @description The delivery becomes pending, due at once, with a new 24-hour retry window; the next drain sends it (same `webhook-id`), or, while its endpoint is disabled, the first drain after an admin enables it again. A delivery that is still pending answers 422 INVALID_STATE.
          */
         post: operations["redeliverWebhook"];
         delete?: never;
