@@ -5,7 +5,9 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * Two projects run the same suite: `postgres` against a real PostgreSQL server (TEST_PG_URL, started by
  * scripts/test.ts) and `pglite` against the embedded database. scripts/test.ts picks which run.
  * `*.pg-only.test.ts` need a server, or drive Chromium where the database tier changes nothing the browser shows (run
- * on both, they cost CI about 50 s a second time), and run in `postgres` only; `*.once.test.ts` need no database at all (type
+ * on both, they cost CI about 50 s a second time), or check a data migration's fix of rows on a database migrated to
+ * just before it (migrating PGlite from nothing costs about 5 s a file; every migration still runs on PGlite in
+ * tests/foundation/migrations.test.ts), and run in `postgres` only; `*.once.test.ts` need no database at all (type
  * check, Deno, a child process, the Stripe fake) and run once, in `pglite`, the project that always runs.
  */
 const common = {

@@ -2,7 +2,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, inject } from 'vitest';
 import { first, sql } from '../../functions/platform/db.ts';
 import { openPGlite } from '../../functions/platform/pglite.ts';
 import { freePort } from '../../scripts/postgres-server.ts';
@@ -21,6 +21,12 @@ const dataDir = mkdtempSync(join(tmpdir(), 'mkt-lock-'));
 const lockFile = join(dataDir, 'pglite.lock');
 const env = { ...process.env, NODE_ENV: 'development', DATA_DIR: dataDir, DATABASE_URL: '', AUTH_SECRET: '', ADMIN_EMAIL: '', ADMIN_PASSWORD: '', LOG_LEVEL: 'warn' };
 const started: Server[] = [];
+// The data directory starts migrated (the suite's snapshot): the lock is the subject here, and a first run's migration
+// of PGlite from nothing (tests/foundation/npm-start.test.ts) would add about 6 s of this 2-core machine's time.
+beforeAll(async () => {
+  const database = await openPGlite(join(dataDir, 'pglite'), { loadDataDir: new Blob([readFileSync(inject('pgliteSnapshot'))]) });
+  await database.close();
+});
 afterAll(() => {
   // A failed test may leave one running: the service itself too, not only npm, which does not pass a SIGKILL on.
   for (const server of started) {

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from '../../functions/platform/db.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { testTier } from '../support/databases.ts';
 import { createAdmin, signUp, type TestUser } from '../support/users.ts';
 import { ledgerAgreesWithCounters, meteredAgent, reqId, subscribe, usagePath, meter } from './support.ts';
 
@@ -23,9 +24,13 @@ afterAll(() => t.close());
 const increment = (agentId: string, slug: string, clientReqId: string, amount = 1) =>
   meter(t, user, agentId, slug, 'increment', { clientReqId, amount });
 
+// Rounds: each gives the parallel calls another interleaving, which only the postgres tier's pool has to give; on
+// PGlite a round replays much the same serial order, so a few show the same outcome there.
+const ROUNDS = testTier() === 'postgres' ? 20 : 4;
+
 describe('parallel increments', () => {
-  it('admits exactly the 10 units left out of 60 parallel increments (20 rounds)', { timeout: 180_000 }, async () => {
-    for (let round = 0; round < 20; round++) {
+  it(`admits exactly the 10 units left out of 60 parallel increments (${ROUNDS} rounds)`, { timeout: 180_000 }, async () => {
+    for (let round = 0; round < ROUNDS; round++) {
       const a = await meteredAgent(t.db, [{ slug: 'calls', kind: round % 2 ? 'fixed' : 'rolling', quota: 25 }]);
       const sub = await subscribe(t, user.userId, a.tierId);
       expect((await increment(a.agentId, 'calls', reqId(), 15)).status).toBe(200);
