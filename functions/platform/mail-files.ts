@@ -1,6 +1,6 @@
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { MailFiles, OutgoingMail } from './mailer.ts';
+import { messageIdOf, type MailFiles, type OutgoingMail } from './mailer.ts';
 
 /**
  * Logged mails kept whole as files, for a developer without SMTP: the log line redacts the tokens in a mail's links
@@ -9,8 +9,8 @@ import type { MailFiles, OutgoingMail } from './mailer.ts';
  * mailer uses them outside production only (platform/mailer.ts). Node only: the Node entry and tests inject it; the
  * edge never imports this file.
  *
- * One file per mail, `<dir>/<time>-<mail id>.eml` (From, To, Subject, Date and the text body; any mail program
- * opens it), readable by the owner only (directory 700, file 600): the links in it are credentials.
+ * One file per mail, `<dir>/<time>-<mail id>.eml` (From, To, Subject, Date, Message-ID and the text body; any mail
+ * program opens it), readable by the owner only (directory 700, file 600): the links in it are credentials.
  */
 export function mailFolder(dir: string): MailFiles {
   return {
@@ -35,6 +35,7 @@ function eml(mail: OutgoingMail): string {
     header('To', mail.to) +
     header('Subject', mail.subject) +
     header('Date', mail.date.toUTCString()) +
+    header('Message-ID', messageIdOf(mail)) +
     header('MIME-Version', '1.0') +
     header('Content-Type', 'text/plain; charset=utf-8') +
     header('Content-Transfer-Encoding', '8bit') +

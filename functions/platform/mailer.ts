@@ -92,6 +92,16 @@ export interface Mailer {
 /** A mail as a transport gets it: the outbox row's id, the sender, and when it is sent. */
 export type OutgoingMail = Mail & { id: string; from: string; date: Date };
 
+/**
+ * A mail's Message-ID: its outbox row's id at the sender's domain, the same on every attempt. A send whose answer never
+ * came (its deadline passed after the server had taken the mail) is sent again; with one Message-ID the servers and
+ * mail programs that drop repeats show it once, where a new id on each attempt made it two mails.
+ */
+export function messageIdOf(mail: Pick<OutgoingMail, 'id' | 'from'>): string {
+  const domain = /@([^\s<>@]+)>?\s*$/.exec(mail.from)?.[1] ?? 'agent-marketplace.invalid';
+  return `<${mail.id}@${domain}>`;
+}
+
 /** Something that can send one mail. Injected by tests; defaults to SMTP or the log. */
 export interface MailTransport {
   kind: 'smtp' | 'log';
@@ -357,7 +367,7 @@ function smtpTransport(url: string): MailTransport {
       // nodemailer is Node-only: loaded on first send, never by the edge bundle's static graph.
       transporter ??= import('nodemailer').then((m) => m.default.createTransport({ url, ...SMTP_TIMEOUTS }));
       // nodemailer (10.x) closes the SMTP connection when `signal` aborts.
-      await (await transporter).sendMail({ from: mail.from, to: mail.to, subject: mail.subject, text: mail.text, html: mail.html, signal });
+      await (await transporter).sendMail({ from: mail.from, to: mail.to, subject: mail.subject, text: mail.text, html: mail.html, messageId: messageIdOf(mail), signal });
     },
   };
 }

@@ -42,6 +42,21 @@ describe('mail outbox', () => {
     expect((await mailsTo(t, 'once@example.test'))[0]).toMatchObject({ status: 'sent', attempts: 1, lastError: null });
   });
 
+  it('sends a mail again with the same Message-ID (its outbox row), so a mailbox that had it shows one mail, not two', async () => {
+    // A send whose answer never came (its deadline passed after the server had taken the mail) is sent again.
+    await t.deps.mailer.enqueue(t.db, { to: 'again@example.test', subject: 'Hello again', text: 'body text' });
+    const [queued] = await mailsTo(t, 'again@example.test');
+    const before = smtp.received.length;
+    await deliverMail(t);
+    await smtp.waitFor(before + 1);
+    await sql`update mail_outbox set status = 'pending', sent_at = null, next_attempt_at = now() - interval '1 second', claim_id = null
+               where id = ${queued!.id}`.execute(t.db);
+    await deliverMail(t);
+    await smtp.waitFor(before + 2);
+    const copies = smtp.received.filter((m) => m.to.includes('again@example.test'));
+    expect(copies.map((m) => /^Message-ID: (.*)$/im.exec(m.raw)?.[1]?.trim())).toEqual(Array(2).fill(`<${queued!.id}@localhost>`));
+  });
+
   it('keeps a mail pending while the server refuses it and delivers it on a later attempt', async () => {
     smtp.setFailing(true);
     await t.deps.mailer.enqueue(t.db, { to: 'retry@example.test', subject: 'Retry me', text: 'x' });
