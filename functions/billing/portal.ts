@@ -4,6 +4,7 @@ import { ApiError, notFound } from '../http/errors.ts';
 import { ownUrl } from './checkout.ts';
 import { customerIdOf, forgetIfMissing, withLiveCustomer } from './customers.ts';
 import { askStripe, requirePayments } from './payments.ts';
+import { portalConfiguration } from './portal-configuration.ts';
 import { liveSubscription } from './subscription-queries.ts';
 import { syncStripeSubscription } from './subscription-state.ts';
 import { grantsAccess } from './subscriptions.ts';
@@ -12,7 +13,8 @@ import { pagesOrigin } from '../platform/config.ts';
 
 /**
  * Stripe's customer portal for the signed-in user: `overview` lands on the portal's home (invoices, cards, all
- * subscriptions); `cancel` deep-links to cancelling the user's subscription to one agent.
+ * subscriptions); `cancel` deep-links to cancelling the user's subscription to one agent. Both open with the
+ * marketplace's own portal configuration (no plan switching: portal-configuration.ts).
  */
 export async function createPortalSession(
   deps: BillingDeps,
@@ -45,6 +47,7 @@ export async function createPortalSession(
       try {
         return await stripe.billingPortal.sessions.create({
           customer: sub.stripeCustomerId!,
+          configuration: await portalConfiguration(stripe),
           return_url: returnUrl,
           flow_data: {
             type: 'subscription_cancel',
@@ -75,7 +78,8 @@ export async function createPortalSession(
     withLiveCustomer(
       deps,
       () => customerIdOf(deps, userId),
-      (customerId) => stripe.billingPortal.sessions.create({ customer: customerId, return_url: returnUrl }),
+      async (customerId) =>
+        stripe.billingPortal.sessions.create({ customer: customerId, configuration: await portalConfiguration(stripe), return_url: returnUrl }),
       noAccount,
     ),
   );

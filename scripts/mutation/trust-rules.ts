@@ -1112,6 +1112,22 @@ export const mutations: Mutation[] = [
     tests: ['tests/billing/webhook.test.ts'],
   },
   {
+    rule: 16,
+    name: "the billing portal's overview opens with the account's default configuration, where plans can be switched (review 125)",
+    file: 'functions/billing/portal.ts',
+    find: '        stripe.billingPortal.sessions.create({ customer: customerId, configuration: await portalConfiguration(stripe), return_url: returnUrl }),',
+    replace: '        stripe.billingPortal.sessions.create({ customer: customerId, return_url: returnUrl }),',
+    tests: ['tests/billing/portal-configuration.test.ts'],
+  },
+  {
+    rule: 16,
+    name: 'a portal configuration changed in the Dashboard to allow plan switching goes on being used (review 125)',
+    file: 'functions/billing/portal-configuration.ts',
+    find: '    if (current && usable(current)) return id;',
+    replace: '    if (current) return id;',
+    tests: ['tests/billing/portal-configuration.test.ts'],
+  },
+  {
     rule: 17,
     name: "a reserve settles every expired hold of its counter (up to what is left of its transaction's count)",
     // metering_reserve's current definition (restated by 20261126002100, so a mutation of 20261126002000 is overwritten)

@@ -342,10 +342,54 @@ export function subscriptionScheduleObject(fields: Json & { id: string; created:
   };
 }
 
+/**
+ * A customer portal configuration. `features` as a create call gives them (form strings), completed with Stripe's
+ * defaults for what it leaves out; the account's default configuration (`is_default`) lets customers switch plans, as
+ * an account whose owner turned that on in the Dashboard does.
+ */
+export function portalConfigurationObject(fields: { id: string; created: number; is_default: boolean; features: Json; metadata: Json }): Json {
+  const f = fields.features ?? {};
+  const on = (v: unknown, otherwise: boolean) => (v === undefined ? otherwise : v === true || v === 'true');
+  return {
+    id: fields.id,
+    object: 'billing_portal.configuration',
+    active: true,
+    application: null,
+    business_profile: { headline: null, privacy_policy_url: null, terms_of_service_url: null },
+    created: fields.created,
+    default_return_url: null,
+    features: {
+      customer_update: { allowed_updates: f.customer_update?.allowed_updates ?? [], enabled: on(f.customer_update?.enabled, false) },
+      invoice_history: { enabled: on(f.invoice_history?.enabled, false) },
+      payment_method_update: { enabled: on(f.payment_method_update?.enabled, false), payment_method_configuration: null },
+      subscription_cancel: {
+        cancellation_reason: { enabled: false, feedback_options: null, options: [] },
+        enabled: on(f.subscription_cancel?.enabled, false),
+        mode: f.subscription_cancel?.mode ?? 'at_period_end',
+        proration_behavior: f.subscription_cancel?.proration_behavior ?? 'none',
+      },
+      subscription_pause: { duration: { interval_options: [], type: 'indefinite' }, enabled: on(f.subscription_pause?.enabled, false) },
+      subscription_update: {
+        billing_cycle_anchor: null,
+        default_allowed_updates: f.subscription_update?.default_allowed_updates ?? [],
+        enabled: on(f.subscription_update?.enabled, false),
+        proration_behavior: f.subscription_update?.proration_behavior ?? 'create_prorations',
+        schedule_at_period_end: { conditions: [] },
+        trial_update_behavior: 'end_trial',
+      },
+    },
+    is_default: fields.is_default,
+    livemode: false,
+    login_page: { enabled: false, url: null },
+    metadata: fields.metadata ?? {},
+    name: null,
+    updated: fields.created,
+  };
+}
+
 export function portalSessionObject(fields: Json & { id: string; created: number }): Json {
   return {
     object: 'billing_portal.session',
-    configuration: 'bpc_fake_default',
     customer_account: null,
     livemode: false,
     locale: null,

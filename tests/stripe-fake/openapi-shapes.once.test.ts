@@ -21,6 +21,7 @@ const TYPE_OF_OBJECT: Record<string, string> = {
   invoice: 'Invoice',
   subscription_schedule: 'SubscriptionSchedule',
   'billing_portal.session': 'BillingPortal.Session',
+  'billing_portal.configuration': 'BillingPortal.Configuration',
   invoice_payment: 'InvoicePayment',
   refund: 'Refund',
   dispute: 'Dispute',
@@ -148,8 +149,22 @@ beforeAll(async () => {
   record('subscription canceled now', await stripe.subscriptions.cancel(sub.id));
   record('schedule canceled with its subscription', await stripe.subscriptionSchedules.retrieve(second.id));
 
+  // Portal configurations: the account's default, one made, listed and changed.
+  record('default portal configuration', await stripe.billingPortal.configurations.retrieve('bpc_fake_default'));
+  const configuration = record(
+    'portal configuration created',
+    await stripe.billingPortal.configurations.create({
+      features: { subscription_update: { enabled: false }, subscription_cancel: { enabled: true, mode: 'at_period_end' }, customer_update: { enabled: true, allowed_updates: ['address'] } },
+      metadata: { mark: 'v1' },
+    }),
+  );
+  for (const c of (await stripe.billingPortal.configurations.list({ active: true })).data) record('portal configuration listed', c);
+  record('portal configuration deactivated', await stripe.billingPortal.configurations.update(configuration.id, { active: false }));
+  record('portal configuration reactivated', await stripe.billingPortal.configurations.update(configuration.id, { active: true }));
+
   // Portal sessions, plain and with the cancel flow.
   record('portal session', await stripe.billingPortal.sessions.create({ customer: customer.id, return_url: 'https://market.example/account' }));
+  record('portal session with a configuration', await stripe.billingPortal.sessions.create({ customer: customer.id, configuration: configuration.id }));
   const other = fake.completeCheckout(
     (await stripe.checkout.sessions.create({ mode: 'subscription', customer: customer.id, line_items: [{ price: monthly.id }], success_url: 'https://market.example/ok' })).id,
   );

@@ -9,6 +9,7 @@ import {
   disputeObject,
   invoiceObject,
   invoicePaymentObject,
+  portalConfigurationObject,
   portalSessionObject,
   priceObject,
   productObject,
@@ -97,6 +98,24 @@ export class StripeFake {
   readonly schedules = new Map<string, Json>();
   readonly invoices = new Map<string, Json>();
   readonly portalSessions = new Map<string, Json>();
+  /** Customer portal configurations; the account's default (`bpc_fake_default`) lets customers switch plans. */
+  readonly portalConfigurations = new Map<string, Json>([
+    [
+      'bpc_fake_default',
+      portalConfigurationObject({
+        id: 'bpc_fake_default',
+        created: Math.floor(Date.now() / 1000),
+        is_default: true,
+        features: {
+          subscription_update: { enabled: 'true', default_allowed_updates: ['price', 'quantity', 'promotion_code'] },
+          subscription_cancel: { enabled: 'true', mode: 'at_period_end' },
+          payment_method_update: { enabled: 'true' },
+          invoice_history: { enabled: 'true' },
+        },
+        metadata: {},
+      }),
+    ],
+  ]);
   /** Payments of paid invoices, by invoice id (each paid through a payment intent). */
   readonly invoicePayments = new Map<string, Json>();
   readonly refunds = new Map<string, Json>();
@@ -554,6 +573,7 @@ export class StripeFake {
       if (method === 'GET' && sessionId) return this.#sessionView(this.#get(this.sessions, sessionId, 'checkout.session'));
     }
     if (resource === 'billing_portal' && id === 'sessions' && method === 'POST' && !action) return this.#createPortalSession(body);
+    if (resource === 'billing_portal' && id === 'configurations') return this.#portalConfigurations(method, action, body);
     throw new StripeApiError(404, `Unrecognized request URL (${method}: ${path})`, 'unrecognized_url');
   }
 
@@ -891,12 +911,41 @@ export class StripeFake {
     return invoice;
   }
 
+  /** Create, list (`active`, `is_default`), read and update (`active`, `features`, `metadata`) portal configurations. */
+  #portalConfigurations(method: string, id: string | undefined, body: Json): Json {
+    if (method === 'POST' && !id) {
+      if (!body.features) throw new StripeApiError(400, 'Missing required param: features.', 'parameter_missing', 'invalid_request_error', 'features');
+      const made = portalConfigurationObject({ id: this.#id('bpc'), created: this.now(), is_default: false, features: body.features, metadata: body.metadata });
+      this.portalConfigurations.set(made.id, made);
+      return made;
+    }
+    if (method === 'GET' && !id) {
+      const data = [...this.portalConfigurations.values()].filter(
+        (c) => (body.active === undefined || c.active === (body.active === 'true')) && (body.is_default === undefined || c.is_default === (body.is_default === 'true')),
+      );
+      return { object: 'list', data, has_more: false, url: '/v1/billing_portal/configurations' };
+    }
+    const configuration = this.#get(this.portalConfigurations, id!, 'configuration');
+    if (method === 'GET') return configuration;
+    if (body.features) {
+      const features = portalConfigurationObject({ id: configuration.id, created: configuration.created, is_default: configuration.is_default, metadata: {}, features: body.features }).features;
+      for (const [name, feature] of Object.entries(body.features as Json)) configuration.features[name] = { ...configuration.features[name], ...pick(features[name], Object.keys(feature)) };
+    }
+    configuration.updated = this.now();
+    return this.#update(configuration, body);
+  }
+
   #createPortalSession(body: Json): Json {
     this.#get(this.customers, body.customer, 'customer', 'customer');
+    const configuration = this.#get(this.portalConfigurations, body.configuration ?? 'bpc_fake_default', 'configuration', 'configuration');
+    if (!configuration.active) throw new StripeApiError(400, 'The configuration is not active.', 'parameter_invalid', 'invalid_request_error', 'configuration');
     const flow = body.flow_data;
     if (flow?.type === 'subscription_cancel') {
       const sub = this.#get(this.subscriptions, flow.subscription_cancel?.subscription, 'subscription');
       if (sub.customer !== body.customer) throw new StripeApiError(400, 'The subscription does not belong to this customer.', 'parameter_invalid');
+      if (!configuration.features.subscription_cancel.enabled) {
+        throw new StripeApiError(400, 'This flow cannot be used: the configuration does not allow subscription cancellation.', 'parameter_invalid');
+      }
     }
     const id = this.#id('bps');
     const session = portalSessionObject({
@@ -904,12 +953,17 @@ export class StripeFake {
       customer: body.customer,
       return_url: body.return_url ?? null,
       url: `${this.url}/portal/${id}`,
+      configuration: configuration.id,
       flow: flow ? portalFlow(flow) : null,
       created: this.now(),
     });
     this.portalSessions.set(id, session);
     return session;
   }
+}
+
+function pick(object: Json, keys: string[]): Json {
+  return Object.fromEntries(keys.filter((k) => k in object).map((k) => [k, object[k]]));
 }
 
 /** The item a pending update would put in place: the current item with the new price. */
