@@ -53,10 +53,20 @@ export async function portalConfiguration(stripe: Stripe): Promise<string> {
 }
 
 async function findOrMake(stripe: Stripe): Promise<string> {
-  for await (const c of stripe.billingPortal.configurations.list({ active: true, limit: 100 })) {
+  const passedOver: string[] = [];
+  for await (const c of stripe.billingPortal.configurations.list({ limit: 100 })) {
+    if (c.metadata?.[MARK.key] !== MARK.value) continue;
     if (usable(c)) return c.id;
+    passedOver.push(c.id);
   }
-  const made = await stripe.billingPortal.configurations.create({ features: FEATURES, metadata: { [MARK.key]: MARK.value } });
+  // Instances looking at once see the same configurations and ask with the same key: Stripe makes one and answers each
+  // with it (idempotency, 24 hours; review 127 found two instances made two). Configurations are never deleted, only
+  // deactivated, so one more passed over (changed in the Dashboard, deactivated) is a new count, and a new key: the
+  // next one is made anew rather than answered from before.
+  const made = await stripe.billingPortal.configurations.create(
+    { features: FEATURES, metadata: { [MARK.key]: MARK.value } },
+    { idempotencyKey: `${MARK.key}:${MARK.value}:after:${passedOver.length}` },
+  );
   return made.id;
 }
 

@@ -1128,6 +1128,14 @@ export const mutations: Mutation[] = [
     tests: ['tests/billing/portal-configuration.test.ts'],
   },
   {
+    rule: 16,
+    name: 'instances replacing the portal configuration at once each make their own (review 127)',
+    file: 'functions/billing/portal-configuration.ts',
+    find: '    { idempotencyKey: `${MARK.key}:${MARK.value}:after:${passedOver.length}` },',
+    replace: '    {},',
+    tests: ['tests/billing/portal-configuration.test.ts'],
+  },
+  {
     rule: 17,
     name: "a reserve settles every expired hold of its counter (up to what is left of its transaction's count)",
     // metering_reserve's current definition (restated by 20261126002100, so a mutation of 20261126002000 is overwritten)

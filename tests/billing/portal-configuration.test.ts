@@ -27,10 +27,9 @@ const ours = () => [...w.fake.portalConfigurations.values()].filter((c) => c.met
 
 /** Opens a portal session as the user; answers the configuration it was opened with. */
 async function portalWith(world: BillingWorld, user: { cookie: string }, json: Record<string, unknown>): Promise<string> {
-  const before = new Set(w.fake.portalSessions.keys());
   const res = await world.t.http.post('/me/billing-portal', { cookie: user.cookie, json });
   expect(res.status, res.text).toBe(200);
-  const opened = [...w.fake.portalSessions.values()].filter((s) => !before.has(s.id));
+  const opened = [...w.fake.portalSessions.values()].filter((s) => s.url === res.body.data.url);
   expect(opened).toHaveLength(1);
   return opened[0]!.configuration;
 }
@@ -51,32 +50,36 @@ describe('the customer portal configuration', () => {
     });
   });
 
-  it('is one for the account: another instance uses it; changed in the Dashboard to allow plan switching, or deactivated, it is replaced at the next session', async () => {
+  it('is one for the account: other instances use it, and instances replacing it at once make one; changed in the Dashboard to allow plan switching, or deactivated, it is replaced at the next session', async () => {
     const a = await subscriber(w);
-    const first = w.fake.portalConfigurations.get(await portalWith(w, a.user, { flow: 'overview' }))!;
-    expect(ours().map((c) => c.id)).toEqual([first.id]);
+    const first = await portalWith(w, a.user, { flow: 'overview' });
+    expect(ours().map((c) => c.id)).toEqual([first]);
 
-    // another instance of the service (its own Stripe client, as after a restart), on the same Stripe account
-    const t2 = await startTestApp({ env: w.fake.env() });
+    // two more instances of the service (their own Stripe clients, as after a restart) on the same Stripe account
+    const others = [await startTestApp({ env: w.fake.env() }), await startTestApp({ env: w.fake.env() })];
+    let second: string;
     try {
-      const w2: BillingWorld = { ...w, t: t2, admin: await createAdmin(t2), webhookUrl: `${t2.baseUrl}/webhooks/stripe` };
-      const b = await subscriber(w2);
-      expect(await portalWith(w2, b.user, { flow: 'overview' })).toBe(first.id);
-      expect(ours()).toHaveLength(1);
+      const worlds = await Promise.all(others.map(async (t) => ({ ...w, t, admin: await createAdmin(t), webhookUrl: `${t.baseUrl}/webhooks/stripe` })));
+      const users = await Promise.all(worlds.map(async (world) => (await subscriber(world)).user));
+      const atOnce = () => Promise.all(worlds.map((world, i) => portalWith(world, users[i]!, { flow: 'overview' })));
+      expect(await atOnce()).toEqual([first, first]);
+      // deactivated in the Dashboard: both look for another at once, and Stripe makes one (review 127: they made two)
+      await w.fake.client().billingPortal.configurations.update(first, { active: false });
+      const [made, alsoMade] = await atOnce();
+      second = made!;
+      expect(second).not.toBe(first);
+      expect(alsoMade).toBe(second);
+      expect(ours().filter((c) => c.active).map((c) => c.id)).toEqual([second]);
     } finally {
-      await t2.close();
+      await Promise.all(others.map((t) => t.close()));
     }
 
     // someone turns plan switching on in the Dashboard: the next session does not open with it
-    await w.fake.client().billingPortal.configurations.update(first.id, { features: { subscription_update: { enabled: true } } });
-    const second = await portalWith(w, a.user, { flow: 'overview' });
-    expect(second).not.toBe(first.id);
-    expect(w.fake.portalConfigurations.get(second)!.features.subscription_update.enabled).toBe(false);
-
-    // and one deactivated is not opened with either
-    await w.fake.client().billingPortal.configurations.update(second, { active: false });
+    expect(await portalWith(w, a.user, { flow: 'overview' })).toBe(second);
+    await w.fake.client().billingPortal.configurations.update(second, { features: { subscription_update: { enabled: true } } });
     const third = await portalWith(w, a.user, { flow: 'cancel', agentId: a.agent.id });
-    expect([first.id, second]).not.toContain(third);
+    expect([first, second]).not.toContain(third);
+    expect(w.fake.portalConfigurations.get(third)!.features.subscription_update.enabled).toBe(false);
     expect(ours().filter((c) => c.active && !c.features.subscription_update.enabled).map((c) => c.id)).toEqual([third]);
   });
 });
