@@ -37,7 +37,7 @@ export async function portalConfiguration(stripe: Stripe): Promise<string> {
   const id = remembered.get(stripe);
   if (id) {
     const current = await stripe.billingPortal.configurations.retrieve(id).catch((err: unknown) => {
-      if (isStripeMissing(err)) return undefined; // deleted
+      if (isStripeMissing(err)) return undefined; // not in this account (configurations are never deleted)
       throw err;
     });
     if (current && usable(current)) return id;
