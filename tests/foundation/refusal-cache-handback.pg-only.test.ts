@@ -1,8 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { first as firstRow, sql } from '../../functions/platform/db.ts';
-import { REFUSAL_CACHE_MS, takeToken, takeUserAndAddressAllowance, userAndAddressAllowance } from '../../functions/platform/rate-limits.ts';
-import { startTestApp, type TestApp } from '../support/app.ts';
-import { countingDeps } from '../support/statements.ts';
+import { REFUSAL_CACHE_MS, takeUserAndAddressAllowance, userAndAddressAllowance } from '../../functions/platform/rate-limits.ts';
+import type { TestApp } from '../support/app.ts';
+import { useCountingApp } from '../support/statements.ts';
 
 /**
  * Review 121, beside tests/foundation/refusal-cache.test.ts: a request handed the address's re-ask hands it back when
@@ -18,35 +18,28 @@ const waitingOnLocks = async (t: TestApp) =>
   ))!.n;
 
 describe("the address's re-ask handed back late", () => {
-  let t: TestApp;
-  let statements = 0;
-  let deps: Parameters<typeof takeToken>[0];
-  beforeAll(async () => {
-    t = await startTestApp();
-    deps = countingDeps(t, () => statements++);
-  });
-  afterAll(() => t?.close());
+  const app = useCountingApp();
 
   it("does not undo a later request's re-ask: requests meanwhile are refused from memory", async () => {
     const allowance = userAndAddressAllowance(`refusal-cache-${crypto.randomUUID()}`, 'do it', 1, 2);
-    const take = (u: string) => takeUserAndAddressAllowance(deps, { userId: u, address: '198.51.100.77' }, allowance, `${allowance.kind}|${u}`);
+    const take = (u: string) => takeUserAndAddressAllowance(app.deps, { userId: u, address: '198.51.100.77' }, allowance, `${allowance.kind}|${u}`);
     expect(await take('spent-a')).toBeUndefined();
     expect(await take('spent-b')).toBeUndefined();
     expect(await take('c')).toMatchObject({ limitPerDay: 2 }); // the address refuses: cached here
     let second: Promise<unknown> | undefined;
-    await t.db.transaction().execute(async (trx) => {
+    await app.t.db.transaction().execute(async (trx) => {
       // spent-b's count held: its request, taking the re-ask 5 s after spent-a's, waits on it.
       await sql`select 1 from public.rate_limits where key = ${`${allowance.kind}|spent-b`} for update`.execute(trx);
-      t.clock.advance(REFUSAL_CACHE_MS);
+      app.t.clock.advance(REFUSAL_CACHE_MS);
       const first = take('spent-a'); // takes the re-ask; refused by its own count, it hands it back ...
-      t.clock.advance(REFUSAL_CACHE_MS);
+      app.t.clock.advance(REFUSAL_CACHE_MS);
       second = take('spent-b'); // ... after this one took it (still waiting)
-      for (let i = 0; i < 200 && (await waitingOnLocks(t)) === 0; i++) await new Promise((r) => setTimeout(r, 10));
+      for (let i = 0; i < 200 && (await waitingOnLocks(app.t)) === 0; i++) await new Promise((r) => setTimeout(r, 10));
       expect(await first).toMatchObject({ limitPerDay: 1 });
-      statements = 0;
+      app.reset();
       const flood = await Promise.all(Array.from({ length: 10 }, (_, i) => take(`honest-${i}`)));
       expect(flood.every((r) => r?.limitPerDay === 2)).toBe(true);
-      expect(statements).toBe(0);
+      expect(app.statements).toBe(0);
     });
     expect(await second).toMatchObject({ limitPerDay: 1 });
   });

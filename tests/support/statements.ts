@@ -1,4 +1,5 @@
-import type { TestApp } from './app.ts';
+import { afterAll, beforeAll } from 'vitest';
+import { startTestApp, type TestApp } from './app.ts';
 
 /**
  * The deps a rate limit takes (platform/rate-limits.ts), over the app's own database handle and clock, counting every
@@ -25,4 +26,25 @@ export function countingDeps(t: TestApp, count: () => void) {
     },
   });
   return { database: { db: counting as typeof db }, clock: t.clock };
+}
+
+/**
+ * A test app for the file, started before its first test and closed after its last, with rate-limit deps counting its
+ * statements: `statements` since the last `reset()`.
+ */
+export function useCountingApp() {
+  const counted = {
+    t: undefined as unknown as TestApp,
+    deps: undefined as unknown as ReturnType<typeof countingDeps>,
+    statements: 0,
+    reset() {
+      counted.statements = 0;
+    },
+  };
+  beforeAll(async () => {
+    counted.t = await startTestApp();
+    counted.deps = countingDeps(counted.t, () => counted.statements++);
+  });
+  afterAll(() => counted.t?.close());
+  return counted;
 }
